@@ -1,0 +1,15 @@
+# Every third-party library kiln builds against, in one place. The Debian
+# packages that provide them are listed in scripts/packages.txt.
+find_package(PkgConfig REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 REQUIRED)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+if(KILN_BUILD_TESTS OR KILN_BUILD_FUZZERS)
+  find_package(GTest REQUIRED)
+endif()
+if(KILN_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+find_package(Threads REQUIRED)

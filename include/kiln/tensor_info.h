@@ -1,0 +1,47 @@
+// TensorInfo: the element type and shape of a tensor.
+//
+// A dimension is a non-negative size, or kDynamicDim for a size known only at
+// run time (only anchors may have dynamic dimensions; stored tensor data is
+// always fully static). A rank-0 shape is a scalar with one element.
+//
+// Thread safety: a plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+
+namespace kiln {
+
+inline constexpr int64_t kDynamicDim = -1;
+
+// The largest rank the package format accepts.
+inline constexpr size_t kMaxRank = 32;
+
+struct TensorInfo {
+  DType dtype = DType::kUndefined;
+  std::vector<int64_t> shape;
+
+  // True when no dimension is kDynamicDim.
+  bool isStatic() const;
+
+  // Product of the dimensions. Requires isStatic(). Throws UsageError when
+  // the product does not fit in 63 bits.
+  uint64_t numElements() const;
+
+  // numElements() * dtypeSize(dtype), with the same overflow check.
+  uint64_t sizeInBytes() const;
+
+  // "{ dtype: F32, sizeInBytes: 8, shape [2] }", the reference dump's form;
+  // dynamic dimensions print as "?" and sizeInBytes as "?".
+  std::string toString() const;
+
+  // "[2, 3, ?]"
+  std::string shapeString() const;
+
+  friend bool operator==(const TensorInfo&, const TensorInfo&) = default;
+};
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+#include "kiln/dtype.h"
+
+#include <array>
+
+namespace kiln {
+namespace {
+
+struct DTypeRow {
+  DType dtype;
+  size_t size;
+  std::string_view name;
+  std::string_view display;
+};
+
+constexpr std::array<DTypeRow, 15> kRows = {{
+    {DType::kBool, 1, "bool", "BOOL"},
+    {DType::kF16, 2, "f16", "F16"},
+    {DType::kBF16, 2, "bf16", "BF16"},
+    {DType::kF32, 4, "f32", "F32"},
+    {DType::kF64, 8, "f64", "F64"},
+    {DType::kI8, 1, "i8", "I8"},
+    {DType::kU8, 1, "u8", "U8"},
+    {DType::kI16, 2, "i16", "I16"},
+    {DType::kU16, 2, "u16", "U16"},
+    {DType::kI32, 4, "i32", "I32"},
+    {DType::kU32, 4, "u32", "U32"},
+    {DType::kI64, 8, "i64", "I64"},
+    {DType::kU64, 8, "u64", "U64"},
+    {DType::kF8E4M3, 1, "f8e4m3", "F8E4M3"},
+    {DType::kF8E5M2, 1, "f8e5m2", "F8E5M2"},
+}};
+
+constexpr std::array<DType, kRows.size()> kAll = [] {
+  std::array<DType, kRows.size()> all{};
+  for (size_t i = 0; i < kRows.size(); ++i) all[i] = kRows[i].dtype;
+  return all;
+}();
+
+const DTypeRow* findRow(DType dtype) {
+  for (const DTypeRow& row : kRows) {
+    if (row.dtype == dtype) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::span<const DType> allDTypes() { return kAll; }
+
+bool isValidDType(uint8_t code) { return findRow(static_cast<DType>(code)) != nullptr; }
+
+size_t dtypeSize(DType dtype) {
+  const DTypeRow* row = findRow(dtype);
+  return row ? row->size : 0;
+}
+
+std::string_view dtypeName(DType dtype) {
+  const DTypeRow* row = findRow(dtype);
+  return row ? row->name : "undefined";
+}
+
+std::string_view dtypeDisplayName(DType dtype) {
+  const DTypeRow* row = findRow(dtype);
+  return row ? row->display : "UNDEFINED";
+}
+
+std::optional<DType> dtypeFromName(std::string_view name) {
+  for (const DTypeRow& row : kRows) {
+    if (row.name == name) return row.dtype;
+  }
+  return std::nullopt;
+}
+
+bool isStorageOnly(DType dtype) { return dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2; }
+
+}  // namespace kiln

@@ -1,0 +1,63 @@
+#include "kiln/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kiln/error.h"
+#include "kiln/tensor_info.h"
+
+namespace kiln {
+namespace {
+
+TEST(DType, EveryTypeHasASizeAndANameThatRoundTrips) {
+  EXPECT_EQ(allDTypes().size(), 15u);
+  std::set<std::string_view> names;
+  for (DType dtype : allDTypes()) {
+    EXPECT_TRUE(isValidDType(static_cast<uint8_t>(dtype)));
+    EXPECT_GT(dtypeSize(dtype), 0u);
+    EXPECT_EQ(dtypeFromName(dtypeName(dtype)), dtype);
+    EXPECT_TRUE(names.insert(dtypeName(dtype)).second);
+  }
+}
+
+TEST(DType, CodesAreOnnxTensorProtoCodes) {
+  // Part of the file format: these numbers must never change.
+  EXPECT_EQ(static_cast<int>(DType::kF32), 1);
+  EXPECT_EQ(static_cast<int>(DType::kBool), 9);
+  EXPECT_EQ(static_cast<int>(DType::kF16), 10);
+  EXPECT_EQ(static_cast<int>(DType::kBF16), 16);
+  EXPECT_EQ(static_cast<int>(DType::kF8E4M3), 17);
+  EXPECT_EQ(static_cast<int>(DType::kF8E5M2), 19);
+  EXPECT_FALSE(isValidDType(0));
+  EXPECT_FALSE(isValidDType(8));   // ONNX string: not a tensor storage type here
+  EXPECT_FALSE(isValidDType(14));  // complex64
+  EXPECT_FALSE(dtypeFromName("f128").has_value());
+}
+
+TEST(DType, SizesAndStorageOnlyTypes) {
+  EXPECT_EQ(dtypeSize(DType::kF64), 8u);
+  EXPECT_EQ(dtypeSize(DType::kBF16), 2u);
+  EXPECT_EQ(dtypeSize(DType::kF8E5M2), 1u);
+  EXPECT_TRUE(isStorageOnly(DType::kF8E4M3));
+  EXPECT_FALSE(isStorageOnly(DType::kF16));
+}
+
+TEST(TensorInfo, SizesAndText) {
+  const TensorInfo info{DType::kF32, {2, 3}};
+  EXPECT_EQ(info.numElements(), 6u);
+  EXPECT_EQ(info.sizeInBytes(), 24u);
+  EXPECT_EQ(info.toString(), "{ dtype: F32, sizeInBytes: 24, shape [2, 3] }");
+  EXPECT_EQ((TensorInfo{DType::kI64, {}}).sizeInBytes(), 8u);  // scalar
+
+  const TensorInfo dynamic{DType::kF16, {kDynamicDim, 128}};
+  EXPECT_FALSE(dynamic.isStatic());
+  EXPECT_EQ(dynamic.toString(), "{ dtype: F16, sizeInBytes: ?, shape [?, 128] }");
+  EXPECT_THROW(dynamic.numElements(), UsageError);
+
+  const TensorInfo huge{DType::kF64, {int64_t{1} << 40, int64_t{1} << 40}};
+  EXPECT_THROW(huge.sizeInBytes(), UsageError);
+}
+
+}  // namespace
+}  // namespace kiln

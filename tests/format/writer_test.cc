@@ -1,0 +1,145 @@
+// The writer's contract: one active blob writer, streaming, declared sizes,
+// validation before writing, and a file that never holds a half-written blob.
+#include <gtest/gtest.h>
+
+#include "tests/format/test_package.h"
+
+namespace kiln {
+namespace {
+
+using testing::bytesOf;
+using testing::makeMetadata;
+using testing::patternBytes;
+using testing::TempDir;
+
+TEST(Writer, OnlyTheNewestBlobWriterIsActive) {
+  TempDir dir;
+  PackageWriter writer(dir / "p.kiln");
+  BlobWriter first = writer.beginOpaque("first", "");
+  first.write(patternBytes(10));
+  BlobWriter second = writer.beginOpaque("second", "");
+  EXPECT_FALSE(first.isActive());
+  EXPECT_TRUE(second.isActive());
+  try {
+    first.write(patternBytes(1));
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("blob writer for 'first' is no longer active"), std::string::npos);
+  }
+  second.write(patternBytes(20));
+  writer.close();
+  EXPECT_THROW(second.write(patternBytes(1)), UsageError);
+  EXPECT_THROW(writer.beginOpaque("third", ""), UsageError);
+
+  const PackageReader reader(dir / "p.kiln");
+  EXPECT_EQ(reader.findOpaque("first")->data().size(), 10u);  // finished when "second" began
+  EXPECT_EQ(reader.findOpaque("second")->data().size(), 20u);
+}
+
+TEST(Writer, StreamsALargeTensorInPieces) {
+  TempDir dir;
+  const TensorInfo info{DType::kF32, {1024, 1024, 3}};  // 12 MiB
+  const size_t piece = 1000003;                         // not a divisor of anything
+  {
+    PackageWriter writer(dir / "big.kiln");
+    BlobWriter blob = writer.beginTensorData("big", info);
+    for (uint64_t at = 0; at < info.sizeInBytes(); at += piece) {
+      const size_t size = std::min<uint64_t>(piece, info.sizeInBytes() - at);
+      blob.write(patternBytes(size, static_cast<unsigned>(at % 251)));
+    }
+  }
+  const PackageReader reader(dir / "big.kiln", {.checksums = ChecksumPolicy::kEager});
+  const auto data = reader.findTensorData("big")->data();
+  ASSERT_EQ(data.size(), info.sizeInBytes());
+  for (uint64_t at : {uint64_t{0}, uint64_t{piece - 1}, uint64_t{piece}, info.sizeInBytes() - 1}) {
+    EXPECT_EQ(data[at], static_cast<std::byte>(at % 251)) << at;
+  }
+}
+
+TEST(Writer, ShortTensorIsRefusedAndLeavesThePreviousBlobsIntact) {
+  TempDir dir;
+  const auto path = dir / "p.kiln";
+  PackageWriter writer(path);
+  writer.writeExecutable("exe", patternBytes(100));
+  const auto size_before = std::filesystem::file_size(path);
+  BlobWriter blob = writer.beginTensorData("w", {DType::kF32, {1000}});
+  blob.write(patternBytes(3996));  // 4 bytes short
+  try {
+    blob.close();
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs exactly 4000 payload bytes but 3996 were written"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), size_before);
+  writer.writeOpaque("after", "exe", patternBytes(5));  // the writer goes on
+  writer.close();
+  const PackageReader reader(path, {.checksums = ChecksumPolicy::kEager});
+  EXPECT_EQ(reader.blobs().size(), 2u);
+  EXPECT_EQ(reader.findTensorData("w"), nullptr);
+}
+
+TEST(Writer, WritingPastTheDeclaredSizeIsRefusedAndChangesNothing) {
+  TempDir dir;
+  PackageWriter writer(dir / "p.kiln");
+  BlobWriter blob = writer.beginTensorData("w", {DType::kU8, {10}});
+  blob.write(patternBytes(8));
+  EXPECT_THROW(blob.write(patternBytes(3)), UsageError);
+  blob.write(patternBytes(2));  // still active; completes correctly
+  writer.close();
+  const PackageReader reader(dir / "p.kiln", {.checksums = ChecksumPolicy::kEager});
+  EXPECT_EQ(reader.findTensorData("w")->data().size(), 10u);
+}
+
+TEST(Writer, InvalidArgumentsAreRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  const auto path = dir / "p.kiln";
+  PackageWriter writer(path);
+  Metadata bad = makeMetadata("exe");
+  bad.program_flow.main = {42};
+  EXPECT_THROW(writer.writeMetadata("model", bad), UsageError);
+  EXPECT_THROW(writer.beginExecutable(""), UsageError);
+  EXPECT_THROW(writer.beginExecutable(std::string("a\0b", 3)), UsageError);
+  EXPECT_THROW(writer.beginExecutable(std::string(5000, 'n')), UsageError);
+  EXPECT_THROW(writer.beginTensorData("dyn", {DType::kF32, {kDynamicDim, 3}}), UsageError);
+  EXPECT_THROW(writer.beginTensorData("undef", {DType::kUndefined, {3}}), UsageError);
+  EXPECT_THROW(writer.beginFeedData("huge", {DType::kF64, {int64_t{1} << 40}}, uint64_t{1} << 40), UsageError);
+  writer.close();
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+}
+
+TEST(Writer, DuplicateNamesAreRefusedPerNamespace) {
+  TempDir dir;
+  PackageWriter writer(dir / "p.kiln");
+  writer.writeExecutable("x", patternBytes(1));
+  writer.writeOpaque("x", "x", patternBytes(1));  // other namespace: fine
+  writer.writeTensorData("t", {DType::kU8, {1}}, patternBytes(1));
+  EXPECT_THROW(writer.writeFeedData("t", {DType::kU8, {1}}, 1, patternBytes(1)), UsageError);  // shared namespace
+  writer.close();
+  const PackageReader reader(dir / "p.kiln");
+  EXPECT_EQ(reader.blobs().size(), 3u);
+}
+
+TEST(Writer, DestructorFinishesTheActiveBlob) {
+  TempDir dir;
+  {
+    PackageWriter writer(dir / "p.kiln");
+    writer.beginOpaque("o", "").write(patternBytes(77));
+  }
+  const PackageReader reader(dir / "p.kiln", {.checksums = ChecksumPolicy::kEager});
+  EXPECT_EQ(reader.findOpaque("o")->data().size(), 77u);
+}
+
+TEST(Writer, LayoutInvariantsHold) {
+  TempDir dir;
+  testing::writeSmallPackage(dir / "p.kiln");
+  const auto bytes = testing::readFile(dir / "p.kiln");
+  EXPECT_EQ(bytes.size() % 64, 0u);
+  for (uint64_t offset : testing::blobOffsets(bytes)) {
+    EXPECT_EQ(offset % 64, 0u);
+    EXPECT_EQ(testing::peek<uint64_t>(bytes, offset + 32) % 64, 0u);  // payload offset
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,16 @@
+// Sub-commands of the `kiln` command line. Each registers its options on the
+// app and returns the function that runs it; the function returns the
+// process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace kiln::cli {
+
+using Command = std::function<int()>;
+
+Command addDumpCommand(CLI::App& app);
+
+}  // namespace kiln::cli

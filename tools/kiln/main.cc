@@ -1,0 +1,29 @@
+// The `kiln` command line. Exit codes: 0 success, 1 the input was refused
+// (malformed package, I/O error), 2 bad command-line usage.
+#include <cstdio>
+#include <map>
+
+#include "kiln/error.h"
+#include "kiln/version.h"
+#include "tools/kiln/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: compile neural networks ahead of time and run them"};
+  app.set_version_flag("--version", std::string(kiln::kProducer));
+  app.require_subcommand(1);
+  std::map<std::string, kiln::cli::Command> commands;
+  commands["dump"] = kiln::cli::addDumpCommand(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    for (CLI::App* sub : app.get_subcommands()) return commands.at(sub->get_name())();
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
