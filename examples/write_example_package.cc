@@ -11,8 +11,11 @@
 // The Executable's payload is whatever the compiler produced; until the
 // compiler exists this example stores the program's source text, compressed.
 //
-// Usage: write_example_package OUT.kiln
+// Usage: write_example_package OUT.kiln [DATA.kiln]
+//   With DATA.kiln, the TensorData and FeedData blobs go into that second
+//   file: one model over two files, read together by `kiln dump OUT DATA`.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,8 +45,8 @@ kiln::Anchor anchor(std::string name, std::string handle, std::vector<uint32_t> 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT.kiln\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s OUT.kiln [DATA.kiln]\n", argv[0]);
     return 2;
   }
   using kiln::AnchorDirection;
@@ -72,11 +75,15 @@ int main(int argc, char** argv) {
     metadata.anchors[0].batch_dim = 0;
     writer.writeMetadata("example", metadata);
 
+    std::optional<kiln::PackageWriter> data_file;
+    if (argc == 3) data_file.emplace(argv[2]);
+    kiln::PackageWriter& data_writer = data_file ? *data_file : writer;
+
     const std::vector<float> parameter = {0.5f, -1.25f};
-    writer.writeTensorData("input_parameter", {kiln::DType::kF32, {2}}, bytesOf(parameter));
+    data_writer.writeTensorData("input_parameter", {kiln::DType::kF32, {2}}, bytesOf(parameter));
 
     // Four samples streamed one at a time, as a large feed would be.
-    kiln::BlobWriter feed = writer.beginFeedData("images", {kiln::DType::kF32, {2}}, 4);
+    kiln::BlobWriter feed = data_writer.beginFeedData("images", {kiln::DType::kF32, {2}}, 4);
     for (int i = 0; i < 4; ++i) {
       const std::vector<float> sample = {static_cast<float>(i), static_cast<float>(10 * i)};
       feed.write(bytesOf(sample));
@@ -85,7 +92,8 @@ int main(int argc, char** argv) {
 
     writer.writeOpaque("kiln-example", "example-add", bytesOf(std::string(R"({"framework": "example", "opset": 17})")));
     writer.close();
-    std::printf("wrote %s\n", argv[1]);
+    if (data_file) data_file->close();
+    std::printf("wrote %s%s%s\n", argv[1], argc == 3 ? " and " : "", argc == 3 ? argv[2] : "");
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -192,11 +192,14 @@ json metadataJson(const MetadataBlob& blob) {
 
 std::string dumpText(const PackageReader& reader, const DumpOptions& options) {
   TextOut out(options.color);
-  for (const std::string& source : reader.sources()) out.heading(0, fmt::format("kiln package: {}", source));
-  out.heading(0, "Blobs:");
-  for (const BlobInfo& info : reader.blobs()) {
-    out.line(1, fmt::format("{:>12}  {:<10}  {:>12} bytes  \"{}\"", info.offset, blobTypeName(info.type),
-                            info.total_size, escaped(info.name)));
+  for (const std::string& source : reader.sources()) {
+    out.heading(0, fmt::format("kiln package: {}", source));
+    out.heading(1, "Blobs:");
+    for (const BlobInfo& info : reader.blobs()) {
+      if (info.source != source) continue;
+      out.line(2, fmt::format("{:>12}  {:<10}  {:>12} bytes  \"{}\"", info.offset, blobTypeName(info.type),
+                              info.total_size, escaped(info.name)));
+    }
   }
   if (options.metadata) {
     out.heading(0, "Metadata:");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <set>
 #include <utility>
 
@@ -54,6 +55,17 @@ std::string findProgramProblem(const Metadata& m, const std::vector<uint32_t>& i
   return "";
 }
 
+// True when the bytes of the known dimensions fit in 63 bits, so that every
+// size computed from this shape later is exact.
+bool sizeFits(const TensorInfo& info) {
+  uint64_t bytes = dtypeSize(info.dtype);
+  for (int64_t dim : info.shape) {
+    if (dim == kDynamicDim) continue;
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes) || bytes > uint64_t{INT64_MAX}) return false;
+  }
+  return true;
+}
+
 std::string findAnchorProblem(const Metadata& m, const Anchor& a) {
   const std::string label = fmt::format("anchor '{}'", a.name);
   if (a.name.empty()) return "an anchor has an empty name";
@@ -64,6 +76,9 @@ std::string findAnchorProblem(const Metadata& m, const Anchor& a) {
     if (dim < 0 && dim != kDynamicDim) return fmt::format("{} has invalid dimension {}", label, dim);
   }
   if (a.repeats == 0) return label + " has repeats 0 (must be >= 1)";
+  if (!sizeFits(effectiveTensorInfo(a, m.replication_factor))) {
+    return fmt::format("{} has a size that overflows 63 bits: {}", label, a.info.shapeString());
+  }
   if (a.batch_dim != kNoBatchDim && a.batch_dim >= a.info.shape.size()) {
     return fmt::format("{} has batch dimension {} but rank {}", label, a.batch_dim, a.info.shape.size());
   }

@@ -170,6 +170,13 @@ const std::vector<MalformedCase>& cases() {
          replaceInfo(f, l.model, encodeMetadata(m));
        },
        [](const Layout& l, auto& f) { return infoOf(f, l.model); }, "program flow 'save' refers to program 2"},
+      {"AnchorSizeOverflows",
+       [](auto& f, auto& l) {
+         Metadata m = testing::makeMetadata("exe");
+         m.anchors[0].info.shape = {int64_t{1} << 40, int64_t{1} << 30};
+         replaceInfo(f, l.model, encodeMetadata(m));
+       },
+       [](const Layout& l, auto& f) { return infoOf(f, l.model); }, "anchor 'x' has a size that overflows 63 bits"},
       {"MetadataNamesMissingExecutable",
        [](auto& f, auto& l) {
          Metadata m = testing::makeMetadata("exf");
