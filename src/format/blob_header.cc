@@ -89,6 +89,10 @@ BlobHeader decodeBlobHeader(std::span<const std::byte> file, uint64_t offset, co
     fail(offset + 12, fmt::format("header size {} is invalid: must be a multiple of 8 and at least {}",
                                   h.header_size, kBlobHeaderSize));
   }
+  if (h.total_size == 0) {
+    // What a writer leaves behind when it was stopped before finishing a blob.
+    fail(offset + 24, "incomplete blob (total size 0): its writer did not finish it");
+  }
   if (h.total_size % kPayloadAlignment != 0) {
     fail(offset + 24, fmt::format("total size {} is not a multiple of {}", h.total_size, kPayloadAlignment));
   }

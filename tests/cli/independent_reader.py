@@ -18,12 +18,22 @@ Usage from the command line (a short listing, for humans):
 
 Only the standard library plus `xxhash` and `zstandard` are used.
 
-Which byte offset an error names is not specified by docs/format.md; this
-reader names the absolute offset of the field (or bytes) found to be wrong:
-the blob start for a missing header or a bad magic, the header field for a
-bad header field, the header_checksum field for a header checksum mismatch,
-the first payload byte for a payload checksum mismatch, and the encoded
-field inside the info section for a bad info field.
+Choices where docs/format.md leaves room (see also the comments below):
+
+* Which byte offset an error names is not specified; this reader names the
+  absolute offset of the field (or byte) found to be wrong: the blob start for
+  a missing header or a bad magic, the header field for a bad header field,
+  the NUL byte of a name, the header_checksum field for a header checksum
+  mismatch, the first payload byte for a payload checksum mismatch, the
+  later blob for a duplicate name, and the encoded field inside the info
+  section for a bad info field or a failed cross-file check.
+* Checks run in the order of the list "What a reader must refuse", so the
+  first problem of that list is the one reported.
+* Invalid UTF-8 is not among the refusals, so it is accepted (decoded with
+  surrogateescape); reserved header bytes are ignored.
+* Blobs of unknown type are skipped after the generic header checks
+  (including both checksums), whatever their flags.
+* An anchor's effective TensorInfo must fit in 63 bits, like any size.
 """
 
 from __future__ import annotations
@@ -319,26 +329,29 @@ def _read_blob(source: str, data, start: int, verify_payloads: bool) -> Blob:
     if not compressed and raw_size != stored_size:
         raise fail(OFF_RAW_SIZE, f"uncompressed payload with raw_size {raw_size} "
                                  f"!= stored_size {stored_size}")
-    if compressed and blob_type != EXECUTABLE:
-        raise fail(OFF_FLAGS, f"compressed {TYPE_NAMES.get(blob_type, f'type {blob_type}')} "
+    # "Only Executable payloads may be compressed" is read as a rule of the
+    # known types: a blob of unknown type is skipped, whatever its flags.
+    if compressed and blob_type in TYPE_NAMES and blob_type != EXECUTABLE:
+        raise fail(OFF_FLAGS, f"compressed {TYPE_NAMES[blob_type]} "
                               f"blob: only Executable payloads may be compressed")
 
-    # -- The header checksum covers the header (checksum field as zero), the
-    #    name and the info: everything decoded eagerly. Verify it before
-    #    decoding the name and info.
     name_start = start + header_size
     info_start = name_start + name_size
     info_end = info_start + info_size
+    raw_name = bytes(data[name_start:info_start])
+    if b"\0" in raw_name:
+        raise FormatError(source, name_start + raw_name.index(b"\0"), "name contains a NUL byte")
+
+    # -- The header checksum covers the header (checksum field as zero), the
+    #    name and the info: everything decoded eagerly. Verify it before
+    #    decoding the info.
     header = bytearray(data[start:start + header_size])
     header[OFF_HEADER_CHECKSUM:OFF_HEADER_CHECKSUM + 8] = bytes(8)
     if xxh3(bytes(header) + data[name_start:info_end]) != header_checksum:
         raise fail(OFF_HEADER_CHECKSUM, "header checksum mismatch: the header, name "
                                         "or info is corrupt")
 
-    raw_name = bytes(data[name_start:info_start])
-    if b"\0" in raw_name:
-        raise FormatError(source, name_start + raw_name.index(b"\0"), "name contains a NUL byte")
-    name = _utf8(source, name_start, raw_name, "name")
+    name = _text(raw_name)
 
     blob = Blob(
         type=blob_type,
@@ -346,8 +359,8 @@ def _read_blob(source: str, data, start: int, verify_payloads: bool) -> Blob:
         source=source,
         offset=start,
         version=f"{major}.{minor}",
-        # Producer: UTF-8 text padded with NUL bytes (not checked: informative).
-        producer=producer.split(b"\0", 1)[0].decode("utf-8", errors="replace"),
+        # Producer: UTF-8 text padded with NUL bytes (informative, not checked).
+        producer=_text(producer.split(b"\0", 1)[0]),
         flags=flags,
         total_size=total_size,
         payload_offset=payload_offset,
@@ -400,11 +413,11 @@ def _decompress_frame(blob: Blob, stored: bytes) -> bytes:
     return raw
 
 
-def _utf8(source: str, offset: int, raw: bytes, what: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FormatError(source, offset + e.start, f"{what} is not valid UTF-8") from None
+def _text(raw: bytes) -> str:
+    """Decodes UTF-8 text. Invalid UTF-8 is not among the refusals of
+    docs/format.md, so it is accepted; surrogateescape keeps such bytes
+    (they round-trip with .encode("utf-8", "surrogateescape"))."""
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
 # --------------------------------------------------------------------------
@@ -451,7 +464,7 @@ class _InfoReader:
     def i64(self, what: str) -> int:
         return self._int("q", what)
 
-    def bool(self, what: str) -> bool:
+    def boolean(self, what: str) -> bool:
         at = self.pos
         value = self.u8(what)
         if value > 1:
@@ -460,8 +473,7 @@ class _InfoReader:
 
     def string(self, what: str) -> str:
         length = self.u32(f"{what} length")
-        at = self.pos
-        return _utf8(self.source, at, self.take(length, what), what)
+        return _text(self.take(length, what))
 
     def count(self, what: str, min_item_size: int) -> int:
         """A list's u32 count, refused when the items cannot fit in what remains."""
@@ -546,7 +558,7 @@ def _decode_metadata_info(blob: Blob, r: _InfoReader, fail) -> None:
     info["replication_factor"] = r.u32("replication_factor")
     if info["replication_factor"] < 1:
         raise r.error(at, "replication_factor must be at least 1")
-    info["is_inference"] = r.bool("is_inference")
+    info["is_inference"] = r.boolean("is_inference")
 
     options = {}
     for _ in range(r.count("options", 2 * _STRING)):
@@ -593,6 +605,14 @@ def _decode_metadata_info(blob: Blob, r: _InfoReader, fail) -> None:
     anchor_offsets = []
     for _ in range(r.count("anchors", _ANCHOR)):
         anchor, offsets = _decode_anchor(r, programs)
+        # The effective TensorInfo is the data's size in memory: it must fit
+        # in 63 bits too.
+        effective = {"dtype": anchor["tensor_info"]["dtype"],
+                     "dims": effective_dims(anchor, info["replication_factor"])}
+        size = tensor_size(effective)
+        if size is not None and size > MAX_SIZE:
+            raise r.error(offsets["tensor_info"], f"anchor {anchor['name']!r}: effective "
+                                                  f"size in bytes overflows 63 bits")
         if anchor["name"] in names_seen[anchor["direction"]]:
             raise r.error(offsets["name"], f"duplicate {anchor['direction']} anchor name "
                                            f"{anchor['name']!r}")
@@ -631,8 +651,8 @@ def _decode_anchor(r: _InfoReader, programs: dict[int, str]) -> tuple[dict, dict
     direction = r.u8(f"anchor {name!r} direction")
     if direction not in (0, 1):
         raise r.error(at, f"anchor {name!r}: direction must be 0 or 1, found {direction}")
-    is_per_replica = r.bool(f"anchor {name!r} is_per_replica")
-    use_remote_buffers = r.bool(f"anchor {name!r} use_remote_buffers")
+    is_per_replica = r.boolean(f"anchor {name!r} is_per_replica")
+    use_remote_buffers = r.boolean(f"anchor {name!r} use_remote_buffers")
     at = r.pos
     repeats = r.u32(f"anchor {name!r} repeats")
     if repeats < 1:

@@ -73,6 +73,8 @@ const std::vector<MalformedCase>& cases() {
        [](const Layout& l, auto&) { return l.exe + 12; }, "header size 64 is invalid"},
       {"TotalSizeOverflow", [](auto& f, const Layout& l) { poke<uint64_t>(f, l.model + 24, ~uint64_t{63}); },
        [](const Layout& l, auto&) { return l.model + 24; }, "remain in the file"},
+      {"IncompleteBlobLeftByAStoppedWriter", [](auto& f, const Layout& l) { poke<uint64_t>(f, l.w + 24, 0); },
+       [](const Layout& l, auto&) { return l.w + 24; }, "incomplete blob (total size 0)"},
       {"TotalSizeNotMultipleOf64", [](auto& f, const Layout& l) { poke<uint64_t>(f, l.exe + 24, 300); },
        [](const Layout& l, auto&) { return l.exe + 24; }, "total size 300 is not a multiple of 64"},
       {"TotalSizeDisagreesWithPayload",

@@ -1,6 +1,8 @@
 // The writer's contract: one active blob writer, streaming, declared sizes,
 // validation before writing, and a file that never holds a half-written blob.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/format/test_package.h"
 
@@ -128,6 +130,30 @@ TEST(Writer, DestructorFinishesTheActiveBlob) {
   }
   const PackageReader reader(dir / "p.kiln", {.checksums = ChecksumPolicy::kEager});
   EXPECT_EQ(reader.findOpaque("o")->data().size(), 77u);
+}
+
+TEST(Writer, AWriterKilledMidBlobLeavesAnIncompleteBlobThatReadersRefuse) {
+  TempDir dir;
+  const auto path = dir / "p.kiln";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a process that dies while streaming a 4 MiB tensor
+    PackageWriter writer(path);
+    writer.writeExecutable("exe", patternBytes(100));
+    BlobWriter blob = writer.beginTensorData("w", {DType::kU8, {4 << 20}});
+    blob.write(patternBytes(3 << 20));
+    _exit(0);  // no destructor, no close
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  try {
+    const PackageReader reader(path);
+    FAIL() << "the reader accepted an incomplete blob";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("incomplete blob (total size 0)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(PackageWriter(path, PackageWriter::Mode::kAppend), FormatError);
 }
 
 TEST(Writer, LayoutInvariantsHold) {
