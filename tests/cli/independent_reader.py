@@ -27,12 +27,16 @@ Choices where docs/format.md leaves room (see also the comments below):
   mismatch, the first payload byte for a payload checksum mismatch, the
   later blob for a duplicate name, and the encoded field inside the info
   section for a bad info field or a failed cross-file check.
-* Checks run in the order of the list "What a reader must refuse", so the
-  first problem of that list is the one reported.
+* Which problem is reported when a blob has several is not specified either.
+  Checks run in the order of the list "What a reader must refuse": header
+  fields, name, checksums, then the info section field by field (each
+  Metadata rule as soon as the fields it needs are decoded), and the
+  cross-file checks once all files are read.
 * Invalid UTF-8 is not among the refusals, so it is accepted (decoded with
   surrogateescape); reserved header bytes are ignored.
 * Blobs of unknown type are skipped after the generic header checks
-  (including both checksums), whatever their flags.
+  (including the header checksum), whatever their flags; their payload is
+  not read, so its checksum is only verified if payload() is called.
 * An anchor's effective TensorInfo must fit in 63 bits, like any size.
 """
 
@@ -273,7 +277,7 @@ def _read_file(source: str, verify_payloads: bool) -> list[Blob]:
     while offset < size:
         blob = _read_blob(source, data, offset, verify_payloads)
         blobs.append(blob)
-        offset += blob.total_size   # total_size >= 128 was checked
+        offset += blob.total_size   # > 0: checked in _read_blob
     return blobs
 
 
@@ -300,6 +304,11 @@ def _read_blob(source: str, data, start: int, verify_payloads: bool) -> Blob:
     if header_size < MIN_HEADER_SIZE or header_size % 8 != 0:
         raise fail(OFF_HEADER_SIZE, f"bad header_size {header_size}: must be a "
                                     f"multiple of 8, at least {MIN_HEADER_SIZE}")
+    if total_size == 0:
+        # A writer writes each header with total_size 0 and completes it last:
+        # 0 is what a writer stopped mid-blob leaves behind.
+        raise fail(OFF_TOTAL_SIZE, "incomplete blob: total_size is 0 (a writer was "
+                                   "stopped before finishing this blob)")
     if total_size % ALIGNMENT != 0:
         raise fail(OFF_TOTAL_SIZE, f"total_size {total_size} is not a multiple of 64")
     if total_size > remaining:
@@ -370,7 +379,9 @@ def _read_blob(source: str, data, start: int, verify_payloads: bool) -> Blob:
         info={},
         _data=data,
     )
-    if verify_payloads:
+    # A blob of unknown type is skipped: its header must be well formed (and
+    # match its checksum) to find the next blob, but its payload is not read.
+    if verify_payloads and blob_type in TYPE_NAMES:
         payload_start = start + payload_offset
         _verify_payload_checksum(blob, data[payload_start:payload_start + stored_size])
 

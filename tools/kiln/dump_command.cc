@@ -39,7 +39,8 @@ Command addDumpCommand(CLI::App& app) {
   cmd->add_flag("-c,--color", args->dump.color, "Use colour formatting");
   cmd->add_flag("-v,--verbose", args->verbose, "Log what the reader does (debug level)");
   cmd->add_flag("--json", args->json, "Print one JSON document instead of text");
-  cmd->add_flag("--verify", args->verify, "Verify every payload checksum before printing");
+  cmd->add_flag("--verify", args->verify,
+                "Verify every payload checksum and decompress every compressed executable before printing");
 
   return [args]() {
     if (args->verbose) setLogLevel(LogLevel::kDebug);
@@ -53,6 +54,11 @@ Command addDumpCommand(CLI::App& app) {
     ReaderOptions reader_options;
     if (args->verify) reader_options.checksums = ChecksumPolicy::kEager;
     const PackageReader reader(paths, reader_options);
+    if (args->verify) {
+      for (const ExecutableBlob* executable : reader.executables()) {
+        if (executable->compressed()) (void)executable->read();
+      }
+    }
     const std::string text = args->json ? dumpJson(reader, options) : dumpText(reader, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
     if (!args->json && !options.any()) {
