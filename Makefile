@@ -43,8 +43,11 @@ test-unit: build
 	ctest --test-dir build/release --output-on-failure -j2
 	KILN_BUILD_DIR=build/release $(PYTEST) tests/cli
 
-test: test-unit
+# The short fuzz run comes first so that the test runners' summaries close
+# the output.
+test: build
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+	$(MAKE) --no-print-directory test-unit
 
 test-asan: build-asan
 	ctest --test-dir build/asan --output-on-failure -j2
