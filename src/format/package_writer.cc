@@ -100,6 +100,8 @@ struct WriterState {
   void abandonActive() noexcept {
     generation = 0;
     buffer.clear();
+    ZSTD_freeCCtx(zstd);
+    zstd = nullptr;
     if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(committed_size)) == 0) {
       ::lseek(fd, static_cast<off_t>(committed_size), SEEK_SET);
     }

@@ -1,8 +1,11 @@
 // The writer's contract: one active blob writer, streaming, declared sizes,
 // validation before writing, and a file that never holds a half-written blob.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include "tests/format/test_package.h"
 
@@ -79,6 +82,62 @@ TEST(Writer, ShortTensorIsRefusedAndLeavesThePreviousBlobsIntact) {
   const PackageReader reader(path, {.checksums = ChecksumPolicy::kEager});
   EXPECT_EQ(reader.blobs().size(), 2u);
   EXPECT_EQ(reader.findTensorData("w"), nullptr);
+}
+
+TEST(Writer, ABlobAfterAFailedOneIsWrittenNormally) {
+  TempDir dir;
+  PackageWriter writer(dir / "p.kiln");
+  BlobWriter bad = writer.beginTensorData("short", {DType::kU8, {10}});
+  bad.write(patternBytes(4));
+  EXPECT_THROW(writer.beginExecutable("compressed", /*compress=*/true), UsageError);  // finishing "short" fails
+  writer.writeExecutable("compressed", patternBytes(1000), /*compress=*/true);
+  writer.writeExecutable("plain", patternBytes(10));
+  writer.close();
+  const PackageReader reader(dir / "p.kiln", {.checksums = ChecksumPolicy::kEager});
+  EXPECT_EQ(reader.blobs().size(), 2u);
+  EXPECT_TRUE(reader.findExecutable("compressed")->compressed());
+  EXPECT_EQ(reader.findExecutable("compressed")->read(), patternBytes(1000));
+  EXPECT_FALSE(reader.findExecutable("plain")->compressed());
+  EXPECT_EQ(reader.findExecutable("plain")->read(), patternBytes(10));
+}
+
+// A write error in the middle of a compressed blob (here: the file-size
+// limit, a transient error) rolls that blob back; the next blobs are written
+// normally, uncompressed ones uncompressed.
+TEST(Writer, AnIoErrorRollsTheBlobBackAndTheWriterGoesOn) {
+  TempDir dir;
+  const auto path = dir / "p.kiln";
+  std::vector<std::byte> noise(4 << 20);
+  std::mt19937 random(7);
+  for (std::byte& b : noise) b = static_cast<std::byte>(random());  // incompressible
+
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &original), 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  PackageWriter writer(path);
+  writer.writeExecutable("first", patternBytes(100));
+  const auto committed = std::filesystem::file_size(path);
+  rlimit limited = original;
+  limited.rlim_cur = 1 << 20;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  try {
+    writer.writeExecutable("big", noise, /*compress=*/true);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.errorNumber(), EFBIG);
+    EXPECT_NE(std::string(e.what()).find("cannot write " + path.string()), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &original), 0);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_EQ(std::filesystem::file_size(path), committed);  // rolled back
+
+  writer.writeExecutable("plain", patternBytes(10));
+  writer.close();
+  const PackageReader reader(path, {.checksums = ChecksumPolicy::kEager});
+  EXPECT_EQ(reader.blobs().size(), 2u);
+  EXPECT_EQ(reader.findExecutable("big"), nullptr);
+  EXPECT_FALSE(reader.findExecutable("plain")->compressed());
+  EXPECT_EQ(reader.findExecutable("plain")->read(), patternBytes(10));
 }
 
 TEST(Writer, WritingPastTheDeclaredSizeIsRefusedAndChangesNothing) {
