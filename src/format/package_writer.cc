@@ -48,6 +48,7 @@ struct WriterState {
   Checksum64 checksum;
   ZSTD_CCtx* zstd = nullptr;
   std::vector<std::byte> buffer;  // bytes after the file's current end
+  std::vector<std::byte> compressed_chunk;  // zstd output, reused across writes
 
   ~WriterState() {
     ZSTD_freeCCtx(zstd);
@@ -85,12 +86,13 @@ struct WriterState {
 
   void compress(std::span<const std::byte> input, ZSTD_EndDirective mode) {
     ZSTD_inBuffer in{input.data(), input.size(), 0};
-    std::vector<std::byte> chunk(ZSTD_CStreamOutSize());
+    if (compressed_chunk.empty()) compressed_chunk.resize(ZSTD_CStreamOutSize());
+    std::span<std::byte> chunk(compressed_chunk);
     for (;;) {
       ZSTD_outBuffer out{chunk.data(), chunk.size(), 0};
       const size_t left = ZSTD_compressStream2(zstd, &out, &in, mode);
       if (ZSTD_isError(left)) throw Error(fmt::format("zstd compression failed: {}", ZSTD_getErrorName(left)));
-      appendStored(std::span(chunk).first(out.pos));
+      appendStored(chunk.first(out.pos));
       const bool done = mode == ZSTD_e_end ? left == 0 : in.pos == in.size;
       if (done) return;
     }
