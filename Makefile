@@ -62,7 +62,7 @@ fuzz: fuzz-run
 # Fuzzes a copy of the seed corpus, so that runs never change the repository.
 # The full log is build/fuzz/fuzz.log; a crashing input is saved in build/fuzz.
 fuzz-run: build-fuzz
-	@rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus && cp tests/format/fuzz_seeds/* build/fuzz/corpus/
+	@rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus && cp tests/format/fuzz_seeds/* build/fuzz/corpus/ && rm build/fuzz/corpus/README.md
 	@echo "fuzzing the package reader for $(FUZZ_SECONDS) s ..."
 	@cd build/fuzz && if ./tests/reader_fuzz -dict=../../tests/format/reader_fuzz.dict \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
