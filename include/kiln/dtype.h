@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 namespace kiln {
 
@@ -55,5 +56,22 @@ std::optional<DType> dtypeFromName(std::string_view name);
 
 // True for types that kernels do not compute in directly (f8).
 bool isStorageOnly(DType dtype);
+
+// The DType of a C++ element type: dtypeOf<float>() == DType::kF32.
+template <typename T>
+constexpr DType dtypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DType::kF32;
+  else if constexpr (std::is_same_v<T, double>) return DType::kF64;
+  else if constexpr (std::is_same_v<T, int8_t>) return DType::kI8;
+  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kU8;
+  else if constexpr (std::is_same_v<T, int16_t>) return DType::kI16;
+  else if constexpr (std::is_same_v<T, uint16_t>) return DType::kU16;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::kI32;
+  else if constexpr (std::is_same_v<T, uint32_t>) return DType::kU32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::kI64;
+  else if constexpr (std::is_same_v<T, uint64_t>) return DType::kU64;
+  else if constexpr (std::is_same_v<T, bool>) return DType::kBool;
+  else static_assert(sizeof(T) == 0, "no DType for this C++ type");
+}
 
 }  // namespace kiln

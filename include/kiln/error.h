@@ -7,6 +7,8 @@
 //   Error        base class; catch this to handle any kiln failure.
 //   FormatError  a package file (or memory buffer) is malformed: carries the
 //                source name and the byte offset where the problem was found.
+//   GraphError   a model or graph is malformed or unsupported (import,
+//                verification, shape inference, missing kernels).
 //   UsageError   the API was used in a way its contract forbids (writing
 //                through a stale blob writer, invalid arguments).
 //   IoError      the operating system refused an operation (open, write,
@@ -40,6 +42,11 @@ class FormatError : public Error {
   std::string source_;
   uint64_t offset_;
   std::string problem_;
+};
+
+class GraphError : public Error {
+ public:
+  explicit GraphError(const std::string& message) : Error(message) {}
 };
 
 class UsageError : public Error {
