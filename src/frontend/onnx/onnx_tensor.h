@@ -1,0 +1,27 @@
+// ONNX TensorProto -> kiln Constant: raw data, typed fields and external
+// data files, with every size checked.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <string>
+
+#include "kiln/graph.h"
+
+namespace kiln::onnx_import {
+
+// Where the model came from: named in errors, and the directory external
+// data files are read from (empty: external data is refused).
+struct ModelSource {
+  std::string name;
+  std::filesystem::path base_directory;
+};
+
+// The kiln DType of an ONNX data type code; throws GraphError naming `what`
+// for types kiln does not store (string, complex, 4-bit).
+DType dtypeFromOnnx(int32_t onnx_type, const ModelSource& source, const std::string& what);
+
+ConstantPtr constantFromTensorProto(const onnx::TensorProto& tensor, const ModelSource& source);
+
+}  // namespace kiln::onnx_import
