@@ -279,6 +279,34 @@ TEST(OnnxImport, IfBranchesReadEnclosingValues) {
   EXPECT_TRUE(findGraphProblems(main).empty());
 }
 
+TEST(OnnxImport, ConstantNodesBecomeInitializers) {
+  TempDir dir;
+  onnx::GraphProto g;
+  g.set_name("c");
+  addInput(g, "x", onnx::TensorProto::FLOAT, {"2", "6"});
+  onnx::NodeProto* shape = addNode(g, "Constant", {}, {"shape"});
+  auto* value = shape->add_attribute();
+  value->set_name("value_ints");
+  value->set_type(onnx::AttributeProto::INTS);
+  value->add_ints(3);
+  value->add_ints(4);
+  onnx::NodeProto* scale = addNode(g, "Constant", {}, {"scale"});
+  auto* tensor = scale->add_attribute();
+  tensor->set_name("value");
+  tensor->set_type(onnx::AttributeProto::TENSOR);
+  *tensor->mutable_t() = floatTensor("", {}, {2.5f}, true);
+  addNode(g, "Reshape", {"x", "shape"}, {"r"});
+  addNode(g, "Mul", {"r", "scale"}, {"y"});
+  g.add_output()->set_name("y");
+  const OnnxModel model = importOnnx(save(modelWith(g), dir / "c.onnx"));
+  const Graph& graph = *model.graph;
+  EXPECT_EQ(graph.nodeIds().size(), 2u);
+  const Value& shape_value = graph.value(*graph.findValue("shape"));
+  ASSERT_EQ(shape_value.kind, ValueKind::kInitializer);
+  EXPECT_EQ(shape_value.initializer->info, (TensorInfo{DType::kI64, {2}}));
+  EXPECT_EQ(graph.value(*graph.findValue("scale")).initializer->info, (TensorInfo{DType::kF32, {}}));
+}
+
 TEST(OnnxImport, ParseDims) {
   EXPECT_EQ(parseDims("1x3x224x224"), (std::vector<int64_t>{1, 3, 224, 224}));
   EXPECT_EQ(parseDims("7"), (std::vector<int64_t>{7}));

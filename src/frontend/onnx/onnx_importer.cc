@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <fstream>
 #include <queue>
 #include <set>
@@ -232,10 +233,37 @@ class GraphImporter {
     }
   }
 
+  // A Constant node becomes an initializer, so that later stages see its
+  // value (Reshape shapes, Slice bounds are usually Constant nodes).
+  ConstantPtr constantNodeValue(const onnx::NodeProto& node) const {
+    if (node.attribute_size() != 1 || node.output_size() != 1) {
+      fail(fmt::format("Constant node '{}' needs exactly one value attribute and one output", node.name()));
+    }
+    const onnx::AttributeProto& a = node.attribute(0);
+    auto scalarOrList = [](auto dtype, const auto& values, bool scalar) {
+      using T = typename std::decay_t<decltype(values)>::value_type;
+      std::vector<std::byte> bytes(values.size() * sizeof(T));
+      if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+      TensorInfo info{dtype, scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(values.size())}};
+      return makeConstant(std::move(info), std::move(bytes));
+    };
+    if (a.name() == "value" && a.has_t()) return constantFromTensorProto(a.t(), source_);
+    if (a.name() == "value_float") return scalarOrList(DType::kF32, std::vector<float>{a.f()}, true);
+    if (a.name() == "value_floats") return scalarOrList(DType::kF32, std::vector<float>(a.floats().begin(), a.floats().end()), false);
+    if (a.name() == "value_int") return scalarOrList(DType::kI64, std::vector<int64_t>{a.i()}, true);
+    if (a.name() == "value_ints") return scalarOrList(DType::kI64, std::vector<int64_t>(a.ints().begin(), a.ints().end()), false);
+    fail(fmt::format("Constant node '{}' uses attribute '{}', which kiln does not support (no sparse or string "
+                     "tensors)", node.name(), a.name()));
+  }
+
   void addNodesAndOutputs(const onnx::GraphProto& proto) {
     for (int index : sortNodes(proto)) {
       const onnx::NodeProto& node = proto.node(index);
       if (node.op_type().empty()) fail(fmt::format("node '{}' has no op type", node.name()));
+      if (node.op_type() == "Constant" && (node.domain().empty() || node.domain() == "ai.onnx")) {
+        graph_->addInitializer(node.output(0), constantNodeValue(node));
+        continue;
+      }
       std::vector<ValueId> inputs;
       for (const std::string& input : node.input()) inputs.push_back(input.empty() ? kNoValue : resolve(input, node));
       Attributes attributes;

@@ -1,0 +1,125 @@
+// Elementwise operators: unary maps, broadcasting binary and variadic
+// operators, comparisons and logic, Where, Clip, Cast.
+#include "ops/op_families.h"
+#include "ops/shape_helpers.h"
+
+namespace kiln {
+namespace {
+
+bool isFloat(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF64;
+}
+
+// Output = input 0's type; inputs after the first must have its dtype.
+void unary(InferenceContext& context) { copyInputType(context); }
+
+void floatUnary(InferenceContext& context) {
+  if (!isFloat(context.inputType(0).dtype)) {
+    context.fail("needs a floating-point input, found {}", dtypeName(context.inputType(0).dtype));
+  }
+  copyInputType(context);
+}
+
+void sameDTypes(const InferenceContext& context, const std::vector<size_t>& inputs) {
+  const DType first = context.inputType(inputs.front()).dtype;
+  for (size_t input : inputs) {
+    if (context.hasInput(input) && context.inputType(input).dtype != first) {
+      context.fail("input {} is {} but input {} is {}: they must match", input,
+                   dtypeName(context.inputType(input).dtype), inputs.front(), dtypeName(first));
+    }
+  }
+}
+
+std::vector<size_t> allInputs(const InferenceContext& context) {
+  std::vector<size_t> inputs(context.inputCount());
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = i;
+  return inputs;
+}
+
+// Broadcasting operator whose result has the inputs' dtype (or `result`).
+void broadcasting(InferenceContext& context, std::optional<DType> result = std::nullopt) {
+  const std::vector<size_t> inputs = allInputs(context);
+  sameDTypes(context, inputs);
+  context.output(0) = ValueType{result.value_or(context.inputType(0).dtype), broadcastInputs(context, inputs)};
+}
+
+void comparison(InferenceContext& context) { broadcasting(context, DType::kBool); }
+
+void logical(InferenceContext& context) {
+  for (size_t i = 0; i < context.inputCount(); ++i) {
+    if (context.inputType(i).dtype != DType::kBool) context.fail("input {} must be bool", i);
+  }
+  broadcasting(context);
+}
+
+void where(InferenceContext& context) {
+  if (context.inputType(0).dtype != DType::kBool) context.fail("the condition must be bool");
+  sameDTypes(context, {1, 2});
+  context.output(0) = ValueType{context.inputType(1).dtype, broadcastInputs(context, {0, 1, 2})};
+}
+
+void cast(InferenceContext& context) {
+  const int64_t to = context.node().intAttribute("to", 0);
+  if (to <= 0 || to > 255 || !isValidDType(static_cast<uint8_t>(to))) {
+    context.fail("attribute 'to' is {}, not a data type kiln supports", to);
+  }
+  context.output(0) = ValueType{static_cast<DType>(to), context.inputType(0).shape};
+}
+
+void castLike(InferenceContext& context) {
+  context.output(0) = ValueType{context.inputType(1).dtype, context.inputType(0).shape};
+}
+
+void dropout(InferenceContext& context) {
+  copyInputType(context);
+  if (context.outputCount() > 1) context.output(1) = ValueType{DType::kBool, context.inputType(0).shape};
+}
+
+void predicate(InferenceContext& context) {
+  context.output(0) = ValueType{DType::kBool, context.inputType(0).shape};
+}
+
+void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_inputs, size_t max_inputs,
+         InferFunction infer, size_t max_outputs = 1) {
+  registry.add(OpSchema{"", op, since, min_inputs, max_inputs, 1, max_outputs, std::move(infer)});
+}
+
+}  // namespace
+
+void registerElementwiseOps(OpRegistry& registry) {
+  for (const char* op : {"Relu", "Abs", "Neg", "Sign", "Identity"}) add(registry, op, 1, 1, 1, unary);
+  for (const char* op : {"Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Reciprocal", "Floor", "Ceil", "Round",
+                         "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+                         "Softplus", "Softsign", "HardSigmoid", "LeakyRelu", "Elu", "Selu", "ThresholdedRelu",
+                         "Shrink"}) {
+    add(registry, op, 1, 1, 1, floatUnary);
+  }
+  add(registry, "Celu", 12, 1, 1, floatUnary);
+  add(registry, "HardSwish", 14, 1, 1, floatUnary);
+  add(registry, "Mish", 18, 1, 1, floatUnary);
+  add(registry, "Gelu", 20, 1, 1, floatUnary);
+  add(registry, "Not", 1, 1, 1, logical);
+  add(registry, "IsNaN", 9, 1, 1, predicate);
+  add(registry, "IsInf", 10, 1, 1, predicate);
+  add(registry, "Dropout", 1, 1, 3, dropout, 2);
+
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift"}) {
+    add(registry, op, 1, 2, 2, [op = std::string(op)](InferenceContext& c) {
+      if (op == "Pow") {  // the exponent may have another type
+        c.output(0) = ValueType{c.inputType(0).dtype, broadcastInputs(c, {0, 1})};
+      } else {
+        broadcasting(c);
+      }
+    });
+  }
+  for (const char* op : {"Max", "Min", "Sum", "Mean"}) add(registry, op, 1, 1, 64, [](auto& c) { broadcasting(c); });
+  for (const char* op : {"Equal", "Less", "Greater"}) add(registry, op, 1, 2, 2, comparison);
+  for (const char* op : {"LessOrEqual", "GreaterOrEqual"}) add(registry, op, 12, 2, 2, comparison);
+  for (const char* op : {"And", "Or", "Xor"}) add(registry, op, 1, 2, 2, logical);
+  add(registry, "Where", 9, 3, 3, where);
+  add(registry, "Clip", 1, 1, 3, unary);
+  add(registry, "Cast", 1, 1, 1, cast);
+  add(registry, "CastLike", 15, 2, 2, castLike);
+}
+
+}  // namespace kiln

@@ -1,0 +1,15 @@
+// The op families, one file each; OpRegistry::global() registers them all.
+// Adding a family: write its file, declare its function here, call it in
+// op_registry.cc.
+#pragma once
+
+namespace kiln {
+
+class OpRegistry;
+
+void registerElementwiseOps(OpRegistry& registry);  // elementwise.cc: unary, binary (broadcast), Where, Clip, Cast
+void registerShapeOps(OpRegistry& registry);        // shape_ops.cc: Reshape, Transpose, Concat, Slice, Gather, ...
+void registerNnOps(OpRegistry& registry);           // nn_ops.cc: Conv, pooling, MatMul, Gemm, normalisation, Softmax
+void registerReductionOps(OpRegistry& registry);    // reductions.cc: ReduceSum/Mean/Max/..., ArgMax/ArgMin
+
+}  // namespace kiln

@@ -1,0 +1,130 @@
+#include <gtest/gtest.h>
+
+#include "kiln/error.h"
+#include "kiln/graph_builder.h"
+#include "ops/shape_inference.h"
+
+namespace kiln {
+namespace {
+
+const std::map<std::string, int64_t> kOpset17 = {{"", 17}};
+
+std::string inferredType(GraphBuilder& b, ValueId output, const std::map<std::string, int64_t>& opsets = kOpset17) {
+  b.output(output);
+  GraphPtr graph = b.build();
+  inferTypes(*graph, opsets);
+  return graph->value(graph->outputs()[0]).type.toString();
+}
+
+std::string inferenceError(GraphBuilder& b, ValueId output) {
+  try {
+    (void)inferredType(b, output);
+  } catch (const GraphError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+ValueType symbolic(DType dtype, std::vector<Dim> dims) { return ValueType{dtype, std::move(dims)}; }
+
+TEST(Elementwise, UnaryKeepsTypeAndShape) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", symbolic(DType::kF32, {Dim::symbolic("batch"), Dim::known(8)}));
+  EXPECT_EQ(inferredType(b, b.op("Sigmoid", {b.op("Relu", {x})})), "f32[batch, 8]");
+}
+
+TEST(Elementwise, FloatOnlyOpsRefuseIntegers) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kI32, {4});
+  EXPECT_NE(inferenceError(b, b.op("Exp", {x})).find("node 'Exp_0' (Exp): needs a floating-point input, found i32"),
+            std::string::npos);
+}
+
+TEST(Elementwise, BinaryOpsBroadcastLikeNumpy) {
+  struct Case {
+    std::vector<int64_t> a, b;
+    std::string expected;
+  };
+  for (const Case& c : {Case{{2, 3, 4}, {4}, "f32[2, 3, 4]"}, Case{{2, 1, 4}, {3, 1}, "f32[2, 3, 4]"},
+                        Case{{1}, {5, 6}, "f32[5, 6]"}, Case{{}, {2}, "f32[2]"}, Case{{7, 1}, {1, 0}, "f32[7, 0]"}}) {
+    GraphBuilder g;
+    const ValueId a = g.input("a", DType::kF32, c.a);
+    const ValueId bb = g.input("b", DType::kF32, c.b);
+    EXPECT_EQ(inferredType(g, g.op("Add", {a, bb})), c.expected);
+  }
+}
+
+TEST(Elementwise, BroadcastWithSymbolicDims) {
+  GraphBuilder b;
+  const ValueId a = b.input("a", symbolic(DType::kF32, {Dim::symbolic("n"), Dim::known(1)}));
+  const ValueId c = b.input("c", symbolic(DType::kF32, {Dim::symbolic("n"), Dim::symbolic("m")}));
+  const ValueId d = b.input("d", symbolic(DType::kF32, {Dim::known(1), Dim::known(5)}));
+  EXPECT_EQ(inferredType(b, b.op("Mul", {b.op("Mul", {a, c}), d})), "f32[n, 5]");
+}
+
+TEST(Elementwise, IncompatibleShapesAndTypesAreRefused) {
+  {
+    GraphBuilder b;
+    const ValueId x = b.input("x", DType::kF32, {2, 3});
+    const ValueId y = b.input("y", DType::kF32, {4});
+    EXPECT_NE(inferenceError(b, b.op("Sub", {x, y})).find("cannot broadcast input 1 dimension 0 (4) against 3"),
+              std::string::npos);
+  }
+  {
+    GraphBuilder b;
+    const ValueId x = b.input("x", DType::kF32, {2});
+    const ValueId y = b.input("y", DType::kI64, {2});
+    EXPECT_NE(inferenceError(b, b.op("Add", {x, y})).find("input 1 is i64 but input 0 is f32"), std::string::npos);
+  }
+}
+
+TEST(Elementwise, ComparisonsAndLogicGiveBool) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF32, {3, 1});
+  const ValueId y = b.input("y", DType::kF32, {1, 4});
+  const ValueId less = b.op("Less", {x, y});
+  const ValueId both = b.op("And", {less, b.op("Greater", {x, y})});
+  EXPECT_EQ(inferredType(b, b.op("Not", {both})), "bool[3, 4]");
+}
+
+TEST(Elementwise, WhereBroadcastsAllThree) {
+  GraphBuilder b;
+  const ValueId cond = b.input("cond", DType::kBool, {2, 1, 1});
+  const ValueId x = b.input("x", DType::kF16, {3, 1});
+  const ValueId y = b.input("y", DType::kF16, {5});
+  EXPECT_EQ(inferredType(b, b.op("Where", {cond, x, y})), "f16[2, 3, 5]");
+}
+
+TEST(Elementwise, CastChangesOnlyTheType) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF32, {2, 2});
+  EXPECT_EQ(inferredType(b, b.op("Cast", {x}, {{"to", int64_t{7}}})), "i64[2, 2]");
+  GraphBuilder bad;
+  const ValueId y = bad.input("y", DType::kF32, {2});
+  EXPECT_NE(inferenceError(bad, bad.op("Cast", {y}, {{"to", int64_t{8}}})).find("attribute 'to' is 8"),
+            std::string::npos);
+}
+
+TEST(Elementwise, VariadicAndOptionalInputs) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF32, {4, 1});
+  const ValueId y = b.input("y", DType::kF32, {3});
+  const ValueId z = b.input("z", DType::kF32, {1});
+  const ValueId sum = b.op("Sum", {x, y, z});
+  const ValueId low = b.constant<float>("low", {}, {0.0f});
+  EXPECT_EQ(inferredType(b, b.op("Clip", {sum, low, kNoValue})), "f32[4, 3]");
+}
+
+TEST(Elementwise, OpsAreFoundByOpsetVersion) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF32, {2});
+  EXPECT_EQ(inferredType(b, b.op("Gelu", {x}), {{"", 20}}), "f32[2]");
+  GraphBuilder old;
+  const ValueId y = old.input("y", DType::kF32, {2});
+  old.output(old.op("Gelu", {y}));
+  GraphPtr graph = old.build();
+  EXPECT_THROW(inferTypes(*graph, kOpset17), GraphError);  // Gelu is opset 20
+}
+
+}  // namespace
+}  // namespace kiln
