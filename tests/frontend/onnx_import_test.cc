@@ -201,6 +201,16 @@ TEST(OnnxImport, MalformedModelsGetClearErrors) {
     EXPECT_NE(importError(save(model, dir / "g.onnx")).find("value 'mm' is defined twice"), std::string::npos);
   }
   {
+    onnx::ModelProto model = mlp("1");
+    onnx::NodeProto* constant = model.mutable_graph()->add_node();  // found by fuzzing: no output
+    constant->set_op_type("Constant");
+    auto* value = constant->add_attribute();
+    value->set_name("value_int");
+    value->set_type(onnx::AttributeProto::INT);
+    EXPECT_NE(importError(save(model, dir / "h.onnx")).find("needs exactly one value attribute and one output"),
+              std::string::npos);
+  }
+  {
     std::ofstream(dir / "junk.onnx") << "this is not a protobuf \xff\xff\xff\xff";
     EXPECT_NE(importError(dir / "junk.onnx").find("not a valid ONNX model"), std::string::npos);
   }

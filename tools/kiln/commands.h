@@ -12,5 +12,7 @@ namespace kiln::cli {
 using Command = std::function<int()>;
 
 Command addDumpCommand(CLI::App& app);
+Command addCompileCommand(CLI::App& app);
+Command addRunCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -261,7 +261,9 @@ class GraphImporter {
       const onnx::NodeProto& node = proto.node(index);
       if (node.op_type().empty()) fail(fmt::format("node '{}' has no op type", node.name()));
       if (node.op_type() == "Constant" && (node.domain().empty() || node.domain() == "ai.onnx")) {
-        graph_->addInitializer(node.output(0), constantNodeValue(node));
+        ConstantPtr value = constantNodeValue(node);  // checks the output count first
+        if (node.output(0).empty()) fail(fmt::format("Constant node '{}' has an unnamed output", node.name()));
+        graph_->addInitializer(node.output(0), std::move(value));
         continue;
       }
       std::vector<ValueId> inputs;

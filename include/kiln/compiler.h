@@ -1,0 +1,48 @@
+// The compiler: a Graph (from ONNX import or built by hand) in, a .kiln
+// package out.
+//
+//   infer types -> remove dead nodes -> schedule (topological) -> storage
+//   of every value (constant, input, output, arena, or alias for views) ->
+//   memory plan (greedy by size, best fit) -> steps -> package:
+//   Executable (ExecutableSpec), Metadata (anchors, program flow), and one
+//   TensorData blob per constant, used in place by the runtime.
+//
+// Shapes must be static at compile time (ONNX import fixes input shapes).
+// Problems are GraphErrors: every operator without a schema, or without a
+// kernel (when `has_kernel` is given), is listed at once.
+//
+// Thread safety: compile() mutates the graph it is given; one graph per call.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  std::string model_name = "model";
+  // Answers whether the target has a kernel of that name; when set, missing
+  // kernels are a compile error rather than a load error.
+  std::function<bool(const std::string& kernel)> has_kernel;
+};
+
+struct CompileReport {
+  size_t steps = 0;           // kernels run per inference
+  size_t views = 0;           // nodes that became aliases (no work)
+  size_t constants = 0;
+  uint64_t constant_bytes = 0;
+  uint64_t arena_bytes = 0;
+  uint64_t lower_bound_bytes = 0;  // peak of simultaneously live intermediates
+  uint64_t naive_bytes = 0;        // sum of all intermediates
+  std::string plan_summary;        // one line, for --plan-report
+};
+
+CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
+                      const CompileOptions& options = {});
+
+}  // namespace kiln

@@ -1,0 +1,54 @@
+// Executor: runs the main program of a compiled CPU package.
+//
+// Loading decodes the executable, binds constants to their TensorData blobs
+// in place (zero copy), prepares every kernel once (weights may be packed
+// then) and allocates the arena. After that, run() makes no heap
+// allocation: a call binds the caller's input and output buffers and walks
+// a flat array of steps, each a function pointer with precomputed tensor
+// views into the arena.
+//
+// Thread safety: one run() at a time per Executor (they share the arena);
+// the accessors may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor_info.h"
+
+namespace kiln {
+
+class PackageReader;
+
+struct TensorSlot {
+  std::string name;
+  TensorInfo info;
+};
+
+class Executor {
+ public:
+  // Loads model `model` (a Metadata name; empty: the package's only model).
+  explicit Executor(const std::filesystem::path& package, const std::string& model = "");
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const std::vector<TensorSlot>& inputs() const;
+  const std::vector<TensorSlot>& outputs() const;
+  uint64_t arenaBytes() const;
+  size_t stepCount() const;
+
+  // `inputs[i]` holds inputs()[i].info.sizeInBytes() bytes, `outputs[i]` has
+  // room for outputs()[i]; the caller keeps them alive during the call.
+  void run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,139 @@
+#include "format/executable_spec.h"
+
+#include <fmt/format.h>
+
+#include "format/info_codec.h"
+
+namespace kiln {
+namespace {
+
+void encodeIndices(ByteWriter& out, const std::vector<uint32_t>& list) {
+  out.u32(static_cast<uint32_t>(list.size()));
+  for (uint32_t v : list) out.u32(v);
+}
+
+std::vector<uint32_t> decodeIndices(ByteCursor& in, std::string_view field) {
+  std::vector<uint32_t> list(in.count(field, 4));
+  for (uint32_t& v : list) v = in.u32(field);
+  return list;
+}
+
+}  // namespace
+
+std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec) {
+  ByteWriter out;
+  out.u32(kExecutableVersion);
+  out.u64(spec.arena_bytes);
+  out.u32(static_cast<uint32_t>(spec.constants.size()));
+  for (const std::string& name : spec.constants) out.string(name);
+  encodeIndices(out, spec.inputs);
+  encodeIndices(out, spec.outputs);
+  out.u32(static_cast<uint32_t>(spec.values.size()));
+  for (const ValueSpec& v : spec.values) {
+    out.string(v.name);
+    encodeTensorInfo(out, v.info);
+    out.u8(static_cast<uint8_t>(v.storage));
+    out.u64(v.offset);
+    out.u32(v.index);
+  }
+  out.u32(static_cast<uint32_t>(spec.steps.size()));
+  for (const StepSpec& step : spec.steps) {
+    out.string(step.kernel);
+    encodeIndices(out, step.inputs);
+    encodeIndices(out, step.outputs);
+    step.params.encode(out);
+  }
+  return out.take();
+}
+
+ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::string& source) {
+  ByteCursor in(bytes, source, 0);
+  const uint32_t version = in.u32("executable version");
+  if (version != kExecutableVersion) {
+    in.failAt(0, fmt::format("executable version {} is not the version this runtime runs ({}): recompile the model "
+                             "with this kiln",
+                             version, kExecutableVersion));
+  }
+  ExecutableSpec spec;
+  spec.arena_bytes = in.u64("arena_bytes");
+  const uint32_t constants = in.count("constants", 4);
+  for (uint32_t i = 0; i < constants; ++i) spec.constants.push_back(in.string("constant name"));
+  spec.inputs = decodeIndices(in, "inputs");
+  spec.outputs = decodeIndices(in, "outputs");
+  const uint32_t values = in.count("values", 4 + 5 + 1 + 8 + 4);
+  for (uint32_t i = 0; i < values; ++i) {
+    ValueSpec v;
+    v.name = in.string("value name");
+    v.info = decodeTensorInfo(in);
+    const uint64_t storage_at = in.offset();
+    const uint8_t storage = in.u8("storage");
+    if (storage > static_cast<uint8_t>(ValueStorage::kAlias)) in.failAt(storage_at, "unknown value storage");
+    v.storage = static_cast<ValueStorage>(storage);
+    v.offset = in.u64("offset");
+    v.index = in.u32("index");
+    if (!v.info.isStatic()) in.failAt(storage_at, fmt::format("value '{}' has a dynamic shape", v.name));
+    spec.values.push_back(std::move(v));
+  }
+  const uint32_t steps = in.count("steps", 4 + 4 + 4 + 4);
+  for (uint32_t i = 0; i < steps; ++i) {
+    StepSpec step;
+    step.kernel = in.string("kernel");
+    step.inputs = decodeIndices(in, "step inputs");
+    step.outputs = decodeIndices(in, "step outputs");
+    step.params = ParamMap::decode(in);
+    spec.steps.push_back(std::move(step));
+  }
+  if (in.remaining() != 0) in.fail(fmt::format("{} unexpected trailing bytes", in.remaining()));
+
+  // Every reference in range; arena values inside the arena; aliases point
+  // backwards (to an earlier value), so that chains end and cannot loop.
+  auto fail = [&](const std::string& problem) { throw FormatError(source, 0, "executable: " + problem); };
+  const auto value_count = static_cast<uint32_t>(spec.values.size());
+  for (uint32_t index : spec.inputs) {
+    if (index >= value_count) fail(fmt::format("input refers to value {} of {}", index, value_count));
+  }
+  for (uint32_t index : spec.outputs) {
+    if (index >= value_count) fail(fmt::format("output refers to value {} of {}", index, value_count));
+  }
+  for (uint32_t i = 0; i < value_count; ++i) {
+    const ValueSpec& v = spec.values[i];
+    const uint64_t size = v.info.sizeInBytes();
+    switch (v.storage) {
+      case ValueStorage::kArena:
+        if (v.offset > spec.arena_bytes || size > spec.arena_bytes - v.offset) {
+          fail(fmt::format("value '{}' ({} bytes at {}) lies outside the {}-byte arena", v.name, size, v.offset,
+                           spec.arena_bytes));
+        }
+        break;
+      case ValueStorage::kConstant:
+        if (v.index >= spec.constants.size()) fail(fmt::format("value '{}' refers to constant {}", v.name, v.index));
+        break;
+      case ValueStorage::kInput:
+        if (v.index >= spec.inputs.size()) fail(fmt::format("value '{}' refers to input {}", v.name, v.index));
+        break;
+      case ValueStorage::kOutput:
+        if (v.index >= spec.outputs.size()) fail(fmt::format("value '{}' refers to output {}", v.name, v.index));
+        break;
+      case ValueStorage::kAlias: {
+        if (v.index >= i) fail(fmt::format("value '{}' aliases value {}, which does not come before it", v.name, v.index));
+        const uint64_t base = spec.values[v.index].info.sizeInBytes();
+        if (v.offset > base || size > base - v.offset) {
+          fail(fmt::format("value '{}' ({} bytes at {}) lies outside the value it aliases", v.name, size, v.offset));
+        }
+        break;
+      }
+    }
+  }
+  for (const StepSpec& step : spec.steps) {
+    for (const auto* list : {&step.inputs, &step.outputs}) {
+      for (uint32_t index : *list) {
+        if (index != kNoValueIndex && index >= value_count) {
+          fail(fmt::format("step '{}' refers to value {} of {}", step.kernel, index, value_count));
+        }
+      }
+    }
+  }
+  return spec;
+}
+
+}  // namespace kiln

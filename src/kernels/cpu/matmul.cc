@@ -1,0 +1,582 @@
+// MatMul (numpy semantics) and Gemm (ONNX) on the CPU in f32, through
+// oneDNN's matmul primitive, with a plain loop kernel for what oneDNN cannot
+// take (empty tensors, K = 0, more than 12 dimensions, a refused primitive).
+//
+// prepare describes the product once (1-D operands promoted, batch dimensions
+// broadcast and collapsed), creates the oneDNN primitive for exactly those
+// shapes and, when B is a constant, reorders it once into the layout the
+// primitive prefers (format_tag::any), kept in the state. Gemm's alpha is an
+// output scale; its C is a bias when that is exact and on oneDNN's fast path
+// (alpha 1 and C one row: oneDNN computes alpha * (A x B + bias), and other
+// bias shapes go to its reference implementation), otherwise run copies C into
+// Y and a sum post-op adds it scaled by beta.
+//
+// Concurrency and allocation. run may execute concurrently on one state. The
+// Debian oneDNN is built with DNNL_ENABLE_CONCURRENT_EXEC, under which one
+// primitive may run concurrently only with scratchpad_mode::user and its own
+// scratchpad per execution; a dnnl memory object also holds its data pointer,
+// so concurrent executions need their own. Creating memory objects or streams
+// per call allocates (one `new` and two `malloc`s each, measured), so the
+// state owns kExecutionSlots slots, each with a stream, memory objects and a
+// scratchpad, all made at prepare. run claims a free slot with an atomic flag
+// (yielding while every slot is busy), points the slot's memory objects at
+// the call's tensors, executes and releases the slot: those flags are the only
+// mutable state concurrent runs share.
+//
+// dnnl_primitive_execute itself still allocates a few small objects on every
+// call (oneDNN 2.6 copies the arguments into a std::unordered_map: 6
+// allocations for 4 arguments). That is inside oneDNN and cannot be avoided
+// through its API; tests/kernels measures it. The loop kernel allocates
+// nothing.
+#include <dnnl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/log.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+// Executions of one step that may run at the same time without waiting. Each
+// slot costs one scratchpad (from a few KiB to a few MiB for large products).
+constexpr size_t kExecutionSlots = 4;
+
+// Columns of Y per block in the loop kernel: 64 bytes of f32.
+constexpr int64_t kBlock = 16;
+
+// Y[t] = alpha * A[t] x B[t] (+ beta * C) for every batch index t. All strides
+// are in elements; transposes are strides.
+struct Product {
+  // Collapsed batch dimensions of Y, and each operand's stride along them (0
+  // where it broadcasts). Y is dense: [batch..., m, n].
+  uint32_t batch_rank = 0;
+  std::array<int64_t, kMaxRank> batch{};
+  std::array<int64_t, kMaxRank> a_batch_stride{};
+  std::array<int64_t, kMaxRank> b_batch_stride{};
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t a_m = 0;  // A(i, kk) is a[i * a_m + kk * a_k]
+  int64_t a_k = 0;
+  int64_t b_k = 0;  // B(kk, j) is b[kk * b_k + j * b_n]
+  int64_t b_n = 0;
+  float alpha = 1;
+  float beta = 0;
+  bool has_c = false;  // Gemm's C with beta != 0: C(i, j) is c[i * c_m + j * c_n], 0 along a broadcast dimension
+  int64_t c_m = 0;
+  int64_t c_n = 0;
+  int64_t c_rows = 1;  // C's own shape as [c_rows, c_cols]
+  int64_t c_cols = 1;
+};
+
+// ------------------------------------------------------------- loop kernel
+
+// One matrix of Y. kUnitN: B's rows are contiguous, so the block loads vectorise.
+template <bool kUnitN>
+void productMatrix(const float* a, const float* b, const float* c, float* y, const Product& p) {
+  const auto finish = [&](float acc, const float* c_row, int64_t j) {
+    const float v = p.alpha * acc;
+    return p.has_c ? v + p.beta * c_row[j * p.c_n] : v;
+  };
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* a_row = a + i * p.a_m;
+    const float* c_row = p.has_c ? c + i * p.c_m : nullptr;
+    float* y_row = y + i * p.n;
+    int64_t j = 0;
+    // A fixed-size block of accumulators vectorises at -O2 (see mapBlocked in
+    // elementwise.cc) and stays in L1 while k runs.
+    for (; j + kBlock <= p.n; j += kBlock) {
+      float acc[kBlock] = {};
+      for (int64_t kk = 0; kk < p.k; ++kk) {
+        const float av = a_row[kk * p.a_k];
+        const float* b_block = b + kk * p.b_k + j * p.b_n;
+        for (int64_t jj = 0; jj < kBlock; ++jj) acc[jj] += av * b_block[kUnitN ? jj : jj * p.b_n];
+      }
+      for (int64_t jj = 0; jj < kBlock; ++jj) y_row[j + jj] = finish(acc[jj], c_row, j + jj);
+    }
+    for (; j < p.n; ++j) {
+      float acc = 0;
+      for (int64_t kk = 0; kk < p.k; ++kk) acc += a_row[kk * p.a_k] * b[kk * p.b_k + j * p.b_n];
+      y_row[j] = finish(acc, c_row, j);
+    }
+  }
+}
+
+void loopProduct(const float* a, const float* b, const float* c, float* y, const Product& p) {
+  if (p.m == 0 || p.n == 0) return;
+  int64_t count = 1;
+  for (uint32_t d = 0; d < p.batch_rank; ++d) count *= p.batch[d];
+  std::array<int64_t, kMaxRank> index{};
+  int64_t ao = 0;
+  int64_t bo = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    float* y_matrix = y + t * p.m * p.n;
+    if (p.b_n == 1) {
+      productMatrix<true>(a + ao, b + bo, c, y_matrix, p);
+    } else {
+      productMatrix<false>(a + ao, b + bo, c, y_matrix, p);
+    }
+    for (uint32_t d = p.batch_rank; d-- > 0;) {
+      ao += p.a_batch_stride[d];
+      bo += p.b_batch_stride[d];
+      if (++index[d] < p.batch[d]) break;
+      ao -= p.a_batch_stride[d] * p.batch[d];
+      bo -= p.b_batch_stride[d] * p.batch[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// Y = C broadcast to [m, n] (Gemm only: no batch), before a sum post-op adds beta * Y.
+void copyBroadcastC(const float* c, float* y, const Product& p) {
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* c_row = c + i * p.c_m;
+    float* y_row = y + i * p.n;
+    if (p.c_n == 1) {
+      std::memcpy(y_row, c_row, static_cast<size_t>(p.n) * sizeof(float));
+    } else {
+      std::fill_n(y_row, p.n, c_row[0]);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ oneDNN
+
+const dnnl::engine& cpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// What one execution needs for itself; see the top of the file.
+struct ExecutionSlot {
+  std::atomic<bool> busy{false};
+  dnnl::stream stream;
+  dnnl::memory src;
+  dnnl::memory weights;  // points at the packed weights for good, or at B per call
+  dnnl::memory bias;     // points at the constant bias for good, or at C per call
+  dnnl::memory dst;
+  dnnl::memory scratchpad;
+};
+
+enum class CMode {
+  kNone,  // no C, or beta = 0
+  kBias,  // C (or beta * C when constant) as oneDNN's bias
+  kSum,   // Y = C before executing, then a sum post-op scaled by beta
+};
+
+struct MatMulState final : KernelState {
+  Product product;
+  bool use_dnnl = false;
+  dnnl::matmul primitive;
+  bool weights_packed = false;
+  dnnl::memory packed_weights;
+  CMode c_mode = CMode::kNone;
+  bool bias_from_call = false;
+  dnnl::memory constant_bias;
+  bool has_scratchpad = false;
+  // The slots' flags and data handles change during run although the state
+  // is const: a slot is only touched by the run that holds its flag.
+  std::unique_ptr<ExecutionSlot[]> slots;
+};
+
+using Dims = dnnl::memory::dims;
+
+dnnl::memory::desc plainDesc(const Dims& dims, const Dims& strides) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+// The dimensions and strides of one operand as oneDNN sees it: the batch
+// dimensions (1 where the operand broadcasts) then its two matrix dimensions.
+void operandLayout(const Product& p, const std::array<int64_t, kMaxRank>& batch_stride, int64_t rows, int64_t cols,
+                   int64_t row_stride, int64_t col_stride, Dims& dims, Dims& strides) {
+  dims.assign(p.batch_rank + 2, 1);
+  strides.assign(p.batch_rank + 2, 0);
+  dims[p.batch_rank] = rows;
+  dims[p.batch_rank + 1] = cols;
+  strides[p.batch_rank] = row_stride;
+  strides[p.batch_rank + 1] = col_stride;
+  int64_t outer = rows * cols;  // the stride a size-1 dimension gets, as in a dense layout
+  for (uint32_t d = p.batch_rank; d-- > 0;) {
+    if (batch_stride[d] != 0) {
+      dims[d] = p.batch[d];
+      strides[d] = batch_stride[d];
+      outer = batch_stride[d] * p.batch[d];
+    } else {
+      strides[d] = outer;
+    }
+  }
+}
+
+// Builds the primitive and the slots; throws dnnl::error where oneDNN refuses.
+void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byte* c_constant) {
+  const Product& p = state.product;
+  const dnnl::engine& engine = cpuEngine();
+  Dims dims;
+  Dims strides;
+  operandLayout(p, p.a_batch_stride, p.m, p.k, p.a_m, p.a_k, dims, strides);
+  const dnnl::memory::desc src = plainDesc(dims, strides);
+  operandLayout(p, p.b_batch_stride, p.k, p.n, p.b_k, p.b_n, dims, strides);
+  const dnnl::memory::desc weights_plain = plainDesc(dims, strides);
+  const dnnl::memory::desc weights =
+      b_constant != nullptr ? dnnl::memory::desc(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
+                            : weights_plain;
+  Dims dst_dims(p.batch_rank + 2);
+  for (uint32_t d = 0; d < p.batch_rank; ++d) dst_dims[d] = p.batch[d];
+  dst_dims[p.batch_rank] = p.m;
+  dst_dims[p.batch_rank + 1] = p.n;
+  Dims dst_strides(dst_dims.size());
+  int64_t stride = 1;
+  for (size_t d = dst_dims.size(); d-- > 0;) {
+    dst_strides[d] = stride;
+    stride *= dst_dims[d];
+  }
+  const dnnl::memory::desc dst = plainDesc(dst_dims, dst_strides);
+
+  state.c_mode = CMode::kNone;
+  if (p.has_c) {
+    const bool row = p.c_rows == 1;
+    if (p.alpha == 1 && row && (c_constant != nullptr || (p.beta == 1 && p.c_cols == p.n))) {
+      state.c_mode = CMode::kBias;
+    } else {
+      state.c_mode = CMode::kSum;
+    }
+  }
+  Dims bias_dims(p.batch_rank + 2, 1);
+  bias_dims[p.batch_rank + 1] = p.n;
+  Dims bias_strides(p.batch_rank + 2, p.n);
+  bias_strides[p.batch_rank + 1] = 1;
+  const dnnl::memory::desc bias = plainDesc(bias_dims, bias_strides);
+
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (p.alpha != 1) attr.set_output_scales(0, {p.alpha});
+  if (state.c_mode == CMode::kSum) {
+    dnnl::post_ops post_ops;
+    post_ops.append_sum(p.beta);
+    attr.set_post_ops(post_ops);
+  }
+  const dnnl::matmul::desc desc = state.c_mode == CMode::kBias ? dnnl::matmul::desc(src, weights, bias, dst)
+                                                               : dnnl::matmul::desc(src, weights, dst);
+  const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+  state.primitive = dnnl::matmul(pd);
+
+  if (b_constant != nullptr && pd.weights_desc() != weights_plain) {
+    // Reorder the constant weights once; the source is only read.
+    dnnl::memory source(weights_plain, engine, const_cast<std::byte*>(b_constant));
+    state.packed_weights = dnnl::memory(pd.weights_desc(), engine);
+    dnnl::stream stream(engine);
+    dnnl::reorder(source, state.packed_weights).execute(stream, source, state.packed_weights);
+    stream.wait();
+    state.weights_packed = true;
+  }
+  if (state.c_mode == CMode::kBias) {
+    state.bias_from_call = c_constant == nullptr;
+    if (c_constant != nullptr) {
+      // beta * C, expanded to the full row once.
+      state.constant_bias = dnnl::memory(bias, engine);
+      float* values = static_cast<float*>(state.constant_bias.get_data_handle());
+      for (int64_t j = 0; j < p.n; ++j) {
+        float c;
+        std::memcpy(&c, c_constant + static_cast<size_t>(j * p.c_n) * sizeof(float), sizeof c);
+        values[j] = p.beta * c;
+      }
+    }
+  }
+
+  state.has_scratchpad = pd.scratchpad_desc().get_size() != 0;
+  state.slots = std::make_unique<ExecutionSlot[]>(kExecutionSlots);
+  for (size_t i = 0; i < kExecutionSlots; ++i) {
+    ExecutionSlot& slot = state.slots[i];
+    slot.stream = dnnl::stream(engine);
+    slot.src = dnnl::memory(pd.src_desc(), engine, DNNL_MEMORY_NONE);
+    slot.weights = dnnl::memory(pd.weights_desc(), engine,
+                                state.weights_packed ? state.packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
+    slot.dst = dnnl::memory(pd.dst_desc(), engine, DNNL_MEMORY_NONE);
+    if (state.c_mode == CMode::kBias) {
+      slot.bias =
+          dnnl::memory(bias, engine, state.bias_from_call ? DNNL_MEMORY_NONE : state.constant_bias.get_data_handle());
+    }
+    if (state.has_scratchpad) slot.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
+  }
+  state.use_dnnl = true;
+}
+
+std::unique_ptr<KernelState> makeState(std::string_view op, const Product& p, const std::byte* b_constant,
+                                       const std::byte* c_constant) {
+  auto state = std::make_unique<MatMulState>();
+  state->product = p;
+  bool empty = p.m == 0 || p.n == 0 || p.k == 0;
+  for (uint32_t d = 0; d < p.batch_rank; ++d) empty = empty || p.batch[d] == 0;
+  if (empty) return state;  // oneDNN refuses zero dimensions; the loop kernel writes zeros or beta * C
+  if (p.batch_rank + 2 > DNNL_MAX_NDIMS) {
+    log::debug("{}: {} batch dimensions are more than oneDNN takes; using the loop kernel", op, p.batch_rank);
+    return state;
+  }
+  try {
+    prepareDnnl(*state, b_constant, c_constant);
+  } catch (const dnnl::error& e) {
+    log::debug("{}: oneDNN refused the product ({}); using the loop kernel", op, e.what());
+    state = std::make_unique<MatMulState>();
+    state->product = p;
+  }
+  return state;
+}
+
+ExecutionSlot& claimSlot(const MatMulState& state) {
+  for (;;) {
+    for (size_t i = 0; i < kExecutionSlots; ++i) {
+      ExecutionSlot& slot = state.slots[i];
+      if (!slot.busy.load(std::memory_order_relaxed) && !slot.busy.exchange(true, std::memory_order_acquire)) {
+        return slot;
+      }
+    }
+    std::this_thread::yield();
+  }
+}
+
+[[noreturn]] void dnnlFailed(const char* what, dnnl_status_t status) {
+  // run cannot report errors, and the primitive was built for exactly these
+  // shapes at prepare: a failure here is a bug, not bad input.
+  std::fprintf(stderr, "kiln: MatMul/Gemm kernel: %s failed with oneDNN status %d\n", what, static_cast<int>(status));
+  std::abort();
+}
+
+void setHandle(const dnnl::memory& memory, void* data) {
+  const dnnl_status_t status = dnnl_memory_set_data_handle_v2(memory.get(), data, nullptr);
+  if (status != dnnl_success) dnnlFailed("dnnl_memory_set_data_handle", status);
+}
+
+void runProduct(const KernelCall& call) {
+  const auto& state = static_cast<const MatMulState&>(*call.state);
+  const Product& p = state.product;
+  const float* a = call.inputs[0].as<const float>();
+  const float* b = call.inputs[1].as<const float>();
+  const float* c = p.has_c ? call.inputs[2].as<const float>() : nullptr;
+  float* y = call.outputs[0].as<float>();
+  if (!state.use_dnnl) {
+    loopProduct(a, b, c, y, p);
+    return;
+  }
+  if (state.c_mode == CMode::kSum) copyBroadcastC(c, y, p);
+
+  ExecutionSlot& slot = claimSlot(state);
+  dnnl_exec_arg_t args[5];
+  int count = 0;
+  setHandle(slot.src, call.inputs[0].data);
+  args[count++] = {DNNL_ARG_SRC, slot.src.get()};
+  if (!state.weights_packed) setHandle(slot.weights, call.inputs[1].data);
+  args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
+  setHandle(slot.dst, y);
+  args[count++] = {DNNL_ARG_DST, slot.dst.get()};
+  if (state.c_mode == CMode::kBias) {
+    if (state.bias_from_call) setHandle(slot.bias, call.inputs[2].data);
+    args[count++] = {DNNL_ARG_BIAS, slot.bias.get()};
+  }
+  if (state.has_scratchpad) args[count++] = {DNNL_ARG_SCRATCHPAD, slot.scratchpad.get()};
+  dnnl_status_t status = dnnl_primitive_execute(state.primitive.get(), slot.stream.get(), count, args);
+  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
+  slot.busy.store(false, std::memory_order_release);
+  if (status != dnnl_success) dnnlFailed("dnnl_primitive_execute", status);
+}
+
+// ------------------------------------------------------------------ prepare
+
+std::string typeString(const TensorInfo& info) {
+  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
+}
+
+std::string shapeString(const std::vector<int64_t>& shape) {
+  return TensorInfo{DType::kUndefined, shape}.shapeString();
+}
+
+const std::byte* constantInput(const KernelSetup& setup, size_t index) {
+  return index < setup.constants.size() ? setup.constants[index] : nullptr;
+}
+
+// Checks counts, f32 and static shapes of the inputs present.
+void expectF32Inputs(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs) {
+  if (setup.inputs.size() < min_inputs || setup.inputs.size() > max_inputs) {
+    const std::string expected =
+        min_inputs == max_inputs ? std::to_string(min_inputs) : fmt::format("{} to {}", min_inputs, max_inputs);
+    throw UsageError(fmt::format("{}: expects {} inputs, got {}", op, expected, setup.inputs.size()));
+  }
+  if (setup.outputs.size() != 1) {
+    throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
+  }
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    const TensorInfo& input = setup.inputs[i];
+    if (input.dtype == DType::kUndefined) continue;  // an omitted optional input
+    if (input.dtype != DType::kF32) {
+      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32); input {} is {}", op,
+                                   dtypeName(input.dtype), i, typeString(input)));
+    }
+    if (!input.isStatic()) {
+      throw UsageError(fmt::format("{}: needs static shapes, input {} is {}", op, i, typeString(input)));
+    }
+  }
+}
+
+void expectOutput(std::string_view op, const KernelSetup& setup, const std::vector<int64_t>& shape) {
+  const TensorInfo expected{DType::kF32, shape};
+  if (setup.outputs[0] != expected) {
+    throw UsageError(
+        fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
+  }
+}
+
+std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
+  expectF32Inputs("MatMul", setup, 2, 2);
+  const std::vector<int64_t>& a = setup.inputs[0].shape;
+  const std::vector<int64_t>& b = setup.inputs[1].shape;
+  for (size_t i = 0; i < 2; ++i) {
+    if (setup.inputs[i].shape.empty()) {
+      throw UsageError(fmt::format("MatMul: input {} is a scalar; MatMul needs at least one dimension", i));
+    }
+  }
+  // A 1-D A is a row [1, K] and a 1-D B a column [K, 1]; the promoted
+  // dimension is then dropped from the output (numpy.matmul).
+  const bool a_vector = a.size() == 1;
+  const bool b_vector = b.size() == 1;
+  Product p;
+  p.m = a_vector ? 1 : a[a.size() - 2];
+  p.k = a.back();
+  const int64_t k_of_b = b_vector ? b[0] : b[b.size() - 2];
+  p.n = b_vector ? 1 : b.back();
+  if (p.k != k_of_b) {
+    throw UsageError(fmt::format("MatMul: {} x {}: the inner dimensions differ ({} and {})",
+                                 typeString(setup.inputs[0]), typeString(setup.inputs[1]), p.k, k_of_b));
+  }
+
+  // Broadcast the batch dimensions, right-aligned.
+  const std::vector<int64_t> a_batch(a.begin(), a.end() - (a_vector ? 1 : 2));
+  const std::vector<int64_t> b_batch(b.begin(), b.end() - (b_vector ? 1 : 2));
+  const size_t rank = std::max(a_batch.size(), b_batch.size());
+  std::vector<int64_t> out;
+  struct Dim {
+    int64_t size;
+    bool a_full;  // false: A broadcasts along it
+    bool b_full;
+  };
+  std::vector<Dim> collapsed;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t ad = d + a_batch.size() >= rank ? a_batch[d + a_batch.size() - rank] : 1;
+    const int64_t bd = d + b_batch.size() >= rank ? b_batch[d + b_batch.size() - rank] : 1;
+    if (ad != bd && ad != 1 && bd != 1) {
+      throw UsageError(fmt::format("MatMul: the batch dimensions of {} and {} do not broadcast ({} and {})",
+                                   shapeString(a), shapeString(b), ad, bd));
+    }
+    const int64_t size = ad == 1 ? bd : ad;
+    out.push_back(size);
+    if (size == 1) continue;
+    const Dim dim{size, ad == size, bd == size};
+    // Neighbours that both operands walk the same way are one dimension.
+    if (!collapsed.empty() && collapsed.back().a_full == dim.a_full && collapsed.back().b_full == dim.b_full) {
+      collapsed.back().size *= size;
+    } else {
+      collapsed.push_back(dim);
+    }
+  }
+  if (!a_vector) out.push_back(p.m);
+  if (!b_vector) out.push_back(p.n);
+  expectOutput("MatMul", setup, out);
+
+  p.a_m = p.k;
+  p.a_k = 1;
+  p.b_k = p.n;
+  p.b_n = 1;
+  bool a_everywhere = true;
+  bool b_nowhere = true;
+  for (const Dim& dim : collapsed) {
+    a_everywhere = a_everywhere && dim.a_full;
+    b_nowhere = b_nowhere && !dim.b_full;
+  }
+  if (a_everywhere && b_nowhere) {
+    // One B for every batch and a dense A: the batch folds into M, one plain GEMM.
+    for (const Dim& dim : collapsed) p.m *= dim.size;
+  } else {
+    p.batch_rank = static_cast<uint32_t>(collapsed.size());
+    int64_t a_outer = p.m * p.k;
+    int64_t b_outer = p.k * p.n;
+    for (size_t d = collapsed.size(); d-- > 0;) {
+      p.batch[d] = collapsed[d].size;
+      p.a_batch_stride[d] = collapsed[d].a_full ? a_outer : 0;
+      p.b_batch_stride[d] = collapsed[d].b_full ? b_outer : 0;
+      if (collapsed[d].a_full) a_outer *= collapsed[d].size;
+      if (collapsed[d].b_full) b_outer *= collapsed[d].size;
+    }
+  }
+  return makeState("MatMul", p, constantInput(setup, 1), nullptr);
+}
+
+std::unique_ptr<KernelState> prepareGemm(const KernelSetup& setup) {
+  expectF32Inputs("Gemm", setup, 2, 3);
+  const TensorInfo& a = setup.inputs[0];
+  const TensorInfo& b = setup.inputs[1];
+  for (size_t i = 0; i < 2; ++i) {
+    if (setup.inputs[i].shape.size() != 2) {
+      throw UsageError(fmt::format("Gemm: input {} must be 2-D, got {}", i, typeString(setup.inputs[i])));
+    }
+  }
+  const bool trans_a = setup.params.getInt("transA", 0) != 0;
+  const bool trans_b = setup.params.getInt("transB", 0) != 0;
+  Product p;
+  p.m = trans_a ? a.shape[1] : a.shape[0];
+  p.k = trans_a ? a.shape[0] : a.shape[1];
+  const int64_t k_of_b = trans_b ? b.shape[1] : b.shape[0];
+  p.n = trans_b ? b.shape[0] : b.shape[1];
+  if (p.k != k_of_b) {
+    throw UsageError(fmt::format("Gemm: A {} (transA {}) and B {} (transB {}) give K = {} and {}", a.shapeString(),
+                                 trans_a ? 1 : 0, b.shapeString(), trans_b ? 1 : 0, p.k, k_of_b));
+  }
+  p.a_m = trans_a ? 1 : p.k;
+  p.a_k = trans_a ? p.m : 1;
+  p.b_k = trans_b ? 1 : p.n;
+  p.b_n = trans_b ? p.k : 1;
+  p.alpha = static_cast<float>(setup.params.getFloat("alpha", 1.0));
+  p.beta = static_cast<float>(setup.params.getFloat("beta", 1.0));
+
+  const bool has_c = setup.inputs.size() == 3 && setup.inputs[2].dtype != DType::kUndefined;
+  if (has_c) {
+    // C broadcasts to [M, N] unidirectionally.
+    const std::vector<int64_t>& c = setup.inputs[2].shape;
+    const bool fits = c.size() <= 2 && (c.size() < 1 || c.back() == 1 || c.back() == p.n) &&
+                      (c.size() < 2 || c[0] == 1 || c[0] == p.m);
+    if (!fits) {
+      throw UsageError(
+          fmt::format("Gemm: C {} does not broadcast to [M, N] = [{}, {}]", typeString(setup.inputs[2]), p.m, p.n));
+    }
+    p.c_rows = c.size() == 2 ? c[0] : 1;
+    p.c_cols = c.empty() ? 1 : c.back();
+    p.has_c = p.beta != 0;  // ONNX: beta * C; with beta 0, C is not read
+    if (p.has_c) {
+      p.c_m = p.c_rows == 1 ? 0 : p.c_cols;
+      p.c_n = p.c_cols == 1 ? 0 : 1;
+    }
+  }
+  expectOutput("Gemm", setup, {p.m, p.n});
+  return makeState("Gemm", p, constantInput(setup, 1), has_c ? constantInput(setup, 2) : nullptr);
+}
+
+}  // namespace
+
+void registerMatMulKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"MatMul", &prepareMatMul, &runProduct});
+  registry.add(KernelDef{"Gemm", &prepareGemm, &runProduct});
+}
+
+}  // namespace kiln

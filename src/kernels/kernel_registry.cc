@@ -1,0 +1,45 @@
+#include <fmt/format.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+
+TensorView viewOf(const TensorInfo& info, std::byte* data) {
+  TensorView view;
+  view.data = data;
+  view.dtype = info.dtype;
+  view.rank = static_cast<uint32_t>(info.shape.size());
+  for (uint32_t i = 0; i < view.rank; ++i) view.dims[i] = info.shape[i];
+  return view;
+}
+
+const KernelRegistry& KernelRegistry::cpu() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    registerElementwiseKernels(r);
+    registerMatMulKernels(r);
+    registerCopyKernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+void KernelRegistry::add(KernelDef def) {
+  const std::string name = def.name;
+  if (!kernels_.emplace(name, std::move(def)).second) throw UsageError("kernel registered twice: " + name);
+}
+
+const KernelDef* KernelRegistry::find(std::string_view name) const {
+  const auto it = kernels_.find(name);
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> KernelRegistry::names() const {
+  std::vector<std::string> result;
+  for (const auto& [name, def] : kernels_) result.push_back(name);
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,199 @@
+#include "kiln/executor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+
+#include "format/executable_spec.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+#include "kiln/package_reader.h"
+
+namespace kiln {
+namespace {
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+
+// One prepared step: its kernel and where its views sit in the view table.
+struct Step {
+  RunKernel run;
+  std::unique_ptr<KernelState> state;
+  uint32_t first_input;
+  uint32_t input_count;
+  uint32_t first_output;
+  uint32_t output_count;
+};
+
+// A view whose data pointer depends on the call: it points into input or
+// output buffer `buffer` at `offset`.
+struct CallBinding {
+  uint32_t view;
+  bool is_output;
+  uint32_t buffer;
+  uint64_t offset;
+};
+
+}  // namespace
+
+struct Executor::Impl {
+  PackageReader reader;
+  ExecutableSpec spec;
+  std::vector<TensorSlot> inputs;
+  std::vector<TensorSlot> outputs;
+  std::unique_ptr<std::byte, FreeDeleter> arena;
+  std::vector<TensorView> views;  // the steps' inputs and outputs, step by step
+  std::vector<Step> steps;
+  std::vector<CallBinding> bindings;
+
+  explicit Impl(const std::filesystem::path& path) : reader(path) {}
+
+  // Where value `index` lives: its root value and the byte offset in it.
+  std::pair<uint32_t, uint64_t> rootOf(uint32_t index) const {
+    uint64_t offset = 0;
+    while (spec.values[index].storage == ValueStorage::kAlias) {
+      offset += spec.values[index].offset;
+      index = spec.values[index].index;
+    }
+    return {index, offset};
+  }
+
+  // The data pointer of a value fixed at load, or nullptr with a binding for
+  // values in the caller's buffers.
+  std::byte* fixedData(uint32_t index, uint32_t view) {
+    const auto [root, offset] = rootOf(index);
+    const ValueSpec& value = spec.values[root];
+    switch (value.storage) {
+      case ValueStorage::kArena: return arena.get() + value.offset + offset;
+      case ValueStorage::kConstant: {
+        const TensorDataBlob* blob = reader.findTensorData(spec.constants[value.index]);
+        // Kernels take non-const views; constants are only ever read.
+        return const_cast<std::byte*>(blob->data().data()) + offset;
+      }
+      case ValueStorage::kInput:
+      case ValueStorage::kOutput:
+        bindings.push_back({view, value.storage == ValueStorage::kOutput, value.index, offset});
+        return nullptr;
+      case ValueStorage::kAlias: break;
+    }
+    return nullptr;
+  }
+
+  void checkConstants() {
+    for (const std::string& name : spec.constants) {
+      const TensorDataBlob* blob = reader.findTensorData(name);
+      if (blob == nullptr) throw FormatError(reader.sources().front(), 0, "constant '" + name + "' has no TensorData blob");
+    }
+    for (const ValueSpec& value : spec.values) {
+      if (value.storage != ValueStorage::kConstant) continue;
+      const TensorDataBlob* blob = reader.findTensorData(spec.constants[value.index]);
+      if (blob->tensorInfo() != value.info) {
+        throw FormatError(blob->info().source, blob->info().offset,
+                          fmt::format("constant '{}' is {} but the executable expects {}", value.name,
+                                      blob->tensorInfo().toString(), value.info.toString()));
+      }
+    }
+  }
+
+  void prepare() {
+    const KernelRegistry& kernels = KernelRegistry::cpu();
+    std::vector<std::string> missing;
+    for (const StepSpec& step : spec.steps) {
+      if (kernels.find(step.kernel) == nullptr) missing.push_back(step.kernel);
+    }
+    if (!missing.empty()) {
+      throw UsageError(fmt::format("this build of kiln has no CPU kernel for: {} (the package needs a newer kiln)",
+                                   fmt::join(missing, ", ")));
+    }
+    for (const StepSpec& step_spec : spec.steps) {
+      const KernelDef* kernel = kernels.find(step_spec.kernel);
+      Step step{kernel->run, nullptr, static_cast<uint32_t>(views.size()),
+                static_cast<uint32_t>(step_spec.inputs.size()), 0, static_cast<uint32_t>(step_spec.outputs.size())};
+      std::vector<TensorInfo> input_infos;
+      std::vector<const std::byte*> constants;
+      for (uint32_t input : step_spec.inputs) {
+        const auto view = static_cast<uint32_t>(views.size());
+        if (input == kNoValueIndex) {
+          views.push_back(TensorView{});
+          input_infos.push_back(TensorInfo{});
+          constants.push_back(nullptr);
+          continue;
+        }
+        const ValueSpec& value = spec.values[input];
+        views.push_back(viewOf(value.info, fixedData(input, view)));
+        input_infos.push_back(value.info);
+        const bool constant = spec.values[rootOf(input).first].storage == ValueStorage::kConstant;
+        constants.push_back(constant ? views.back().data : nullptr);
+      }
+      step.first_output = static_cast<uint32_t>(views.size());
+      std::vector<TensorInfo> output_infos;
+      for (uint32_t output : step_spec.outputs) {
+        const auto view = static_cast<uint32_t>(views.size());
+        views.push_back(viewOf(spec.values[output].info, fixedData(output, view)));
+        output_infos.push_back(spec.values[output].info);
+      }
+      try {
+        step.state = kernel->prepare(KernelSetup{step_spec.params, input_infos, output_infos, constants});
+      } catch (const Error& e) {
+        throw UsageError(fmt::format("step {} ({}): {}", steps.size(), step_spec.kernel, e.what()));
+      }
+      steps.push_back(std::move(step));
+    }
+  }
+};
+
+Executor::Executor(const std::filesystem::path& package, const std::string& model) : impl_(std::make_unique<Impl>(package)) {
+  Impl& m = *impl_;
+  const auto metadata = m.reader.metadata();
+  if (metadata.empty()) throw UsageError(package.string() + " holds no model");
+  const MetadataBlob* chosen = model.empty() ? metadata.front() : m.reader.findMetadata(model);
+  if (chosen == nullptr) throw UsageError(fmt::format("{} holds no model named '{}'", package.string(), model));
+  if (model.empty() && metadata.size() > 1) {
+    throw UsageError(fmt::format("{} holds {} models: name one", package.string(), metadata.size()));
+  }
+  if (chosen->metadata().target.device_kind != "cpu") {
+    throw UsageError(fmt::format("model '{}' targets device '{}'; this executor runs 'cpu' models", chosen->name(),
+                                 chosen->metadata().target.device_kind));
+  }
+  const ExecutableBlob* executable = m.reader.findExecutable(chosen->metadata().executable);
+  m.spec = decodeExecutable(executable->read(), package.string() + " (executable '" + executable->name() + "')");
+  m.checkConstants();
+  for (uint32_t value : m.spec.inputs) m.inputs.push_back({m.spec.values[value].name, m.spec.values[value].info});
+  for (const Anchor* anchor : chosen->metadata().outputs()) {
+    m.outputs.push_back({anchor->name, anchor->info});
+  }
+  if (m.outputs.size() != m.spec.outputs.size()) {
+    throw FormatError(package.string(), chosen->info().offset, "metadata and executable disagree on the outputs");
+  }
+  const uint64_t arena_bytes = std::max<uint64_t>(m.spec.arena_bytes, 64);
+  m.arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
+  if (!m.arena) throw std::bad_alloc();
+  m.prepare();
+}
+
+Executor::~Executor() = default;
+
+const std::vector<TensorSlot>& Executor::inputs() const { return impl_->inputs; }
+const std::vector<TensorSlot>& Executor::outputs() const { return impl_->outputs; }
+uint64_t Executor::arenaBytes() const { return impl_->spec.arena_bytes; }
+size_t Executor::stepCount() const { return impl_->steps.size(); }
+
+void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
+  Impl& m = *impl_;
+  if (inputs.size() != m.inputs.size() || outputs.size() != m.outputs.size()) {
+    throw UsageError(fmt::format("run() needs {} inputs and {} outputs, got {} and {}", m.inputs.size(),
+                                 m.outputs.size(), inputs.size(), outputs.size()));
+  }
+  for (const CallBinding& binding : m.bindings) {
+    std::byte* base = binding.is_output ? outputs[binding.buffer] : const_cast<std::byte*>(inputs[binding.buffer]);
+    m.views[binding.view].data = base + binding.offset;
+  }
+  for (const Step& step : m.steps) {
+    step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
+                        step.state.get()});
+  }
+}
+
+}  // namespace kiln

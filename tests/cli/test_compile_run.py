@@ -1,0 +1,88 @@
+"""`kiln compile` and `kiln run` on ONNX models built with the onnx package,
+checked against onnxruntime run on the same model and inputs."""
+
+import re
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+
+def mlp_model(batch="batch", op_after="Relu"):
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "W1")
+    b1 = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node(op_after, ["hb"], ["a"]),
+        helper.make_node("MatMul", ["a", "W2"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])], [w1, b1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_compiled_mlp_matches_onnxruntime(kiln, tmp_path):
+    model = mlp_model()
+    onnx.save(model, tmp_path / "mlp.onnx")
+    result = kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln", "--batch", "5", "--plan-report")
+    assert result.returncode == 0, result.stderr
+    assert "memory plan: arena" in result.stdout
+    assert re.search(r"compiled .* 4 steps", result.stdout), result.stdout
+
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = kiln("run", tmp_path / "mlp.kiln", "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    ours = np.load(tmp_path / "out" / "y.npy")
+    (theirs,) = ort.InferenceSession(str(tmp_path / "mlp.onnx")).run(None, {"x": x})
+    assert ours.shape == (5, 4)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_dimension_must_be_fixed(kiln, tmp_path):
+    onnx.save(mlp_model(), tmp_path / "mlp.onnx")
+    result = kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln")
+    assert result.returncode == 1
+    assert "input 'x' dimension 0 ('batch') is not fixed: give it with --shape x:DIMS or --batch N" in result.stderr
+    assert not (tmp_path / "mlp.kiln").exists()
+    assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln", "--shape", "x:2x8").returncode == 0
+
+
+def test_unsupported_operators_are_listed_at_once(kiln, tmp_path):
+    onnx.save(mlp_model(batch=1, op_after="Hardmax"), tmp_path / "m.onnx")
+    model = onnx.load(tmp_path / "m.onnx")
+    model.graph.node.append(helper.make_node("Det", ["y"], ["d"]))
+    model.graph.output.append(helper.make_tensor_value_info("d", TensorProto.FLOAT, None))
+    onnx.save(model, tmp_path / "m.onnx")
+    result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "m.kiln")
+    assert result.returncode == 1
+    assert "Unsupported: " in result.stderr and "Det (ai.onnx, opset 17)" in result.stderr, result.stderr
+
+
+def test_run_checks_its_inputs(kiln, tmp_path):
+    onnx.save(mlp_model(batch=2), tmp_path / "mlp.onnx")
+    assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln").returncode == 0
+    np.save(tmp_path / "bad.npy", np.zeros((3, 8), np.float32))
+    result = kiln("run", tmp_path / "mlp.kiln", "--input", f"x={tmp_path / 'bad.npy'}")
+    assert result.returncode == 1
+    assert "input 'x' must be { dtype: F32, sizeInBytes: 64, shape [2, 8] }" in result.stderr
+    result = kiln("run", tmp_path / "mlp.kiln")
+    assert result.returncode == 1 and "pass --input x=FILE.npy or --random-inputs" in result.stderr
+    result = kiln("run", tmp_path / "mlp.kiln", "--random-inputs", "--output-dir", tmp_path / "o")
+    assert result.returncode == 0 and (tmp_path / "o" / "y.npy").exists()
+
+
+@pytest.mark.parametrize("junk", [b"", b"not a model", bytes(range(256)) * 4])
+def test_malformed_onnx_files_are_refused(kiln, tmp_path, junk):
+    (tmp_path / "bad.onnx").write_bytes(junk)
+    result = kiln("compile", tmp_path / "bad.onnx", "-o", tmp_path / "bad.kiln")
+    assert result.returncode == 1, result.stderr
+    assert "kiln: error:" in result.stderr

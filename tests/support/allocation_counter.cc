@@ -1,0 +1,164 @@
+#include "tests/support/allocation_counter.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <new>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KILN_TEST_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define KILN_TEST_SANITIZER 1
+#endif
+#endif
+
+#if defined(__GLIBC__) && !defined(KILN_TEST_SANITIZER)
+#define KILN_TEST_COUNT_MALLOC 1
+#endif
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<uint64_t> news{0};
+std::atomic<uint64_t> mallocs{0};
+
+void countNew() {
+  if (counting.load(std::memory_order_relaxed)) news.fetch_add(1, std::memory_order_relaxed);
+}
+
+void* allocate(std::size_t size) {
+  countNew();
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void* allocateAligned(std::size_t size, std::align_val_t alignment) {
+  countNew();
+  void* p = nullptr;
+  const std::size_t align = std::max(static_cast<std::size_t>(alignment), sizeof(void*));
+  if (posix_memalign(&p, align, size == 0 ? 1 : size) != 0) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+namespace kiln::testing {
+
+bool countsMallocs() {
+#ifdef KILN_TEST_COUNT_MALLOC
+  return true;
+#else
+  return false;
+#endif
+}
+
+void startCountingAllocations() {
+  news.store(0);
+  mallocs.store(0);
+  counting.store(true);
+}
+
+AllocationCount stopCountingAllocations() {
+  counting.store(false);
+  return AllocationCount{news.load(), mallocs.load()};
+}
+
+}  // namespace kiln::testing
+
+// Replacements of the global allocation functions (all of their forms, so
+// that none escapes the count).
+void* operator new(std::size_t size) { return allocate(size); }
+void* operator new[](std::size_t size) { return allocate(size); }
+void* operator new(std::size_t size, std::align_val_t alignment) { return allocateAligned(size, alignment); }
+void* operator new[](std::size_t size, std::align_val_t alignment) { return allocateAligned(size, alignment); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  try {
+    return allocate(size);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  try {
+    return allocate(size);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new(std::size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  try {
+    return allocateAligned(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  try {
+    return allocateAligned(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+
+#ifdef KILN_TEST_COUNT_MALLOC
+// glibc's malloc under its internal names; these definitions interpose the
+// public ones for the whole process and forward to them.
+extern "C" {
+void* __libc_malloc(std::size_t size) noexcept;
+void* __libc_calloc(std::size_t count, std::size_t size) noexcept;
+void* __libc_realloc(void* p, std::size_t size) noexcept;
+void* __libc_memalign(std::size_t alignment, std::size_t size) noexcept;
+void __libc_free(void* p) noexcept;
+}
+
+namespace {
+void countMalloc() {
+  if (counting.load(std::memory_order_relaxed)) mallocs.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+
+void* malloc(std::size_t size) noexcept {
+  countMalloc();
+  return __libc_malloc(size);
+}
+void* calloc(std::size_t count, std::size_t size) noexcept {
+  countMalloc();
+  return __libc_calloc(count, size);
+}
+void* realloc(void* p, std::size_t size) noexcept {
+  countMalloc();
+  return __libc_realloc(p, size);
+}
+void free(void* p) noexcept { __libc_free(p); }
+int posix_memalign(void** p, std::size_t alignment, std::size_t size) noexcept {
+  countMalloc();
+  *p = __libc_memalign(alignment, size);
+  return *p == nullptr ? ENOMEM : 0;
+}
+void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  countMalloc();
+  return __libc_memalign(alignment, size);
+}
+void* memalign(std::size_t alignment, std::size_t size) noexcept {
+  countMalloc();
+  return __libc_memalign(alignment, size);
+}
+}
+#endif

@@ -1,0 +1,27 @@
+// Counts heap allocations made by any thread while counting is on, to check
+// that kernels do not allocate when they run.
+//
+// Always counted: every replaceable global operator new (this program and
+// every library it loads, since the program's definitions replace them all).
+// Also counted on glibc when no sanitizer owns malloc: every call to malloc,
+// calloc, realloc, posix_memalign, aligned_alloc and memalign, which catches
+// C code and libraries that allocate without operator new (oneDNN's own
+// buffers). An operator new counts once in each.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::testing {
+
+struct AllocationCount {
+  uint64_t news = 0;
+  uint64_t mallocs = 0;
+};
+
+// True where malloc and friends are counted too.
+bool countsMallocs();
+
+void startCountingAllocations();
+AllocationCount stopCountingAllocations();
+
+}  // namespace kiln::testing

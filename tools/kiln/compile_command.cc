@@ -1,0 +1,66 @@
+// `kiln compile MODEL.onnx -o MODEL.kiln [--shape NAME:DIMS]... [--batch N]
+//  [--print-ir] [--plan-report]`
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "kernels/kernel.h"
+#include "kiln/compiler.h"
+#include "kiln/onnx_import.h"
+#include "tools/kiln/commands.h"
+
+namespace kiln::cli {
+
+Command addCompileCommand(CLI::App& app) {
+  struct Args {
+    std::string model;
+    std::string output;
+    std::vector<std::string> shapes;
+    int64_t batch = 0;
+    bool print_ir = false;
+    bool plan_report = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
+  cmd->add_option("model", args->model, "ONNX model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", args->output, "Package to write")->required();
+  cmd->add_option("--shape", args->shapes, "Fix an input's shape: NAME:1x3x224x224 (repeatable)");
+  cmd->add_option("--batch", args->batch, "Fix every unknown leading input dimension to N")->check(CLI::PositiveNumber);
+  cmd->add_flag("--print-ir", args->print_ir, "Print the graph after type inference");
+  cmd->add_flag("--plan-report", args->plan_report, "Print the memory plan against its lower bound");
+
+  return [args]() {
+    const auto start = std::chrono::steady_clock::now();
+    OnnxImportOptions options;
+    for (const std::string& shape : args->shapes) {
+      const size_t colon = shape.rfind(':');
+      if (colon == std::string::npos || colon == 0) {
+        throw UsageError("--shape " + shape + ": expected NAME:DIMS, e.g. input:1x3x224x224");
+      }
+      options.input_shapes[shape.substr(0, colon)] = parseDims(shape.substr(colon + 1));
+    }
+    if (args->batch > 0) options.batch = args->batch;
+    OnnxModel model = importOnnx(args->model, options);
+
+    CompileOptions compile_options;
+    compile_options.model_name = std::filesystem::path(args->model).stem().string();
+    compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
+    const CompileReport report = compile(*model.graph, model.opsets, args->output, compile_options);
+    if (args->print_ir) std::fputs(model.graph->toString().c_str(), stdout);
+    if (args->plan_report) {
+      std::printf("memory plan: %s\n", report.plan_summary.c_str());
+      std::printf("  arena %llu bytes, lower bound %llu bytes, naive %llu bytes\n",
+                  static_cast<unsigned long long>(report.arena_bytes),
+                  static_cast<unsigned long long>(report.lower_bound_bytes),
+                  static_cast<unsigned long long>(report.naive_bytes));
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("compiled %s -> %s: %zu steps, %zu views, %zu constants (%llu bytes), arena %llu bytes, %.2f s\n",
+                args->model.c_str(), args->output.c_str(), report.steps, report.views, report.constants,
+                static_cast<unsigned long long>(report.constant_bytes),
+                static_cast<unsigned long long>(report.arena_bytes), seconds);
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,118 @@
+// `kiln run MODEL.kiln --input NAME=FILE.npy ... [--random-inputs]
+//  [--output-dir DIR]`: runs the model once and writes its outputs as .npy.
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "kiln/error.h"
+#include "kiln/executor.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/npy.h"
+
+namespace kiln::cli {
+namespace {
+
+// Uniform values in [-1, 1) for float types, [0, 10) for integers, 0/1 for bool.
+std::vector<std::byte> randomTensor(const TensorInfo& info, std::mt19937& random) {
+  std::vector<std::byte> bytes(info.sizeInBytes());
+  const uint64_t count = info.numElements();
+  auto fill = [&](auto sample) {
+    using T = decltype(sample(random));
+    for (uint64_t i = 0; i < count; ++i) {
+      const T value = sample(random);
+      std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T));
+    }
+  };
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> integer(0, 9);
+  switch (info.dtype) {
+    case DType::kF32: fill([&](std::mt19937& r) { return real(r); }); break;
+    case DType::kF64: fill([&](std::mt19937& r) { return static_cast<double>(real(r)); }); break;
+    case DType::kI64: fill([&](std::mt19937& r) { return static_cast<int64_t>(integer(r)); }); break;
+    case DType::kI32: fill([&](std::mt19937& r) { return static_cast<int32_t>(integer(r)); }); break;
+    case DType::kBool: fill([&](std::mt19937& r) { return static_cast<uint8_t>(integer(r) & 1); }); break;
+    default: throw UsageError(fmt::format("--random-inputs cannot make {} data", dtypeName(info.dtype)));
+  }
+  return bytes;
+}
+
+std::string fileNameFor(std::string name) {
+  for (char& c : name) {
+    if (c == '/' || c == '\\' || c == ':' || c == ' ') c = '_';
+  }
+  return name + ".npy";
+}
+
+}  // namespace
+
+Command addRunCommand(CLI::App& app) {
+  struct Args {
+    std::string package;
+    std::vector<std::string> inputs;
+    bool random_inputs = false;
+    std::string output_dir = ".";
+    std::string model;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a compiled model once on .npy inputs");
+  cmd->add_option("package", args->package, "The .kiln package")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable)");
+  cmd->add_flag("--random-inputs", args->random_inputs, "Fill inputs not given with random data (fixed seed)");
+  cmd->add_option("--output-dir", args->output_dir, "Where to write OUTPUT.npy files (default: .)");
+  cmd->add_option("--model", args->model, "Model to run when the package holds several");
+
+  return [args]() {
+    Executor executor(args->package, args->model);
+    std::map<std::string, std::string> files;
+    for (const std::string& input : args->inputs) {
+      const size_t equals = input.find('=');
+      if (equals == std::string::npos) throw UsageError("--input " + input + ": expected NAME=FILE.npy");
+      files[input.substr(0, equals)] = input.substr(equals + 1);
+    }
+    for (const auto& [name, file] : files) {
+      const bool known = std::any_of(executor.inputs().begin(), executor.inputs().end(),
+                                     [&](const TensorSlot& slot) { return slot.name == name; });
+      if (!known) throw UsageError(fmt::format("--input {}: the model has no input named '{}'", name, name));
+    }
+    std::mt19937 random(42);
+    std::vector<std::vector<std::byte>> input_data;
+    for (const TensorSlot& slot : executor.inputs()) {
+      const auto file = files.find(slot.name);
+      if (file != files.end()) {
+        NpyArray array = readNpy(file->second);
+        if (array.info != slot.info) {
+          throw UsageError(fmt::format("input '{}' must be {}, but {} holds {}", slot.name, slot.info.toString(),
+                                       file->second, array.info.toString()));
+        }
+        input_data.push_back(std::move(array.bytes));
+      } else if (args->random_inputs) {
+        input_data.push_back(randomTensor(slot.info, random));
+      } else {
+        throw UsageError(fmt::format("input '{}' ({}) is not given: pass --input {}=FILE.npy or --random-inputs",
+                                     slot.name, slot.info.toString(), slot.name));
+      }
+    }
+    std::vector<std::vector<std::byte>> output_data;
+    for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
+    std::vector<const std::byte*> in;
+    for (const auto& data : input_data) in.push_back(data.data());
+    std::vector<std::byte*> out;
+    for (auto& data : output_data) out.push_back(data.data());
+    executor.run(in, out);
+
+    std::filesystem::create_directories(args->output_dir);
+    for (size_t i = 0; i < executor.outputs().size(); ++i) {
+      const TensorSlot& slot = executor.outputs()[i];
+      const auto path = std::filesystem::path(args->output_dir) / fileNameFor(slot.name);
+      writeNpy(path, slot.info, output_data[i].data());
+      std::printf("%s: %s -> %s\n", slot.name.c_str(), slot.info.toString().c_str(), path.string().c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli
