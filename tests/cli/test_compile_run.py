@@ -86,3 +86,16 @@ def test_malformed_onnx_files_are_refused(kiln, tmp_path, junk):
     result = kiln("compile", tmp_path / "bad.onnx", "-o", tmp_path / "bad.kiln")
     assert result.returncode == 1, result.stderr
     assert "kiln: error:" in result.stderr
+
+
+def test_bench_reports_latency_as_json(kiln, tmp_path):
+    import json
+
+    onnx.save(mlp_model(batch=1), tmp_path / "mlp.onnx")
+    assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln").returncode == 0
+    result = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "50", "--warmup", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["iterations"] == 50 and stats["steps"] == 4
+    assert 0 < stats["p50_ms"] <= stats["p90_ms"]
+    assert stats["throughput_per_s"] > 0 and stats["peak_rss_mib"] > 0

@@ -14,5 +14,6 @@ using Command = std::function<int()>;
 Command addDumpCommand(CLI::App& app);
 Command addCompileCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
+Command addBenchCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(kiln::kProducer));
   app.require_subcommand(1);
   std::map<std::string, kiln::cli::Command> commands;
+  commands["bench"] = kiln::cli::addBenchCommand(app);
   commands["compile"] = kiln::cli::addCompileCommand(app);
   commands["dump"] = kiln::cli::addDumpCommand(app);
   commands["run"] = kiln::cli::addRunCommand(app);

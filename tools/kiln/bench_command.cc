@@ -1,0 +1,79 @@
+// `kiln bench MODEL.kiln [--iterations N] [--warmup N] [--json]`: runs the
+// model on random inputs (fixed seed) and reports latency percentiles,
+// runs per second and peak resident memory.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include "kiln/executor.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/random_inputs.h"
+
+namespace kiln::cli {
+
+Command addBenchCommand(CLI::App& app) {
+  struct Args {
+    std::string package;
+    int iterations = 100;
+    int warmup = 10;
+    bool json = false;
+    std::string model;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time a compiled model on random inputs");
+  cmd->add_option("package", args->package, "The .kiln package")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--iterations", args->iterations, "Timed runs (default 100)")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", args->warmup, "Untimed runs first (default 10)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--model", args->model, "Model to run when the package holds several");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+
+  return [args]() {
+    const auto load_start = std::chrono::steady_clock::now();
+    Executor executor(args->package, args->model);
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
+    std::mt19937 random(42);
+    std::vector<std::vector<std::byte>> input_data;
+    for (const TensorSlot& slot : executor.inputs()) input_data.push_back(randomTensor(slot.info, random));
+    std::vector<std::vector<std::byte>> output_data;
+    for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
+    std::vector<const std::byte*> in;
+    for (const auto& data : input_data) in.push_back(data.data());
+    std::vector<std::byte*> out;
+    for (auto& data : output_data) out.push_back(data.data());
+
+    for (int i = 0; i < args->warmup; ++i) executor.run(in, out);
+    std::vector<double> times_ms(static_cast<size_t>(args->iterations));
+    for (double& t : times_ms) {
+      const auto start = std::chrono::steady_clock::now();
+      executor.run(in, out);
+      t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    double total = 0;
+    for (double t : times_ms) total += t;
+    std::sort(times_ms.begin(), times_ms.end());
+    auto percentile = [&](double p) { return times_ms[static_cast<size_t>(p * static_cast<double>(times_ms.size() - 1))]; };
+    const double mean = total / static_cast<double>(times_ms.size());
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+    if (args->json) {
+      std::printf("{\"iterations\": %d, \"p50_ms\": %.6f, \"p90_ms\": %.6f, \"mean_ms\": %.6f, "
+                  "\"throughput_per_s\": %.3f, \"peak_rss_mib\": %.2f, \"load_ms\": %.3f, \"steps\": %zu, "
+                  "\"arena_bytes\": %llu}\n",
+                  args->iterations, percentile(0.5), percentile(0.9), mean, 1000.0 / mean, peak_rss_mib, load_ms,
+                  executor.stepCount(), static_cast<unsigned long long>(executor.arenaBytes()));
+    } else {
+      std::printf("%s: %d runs, p50 %.3f ms, p90 %.3f ms, mean %.3f ms (%.1f runs/s); %zu steps, arena %llu bytes, "
+                  "load %.1f ms, peak RSS %.1f MiB\n",
+                  args->package.c_str(), args->iterations, percentile(0.5), percentile(0.9), mean, 1000.0 / mean,
+                  executor.stepCount(), static_cast<unsigned long long>(executor.arenaBytes()), load_ms, peak_rss_mib);
+    }
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli
