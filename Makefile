@@ -23,7 +23,8 @@ setup:
 	@scripts/setup
 
 build: setup
-	cmake --preset release $(CMAKE_ARGS) > /dev/null
+	cmake --preset release $(CMAKE_ARGS) -DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(CURDIR)/.venv/bin/python \
+	  -Dnanobind_DIR=$$(.venv/bin/python -m nanobind --cmake_dir) > /dev/null
 	cmake --build --preset release
 
 build-asan: setup
@@ -42,6 +43,7 @@ demo: build
 test-unit: build
 	ctest --test-dir build/release --output-on-failure -j2
 	KILN_BUILD_DIR=build/release $(PYTEST) tests/cli
+	PYTHONPATH=build/release/python $(PYTEST) python/tests
 
 # The short fuzz run comes first so that the test runners' summaries close
 # the output.

@@ -1,0 +1,70 @@
+"""kiln: compile neural networks ahead of time into .kiln packages and run them.
+
+    import kiln, numpy as np
+    kiln.compile("model.onnx", "model.kiln", shapes={"x": [1, 3, 224, 224]})
+    runner = kiln.Runner("model.kiln")
+    outputs = runner.run({"x": np.zeros((1, 3, 224, 224), np.float32)})
+
+Errors are raised as kiln.Error with the message kiln's C++ core gives.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ._kiln import Error, Executor
+from ._kiln import compile as _compile
+
+__all__ = ["Error", "Runner", "compile"]
+
+_NUMPY_DTYPES = {
+    "f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8, "u8": np.uint8, "i16": np.int16,
+    "u16": np.uint16, "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "bool": np.bool_,
+}
+
+
+def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+            batch: Optional[int] = None) -> dict:
+    """Compiles an ONNX model into a .kiln package.
+
+    shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
+    unknown leading input dimension. Returns the compile report (steps, views,
+    constants, arena bytes against the lower bound)."""
+    fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
+    return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch))
+
+
+class Runner:
+    """Runs a compiled package on the CPU.
+
+    run() checks each input's name, dtype and shape, passes it to the model
+    without copying when it is C-contiguous (others are copied once), and the
+    model writes straight into the output arrays it returns. One run() at a
+    time per Runner; the GIL is released while the model runs."""
+
+    def __init__(self, path, model: str = ""):
+        self._executor = Executor(str(path), model)
+        self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
+        self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        expected = {name for name, _, _ in self.inputs}
+        unknown = sorted(set(inputs) - expected)
+        missing = sorted(expected - set(inputs))
+        if unknown or missing:
+            raise Error(f"inputs: unknown {unknown}, missing {missing} (the model takes {sorted(expected)})")
+        arrays = []
+        for name, shape, dtype in self.inputs:
+            if dtype not in _NUMPY_DTYPES:
+                raise Error(f"input '{name}' has dtype {dtype}, which numpy cannot hold")
+            array = np.asarray(inputs[name])
+            if array.dtype != _NUMPY_DTYPES[dtype]:
+                raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
+            if array.shape != shape:
+                raise Error(f"input '{name}' must have shape {shape}, got {array.shape}")
+            arrays.append(np.ascontiguousarray(array))  # a copy only when not C-contiguous
+        outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
+        self._executor.run(arrays, outputs)
+        return {name: array for (name, _, _), array in zip(self.outputs, outputs)}

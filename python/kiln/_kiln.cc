@@ -1,0 +1,94 @@
+// The compiled half of the `kiln` Python package (nanobind). The Python half,
+// python/kiln/__init__.py, wraps it into the documented API.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
+
+#include "kernels/kernel.h"
+#include "kiln/compiler.h"
+#include "kiln/error.h"
+#include "kiln/executor.h"
+#include "kiln/onnx_import.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Array = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
+                      const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch) {
+  kiln::OnnxImportOptions options;
+  options.input_shapes = shapes;
+  options.batch = batch;
+  kiln::OnnxModel model = kiln::importOnnx(onnx_path, options);
+  kiln::CompileOptions compile_options;
+  compile_options.model_name = std::filesystem::path(onnx_path).stem().string();
+  compile_options.has_kernel = [](const std::string& name) { return kiln::KernelRegistry::cpu().find(name) != nullptr; };
+  const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
+  nb::dict result;
+  result["steps"] = report.steps;
+  result["views"] = report.views;
+  result["constants"] = report.constants;
+  result["constant_bytes"] = report.constant_bytes;
+  result["arena_bytes"] = report.arena_bytes;
+  result["lower_bound_bytes"] = report.lower_bound_bytes;
+  result["naive_bytes"] = report.naive_bytes;
+  result["plan"] = report.plan_summary;
+  return result;
+}
+
+nb::list slots(const std::vector<kiln::TensorSlot>& slots) {
+  nb::list list;
+  for (const kiln::TensorSlot& slot : slots) {
+    list.append(nb::make_tuple(slot.name, slot.info.shape, std::string(kiln::dtypeName(slot.info.dtype))));
+  }
+  return list;
+}
+
+// Runs with the caller's arrays as input and output memory: no copies. The
+// Python side has already checked names, shapes and dtypes; sizes are
+// checked again here because a wrong size would corrupt memory.
+void run(kiln::Executor& executor, const std::vector<Array>& inputs, const std::vector<Array>& outputs) {
+  if (inputs.size() != executor.inputs().size() || outputs.size() != executor.outputs().size()) {
+    throw kiln::UsageError("wrong number of arrays");
+  }
+  std::vector<const std::byte*> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].nbytes() != executor.inputs()[i].info.sizeInBytes()) {
+      throw kiln::UsageError(fmt::format("input '{}' has {} bytes, expected {}", executor.inputs()[i].name,
+                                         inputs[i].nbytes(), executor.inputs()[i].info.sizeInBytes()));
+    }
+    in.push_back(static_cast<const std::byte*>(inputs[i].data()));
+  }
+  std::vector<std::byte*> out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].nbytes() != executor.outputs()[i].info.sizeInBytes()) {
+      throw kiln::UsageError(fmt::format("output '{}' has {} bytes, expected {}", executor.outputs()[i].name,
+                                         outputs[i].nbytes(), executor.outputs()[i].info.sizeInBytes()));
+    }
+    out.push_back(static_cast<std::byte*>(outputs[i].data()));
+  }
+  nb::gil_scoped_release release;
+  executor.run(in, out);
+}
+
+}  // namespace
+
+NB_MODULE(_kiln, m) {
+  m.doc() = "kiln: compile neural networks ahead of time and run them";
+  nb::exception<kiln::Error>(m, "Error");
+  m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"));
+  nb::class_<kiln::Executor>(m, "Executor")
+      .def(nb::init<const std::string&, const std::string&>(), nb::arg("path"), nb::arg("model") = "")
+      .def_prop_ro("inputs", [](const kiln::Executor& e) { return slots(e.inputs()); })
+      .def_prop_ro("outputs", [](const kiln::Executor& e) { return slots(e.outputs()); })
+      .def_prop_ro("arena_bytes", &kiln::Executor::arenaBytes)
+      .def_prop_ro("step_count", &kiln::Executor::stepCount)
+      .def("run", &run, nb::arg("inputs"), nb::arg("outputs"));
+}

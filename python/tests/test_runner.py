@@ -1,0 +1,67 @@
+"""The kiln Python package: compile, Runner.run, errors; outputs checked
+against onnxruntime on the same model and inputs."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+
+@pytest.fixture
+def mlp_onnx(tmp_path):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["z"]),
+             helper.make_node("Sigmoid", ["z"], ["y"]), helper.make_node("Relu", ["z"], ["r"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5]),
+                               helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_compile_and_run_match_onnxruntime(mlp_onnx, tmp_path):
+    report = kiln.compile(mlp_onnx, tmp_path / "mlp.kiln", batch=4)
+    assert report["steps"] == 4 and report["arena_bytes"] >= report["lower_bound_bytes"]
+    runner = kiln.Runner(tmp_path / "mlp.kiln")
+    assert runner.inputs == [("x", (4, 6), "f32")]
+    assert [name for name, _, _ in runner.outputs] == ["y", "r"]
+    x = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
+    ours = runner.run({"x": x})
+    theirs = ort.InferenceSession(str(mlp_onnx)).run(None, {"x": x})
+    np.testing.assert_allclose(ours["y"], theirs[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours["r"], theirs[1], rtol=1e-5, atol=1e-6)
+    # A strided view is accepted (copied once); results are the same.
+    wide = np.zeros((4, 12), np.float32)
+    wide[:, ::2] = x
+    np.testing.assert_array_equal(runner.run({"x": wide[:, ::2]})["y"], ours["y"])
+
+
+def test_shapes_option(mlp_onnx, tmp_path):
+    kiln.compile(mlp_onnx, tmp_path / "m.kiln", shapes={"x": [2, 6]})
+    assert kiln.Runner(tmp_path / "m.kiln").inputs == [("x", (2, 6), "f32")]
+
+
+def test_bad_inputs_raise_clear_errors(mlp_onnx, tmp_path):
+    kiln.compile(mlp_onnx, tmp_path / "m.kiln", batch=2)
+    runner = kiln.Runner(tmp_path / "m.kiln")
+    with pytest.raises(kiln.Error, match=r"input 'x' must be float32, got float64"):
+        runner.run({"x": np.zeros((2, 6))})
+    with pytest.raises(kiln.Error, match=r"input 'x' must have shape \(2, 6\), got \(3, 6\)"):
+        runner.run({"x": np.zeros((3, 6), np.float32)})
+    with pytest.raises(kiln.Error, match=r"unknown \['y'\], missing \['x'\]"):
+        runner.run({"y": np.zeros((2, 6), np.float32)})
+
+
+def test_compile_errors_are_kiln_errors(mlp_onnx, tmp_path):
+    with pytest.raises(kiln.Error, match="dimension 0 \\('n'\\) is not fixed"):
+        kiln.compile(mlp_onnx, tmp_path / "m.kiln")
+    with pytest.raises(kiln.Error):
+        kiln.Runner(tmp_path / "does-not-exist.kiln")
