@@ -10,6 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
+#include "passes/constant_folding.h"
 
 namespace kiln {
 namespace {
@@ -228,7 +229,10 @@ Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t pro
 
 CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
                       const CompileOptions& options) {
+  // Folding shape arithmetic makes more shapes concrete; infer again until
+  // nothing more folds.
   inferTypes(graph, opsets);
+  while (foldConstants(graph) > 0) inferTypes(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

@@ -1,0 +1,222 @@
+#include "passes/constant_folding.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+// A small integer tensor, row-major.
+struct IntTensor {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> values;
+};
+
+std::optional<IntTensor> readInts(const Graph& graph, ValueId id) {
+  if (id == kNoValue) return std::nullopt;
+  const ConstantPtr& c = graph.value(id).initializer;
+  if (!c || c->info.numElements() > kMaxFoldedElements) return std::nullopt;
+  IntTensor t{c->info.shape, std::vector<int64_t>(c->info.numElements())};
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    switch (c->info.dtype) {
+      case DType::kI64: std::memcpy(&t.values[i], c->bytes.data() + i * 8, 8); break;
+      case DType::kI32: {
+        int32_t v;
+        std::memcpy(&v, c->bytes.data() + i * 4, 4);
+        t.values[i] = v;
+        break;
+      }
+      default: return std::nullopt;
+    }
+  }
+  return t;
+}
+
+ConstantPtr toConstant(const IntTensor& t, DType dtype) {
+  std::vector<std::byte> bytes(t.values.size() * dtypeSize(dtype));
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    if (dtype == DType::kI32) {
+      const auto v = static_cast<int32_t>(t.values[i]);
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    } else if (dtype == DType::kF32) {
+      const auto v = static_cast<float>(t.values[i]);
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    } else if (dtype == DType::kBool || dtype == DType::kU8) {
+      bytes[i] = static_cast<std::byte>(t.values[i] != 0);
+    } else {
+      std::memcpy(bytes.data() + i * 8, &t.values[i], 8);
+    }
+  }
+  return makeConstant(TensorInfo{dtype, t.dims}, std::move(bytes));
+}
+
+size_t normalized(int64_t axis, size_t rank) {
+  const auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r) throw GraphError(fmt::format("axis {} out of range for rank {}", axis, rank));
+  return static_cast<size_t>(axis < 0 ? axis + r : axis);
+}
+
+// Elementwise binary op with numpy broadcasting over small tensors.
+IntTensor broadcast(const IntTensor& a, const IntTensor& b, const std::function<int64_t(int64_t, int64_t)>& f) {
+  const size_t rank = std::max(a.dims.size(), b.dims.size());
+  auto dimOf = [&](const IntTensor& t, size_t i) {
+    const size_t offset = rank - t.dims.size();
+    return i < offset ? int64_t{1} : t.dims[i - offset];
+  };
+  IntTensor out;
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = dimOf(a, i), db = dimOf(b, i);
+    if (da != db && da != 1 && db != 1) throw GraphError("cannot broadcast constant shapes");
+    out.dims.push_back(std::max(da, db));
+  }
+  int64_t count = 1;
+  for (int64_t d : out.dims) count *= d;
+  out.values.resize(static_cast<size_t>(count));
+  for (int64_t flat = 0; flat < count; ++flat) {
+    int64_t rest = flat, ia = 0, ib = 0, sa = 1, sb = 1;
+    for (size_t i = rank; i-- > 0;) {
+      const int64_t coord = rest % out.dims[i];
+      rest /= out.dims[i];
+      const int64_t da = dimOf(a, i), db = dimOf(b, i);
+      ia += (da == 1 ? 0 : coord) * sa;
+      ib += (db == 1 ? 0 : coord) * sb;
+      sa *= da;
+      sb *= db;
+    }
+    out.values[static_cast<size_t>(flat)] = f(a.values[static_cast<size_t>(ia)], b.values[static_cast<size_t>(ib)]);
+  }
+  return out;
+}
+
+// Evaluates `node` if it is foldable; returns its output (one) or nullopt.
+std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const Node& node) {
+  if (!node.domain.empty() || node.outputs.size() != 1) return std::nullopt;
+  const std::string& op = node.op_type;
+  auto input = [&](size_t i) { return i < node.inputs.size() ? readInts(graph, node.inputs[i]) : std::nullopt; };
+  const DType out_dtype = graph.value(node.outputs[0]).type.dtype;
+
+  if (op == "Shape" || op == "Size") {
+    const ValueType& type = graph.value(node.inputs[0]).type;
+    if (!type.hasStaticShape()) return std::nullopt;
+    std::vector<int64_t> dims;
+    for (const Dim& d : *type.shape) dims.push_back(d.size);
+    if (op == "Size") {
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      return std::pair{IntTensor{{}, {n}}, DType::kI64};
+    }
+    const auto rank = static_cast<int64_t>(dims.size());
+    int64_t start = node.intAttribute("start", 0), end = node.intAttribute("end", rank);
+    start = std::clamp(start < 0 ? start + rank : start, int64_t{0}, rank);
+    end = std::clamp(end < 0 ? end + rank : end, int64_t{0}, rank);
+    std::vector<int64_t> slice(dims.begin() + start, dims.begin() + std::max(start, end));
+    return std::pair{IntTensor{{static_cast<int64_t>(slice.size())}, slice}, DType::kI64};
+  }
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (node.inputs[i] != kNoValue && !input(i)) return std::nullopt;  // every input must be a small int constant
+  }
+  if (node.inputs.empty()) return std::nullopt;
+  const IntTensor a = *input(0);
+  const DType in_dtype = graph.value(node.inputs[0]).initializer->info.dtype;
+
+  static const std::map<std::string, std::function<int64_t(int64_t, int64_t)>> kBinary = {
+      {"Add", std::plus<>()}, {"Sub", std::minus<>()}, {"Mul", std::multiplies<>()},
+      {"Div", [](int64_t x, int64_t y) { return y == 0 ? 0 : x / y; }},
+      {"Equal", [](int64_t x, int64_t y) { return int64_t{x == y}; }},
+      {"Less", [](int64_t x, int64_t y) { return int64_t{x < y}; }},
+      {"Greater", [](int64_t x, int64_t y) { return int64_t{x > y}; }},
+      {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
+      {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
+  if (const auto it = kBinary.find(op); it != kBinary.end() && node.inputs.size() == 2) {
+    return std::pair{broadcast(a, *input(1), it->second), out_dtype};
+  }
+  if (op == "Identity") return std::pair{a, in_dtype};
+  if (op == "Neg") {
+    IntTensor out = a;
+    for (int64_t& v : out.values) v = -v;
+    return std::pair{out, in_dtype};
+  }
+  if (op == "Cast" && (out_dtype == DType::kI64 || out_dtype == DType::kI32 || out_dtype == DType::kF32)) {
+    return std::pair{a, out_dtype};
+  }
+  if (op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Flatten") {
+    const ValueType& type = graph.value(node.outputs[0]).type;
+    if (!type.hasStaticShape()) return std::nullopt;
+    IntTensor out = a;
+    out.dims.clear();
+    for (const Dim& d : *type.shape) out.dims.push_back(d.size);
+    return std::pair{out, in_dtype};
+  }
+  if (op == "Concat") {
+    const size_t axis = normalized(node.intAttribute("axis", 0), std::max<size_t>(a.dims.size(), 1));
+    if (a.dims.size() != 1 || axis != 0) return std::nullopt;
+    IntTensor out{{0}, {}};
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const IntTensor part = *input(i);
+      if (part.dims.size() != 1) return std::nullopt;
+      out.values.insert(out.values.end(), part.values.begin(), part.values.end());
+    }
+    out.dims[0] = static_cast<int64_t>(out.values.size());
+    return std::pair{out, in_dtype};
+  }
+  if (op == "Gather" && node.intAttribute("axis", 0) == 0 && a.dims.size() == 1) {
+    const IntTensor indices = *input(1);
+    IntTensor out{indices.dims, {}};
+    for (int64_t index : indices.values) {
+      const int64_t n = a.dims[0];
+      if (index < -n || index >= n) return std::nullopt;
+      out.values.push_back(a.values[static_cast<size_t>(index < 0 ? index + n : index)]);
+    }
+    return std::pair{out, in_dtype};
+  }
+  if (op == "Slice" && a.dims.size() == 1 && node.inputs.size() >= 3) {
+    const int64_t n = a.dims[0];
+    int64_t start = input(1)->values.at(0), end = input(2)->values.at(0);
+    const int64_t step = node.inputs.size() > 4 && node.inputs[4] != kNoValue ? input(4)->values.at(0) : 1;
+    if (step != 1) return std::nullopt;
+    start = std::clamp(start < 0 ? start + n : start, int64_t{0}, n);
+    end = std::clamp(end < 0 ? end + n : end, int64_t{0}, n);
+    IntTensor out{{std::max<int64_t>(0, end - start)}, {}};
+    for (int64_t i = start; i < end; ++i) out.values.push_back(a.values[static_cast<size_t>(i)]);
+    return std::pair{out, in_dtype};
+  }
+  if (op == "Range") {
+    const int64_t start = a.values.at(0), limit = input(1)->values.at(0), delta = input(2)->values.at(0);
+    if (delta == 0) return std::nullopt;
+    IntTensor out{{0}, {}};
+    for (int64_t v = start; delta > 0 ? v < limit : v > limit; v += delta) {
+      out.values.push_back(v);
+      if (out.values.size() > kMaxFoldedElements) return std::nullopt;
+    }
+    out.dims[0] = static_cast<int64_t>(out.values.size());
+    return std::pair{out, in_dtype};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+size_t foldConstants(Graph& graph) {
+  size_t folded = 0;
+  for (NodeId id : graph.topologicalOrder()) {
+    Node& node = graph.node(id);
+    const auto result = evaluate(graph, node);
+    if (!result) continue;
+    const ValueId output = node.outputs[0];
+    const std::string name = graph.value(output).name;
+    const ValueId constant = graph.addInitializer(name + ":folded", toConstant(result->first, result->second));
+    graph.value(constant).type = ValueType::tensor(result->second, result->first.dims);
+    graph.replaceAllUses(output, constant);
+    graph.removeNode(id);
+    ++folded;
+  }
+  return folded;
+}
+
+}  // namespace kiln
