@@ -21,6 +21,11 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerElementwiseKernels(r);
     registerMatMulKernels(r);
     registerCopyKernels(r);
+    registerDataMovementKernels(r);
+    registerReductionKernels(r);
+    registerConvKernels(r);
+    registerPoolKernels(r);
+    registerNormalizationKernels(r);
     return r;
   }();
   return registry;

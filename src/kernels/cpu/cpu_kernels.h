@@ -10,5 +10,10 @@ class KernelRegistry;
 void registerElementwiseKernels(KernelRegistry& registry);  // elementwise.cc: unary, binary with broadcasting
 void registerMatMulKernels(KernelRegistry& registry);       // matmul.cc: MatMul, Gemm
 void registerCopyKernels(KernelRegistry& registry);         // copy.cc: kiln.Copy (byte copy for views)
+void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Cast, Pad, Resize
+void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Reduce*, ArgMax, ArgMin
+void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, ConvTranspose (oneDNN)
+void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
+void registerNormalizationKernels(KernelRegistry& registry);  // normalization.cc: BatchNormalization, LayerNormalization, Softmax, LogSoftmax
 
 }  // namespace kiln

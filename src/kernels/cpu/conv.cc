@@ -1,0 +1,536 @@
+// Conv and ConvTranspose (ONNX) on the CPU in f32, through oneDNN's
+// convolution_forward and deconvolution_forward primitives, over 1, 2 or 3
+// spatial axes.
+//
+// prepare resolves the attributes (kernel_shape from the weights, strides,
+// dilations, pads or auto_pad, group, ConvTranspose's output_padding and
+// output_shape), checks the output shape against them, creates the primitive
+// for exactly those shapes with plain (NC...) activations and, when the
+// weights are a constant, reorders them once into the layout the primitive
+// prefers (format_tag::any), kept in the state. Weights that arrive per call
+// stay in the ONNX layout, described to oneDNN with strides (ConvTranspose's
+// [C, M/group, k...] is oneDNN's [group, M/group, C/group, k...] with the
+// first two axes swapped).
+//
+// Concurrency and allocation as in matmul.cc: the state owns kExecutionSlots
+// slots (stream, memory objects, scratchpad), made at prepare; run claims one
+// with an atomic flag, points its memory objects at the call's tensors,
+// executes and releases it. dnnl_primitive_execute itself allocates a few
+// small objects per call (measured in tests/kernels/allocation_test.cc).
+#include <dnnl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kExecutionSlots = 4;
+
+using Dims = dnnl::memory::dims;
+using Ints = std::vector<int64_t>;
+
+const dnnl::engine& cpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+struct ExecutionSlot {
+  std::atomic<bool> busy{false};
+  dnnl::stream stream;
+  dnnl::memory src;
+  dnnl::memory weights;  // points at the packed weights for good, or at W per call
+  dnnl::memory bias;
+  dnnl::memory dst;
+  dnnl::memory scratchpad;
+};
+
+struct ConvState final : KernelState {
+  bool empty = false;  // nothing to compute (a batch of 0)
+  dnnl::primitive primitive;
+  bool weights_packed = false;
+  dnnl::memory packed_weights;
+  bool has_bias = false;
+  bool has_scratchpad = false;
+  std::unique_ptr<ExecutionSlot[]> slots;
+};
+
+std::string typeString(const TensorInfo& info) {
+  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
+}
+
+const std::byte* constantInput(const KernelSetup& setup, size_t index) {
+  return index < setup.constants.size() ? setup.constants[index] : nullptr;
+}
+
+// Dense row-major strides of `dims`.
+Dims denseStrides(const Dims& dims) {
+  Dims strides(dims.size());
+  int64_t stride = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(dims[d], 1);
+  }
+  return strides;
+}
+
+dnnl::memory::desc plainDesc(const Dims& dims) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, denseStrides(dims));
+}
+
+// ----------------------------------------------------------------- attributes
+
+struct ConvShape {
+  bool transposed = false;
+  int64_t batch = 0;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t group = 1;
+  size_t spatial = 0;
+  Ints in;  // spatial sizes
+  Ints kernel;
+  Ints strides;
+  Ints dilations;
+  Ints pad_begin;
+  Ints pad_end;  // as oneDNN takes it (ConvTranspose: minus output_padding)
+  Ints out;
+};
+
+Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& name, size_t size, int64_t minimum,
+               const Ints& fallback) {
+  Ints values = params.getInts(name, fallback);
+  if (values.size() != size) {
+    throw UsageError(fmt::format("{}: attribute '{}' has {} values, {} expected", op, name, values.size(), size));
+  }
+  for (int64_t v : values) {
+    if (v < minimum) {
+      throw UsageError(fmt::format("{}: attribute '{}' [{}] has the value {}; at least {} expected", op, name,
+                                   fmt::join(values, ", "), v, minimum));
+    }
+  }
+  return values;
+}
+
+enum class AutoPad { kNotSet, kValid, kSameUpper, kSameLower };
+
+AutoPad autoPad(std::string_view op, const ParamMap& params) {
+  const std::string text = params.getString("auto_pad", "NOTSET");
+  if (text == "NOTSET" || text.empty()) return AutoPad::kNotSet;
+  if (text == "VALID") return AutoPad::kValid;
+  if (text == "SAME_UPPER") return AutoPad::kSameUpper;
+  if (text == "SAME_LOWER") return AutoPad::kSameLower;
+  throw UsageError(fmt::format("{}: auto_pad is '{}', not NOTSET, VALID, SAME_UPPER or SAME_LOWER", op, text));
+}
+
+void checkInputs(std::string_view op, const KernelSetup& setup) {
+  if (setup.inputs.size() < 2 || setup.inputs.size() > 3) {
+    throw UsageError(fmt::format("{}: expects 2 to 3 inputs, got {}", op, setup.inputs.size()));
+  }
+  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    const TensorInfo& input = setup.inputs[i];
+    if (input.dtype == DType::kUndefined && i == 2) continue;
+    if (input.dtype != DType::kF32) {
+      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32); input {} is {}", op,
+                                   dtypeName(input.dtype), i, typeString(input)));
+    }
+    if (!input.isStatic()) {
+      throw UsageError(fmt::format("{}: needs static shapes, input {} is {}", op, i, typeString(input)));
+    }
+  }
+  const Ints& x = setup.inputs[0].shape;
+  const Ints& w = setup.inputs[1].shape;
+  if (x.size() < 3 || x.size() > 5) {
+    throw UsageError(fmt::format("{}: needs an input [N, C, spatial...] with 1 to 3 spatial axes, got {}", op,
+                                 typeString(setup.inputs[0])));
+  }
+  if (w.size() != x.size()) {
+    throw UsageError(fmt::format("{}: the weights {} must have the rank of the input {}", op,
+                                 typeString(setup.inputs[1]), typeString(setup.inputs[0])));
+  }
+}
+
+void checkOutput(std::string_view op, const KernelSetup& setup, const ConvShape& s) {
+  Ints shape{s.batch, s.out_channels};
+  shape.insert(shape.end(), s.out.begin(), s.out.end());
+  const TensorInfo expected{DType::kF32, shape};
+  if (setup.outputs[0] != expected) {
+    throw UsageError(
+        fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
+  }
+}
+
+void checkBias(std::string_view op, const KernelSetup& setup, int64_t channels) {
+  if (setup.inputs.size() < 3 || setup.inputs[2].dtype == DType::kUndefined) return;
+  if (setup.inputs[2].shape != Ints{channels}) {
+    throw UsageError(fmt::format("{}: the bias {} must be [{}], one value per output channel", op,
+                                 typeString(setup.inputs[2]), channels));
+  }
+}
+
+// Kernel shape from the weights, checked against kernel_shape when present.
+Ints kernelShape(std::string_view op, const KernelSetup& setup, size_t spatial) {
+  const Ints& w = setup.inputs[1].shape;
+  Ints kernel(w.begin() + 2, w.end());
+  if (setup.params.has("kernel_shape")) {
+    const Ints given = setup.params.getInts("kernel_shape", {});
+    if (given != kernel) {
+      throw UsageError(fmt::format("{}: kernel_shape [{}] differs from the weights' spatial sizes [{}]", op,
+                                   fmt::join(given, ", "), fmt::join(kernel, ", ")));
+    }
+  }
+  for (size_t i = 0; i < spatial; ++i) {
+    if (kernel[i] < 1) throw UsageError(fmt::format("{}: the weights {} have an empty kernel", op, typeString(setup.inputs[1])));
+  }
+  return kernel;
+}
+
+ConvShape convShape(const KernelSetup& setup) {
+  constexpr std::string_view op = "Conv";
+  checkInputs(op, setup);
+  const Ints& x = setup.inputs[0].shape;
+  const Ints& w = setup.inputs[1].shape;
+  ConvShape s;
+  s.spatial = x.size() - 2;
+  s.batch = x[0];
+  s.in_channels = x[1];
+  s.out_channels = w[0];
+  s.group = setup.params.getInt("group", 1);
+  if (s.group < 1) throw UsageError(fmt::format("Conv: group must be positive, got {}", s.group));
+  if (s.in_channels != w[1] * s.group) {
+    throw UsageError(fmt::format("Conv: the input {} has {} channels but the weights {} take {} ({} per group x {} groups)",
+                                 typeString(setup.inputs[0]), s.in_channels, typeString(setup.inputs[1]),
+                                 w[1] * s.group, w[1], s.group));
+  }
+  if (s.out_channels % s.group != 0) {
+    throw UsageError(fmt::format("Conv: the {} output channels of the weights {} do not divide into {} groups",
+                                 s.out_channels, typeString(setup.inputs[1]), s.group));
+  }
+  if (w[1] == 0 || s.out_channels == 0) {
+    throw UsageError(fmt::format("Conv: no kernel for empty weights {}", typeString(setup.inputs[1])));
+  }
+  checkBias(op, setup, s.out_channels);
+  const size_t n = s.spatial;
+  s.in.assign(x.begin() + 2, x.end());
+  s.kernel = kernelShape(op, setup, n);
+  s.strides = sizedInts(op, setup.params, "strides", n, 1, Ints(n, 1));
+  s.dilations = sizedInts(op, setup.params, "dilations", n, 1, Ints(n, 1));
+  Ints pads = sizedInts(op, setup.params, "pads", 2 * n, 0, Ints(2 * n, 0));
+  const AutoPad auto_pad = autoPad(op, setup.params);
+  s.pad_begin.resize(n);
+  s.pad_end.resize(n);
+  s.out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t extent = (s.kernel[i] - 1) * s.dilations[i] + 1;
+    const int64_t stride = s.strides[i];
+    if (auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower) {
+      s.out[i] = (s.in[i] + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>(0, (s.out[i] - 1) * stride + extent - s.in[i]);
+      s.pad_begin[i] = auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+      s.pad_end[i] = total - s.pad_begin[i];
+    } else {
+      s.pad_begin[i] = auto_pad == AutoPad::kValid ? 0 : pads[i];
+      s.pad_end[i] = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
+      const int64_t room = s.in[i] + s.pad_begin[i] + s.pad_end[i] - extent;
+      if (room < 0) {
+        throw UsageError(fmt::format(
+            "Conv: spatial axis {}: the kernel spans {} elements (dilations included) but the padded input has {}", i,
+            extent, s.in[i] + s.pad_begin[i] + s.pad_end[i]));
+      }
+      s.out[i] = room / stride + 1;
+    }
+  }
+  checkOutput(op, setup, s);
+  return s;
+}
+
+ConvShape convTransposeShape(const KernelSetup& setup) {
+  constexpr std::string_view op = "ConvTranspose";
+  checkInputs(op, setup);
+  const Ints& x = setup.inputs[0].shape;
+  const Ints& w = setup.inputs[1].shape;
+  ConvShape s;
+  s.transposed = true;
+  s.spatial = x.size() - 2;
+  s.batch = x[0];
+  s.in_channels = x[1];
+  s.group = setup.params.getInt("group", 1);
+  if (s.group < 1) throw UsageError(fmt::format("ConvTranspose: group must be positive, got {}", s.group));
+  if (w[0] != s.in_channels) {
+    throw UsageError(fmt::format("ConvTranspose: the input {} has {} channels but the weights {} take {}",
+                                 typeString(setup.inputs[0]), s.in_channels, typeString(setup.inputs[1]), w[0]));
+  }
+  if (s.in_channels % s.group != 0) {
+    throw UsageError(
+        fmt::format("ConvTranspose: the {} input channels do not divide into {} groups", s.in_channels, s.group));
+  }
+  s.out_channels = w[1] * s.group;
+  if (s.in_channels == 0 || s.out_channels == 0) {
+    throw UsageError(fmt::format("ConvTranspose: no kernel for empty weights {}", typeString(setup.inputs[1])));
+  }
+  checkBias(op, setup, s.out_channels);
+  const size_t n = s.spatial;
+  s.in.assign(x.begin() + 2, x.end());
+  s.kernel = kernelShape(op, setup, n);
+  s.strides = sizedInts(op, setup.params, "strides", n, 1, Ints(n, 1));
+  s.dilations = sizedInts(op, setup.params, "dilations", n, 1, Ints(n, 1));
+  const Ints pads = sizedInts(op, setup.params, "pads", 2 * n, 0, Ints(2 * n, 0));
+  const Ints output_padding = sizedInts(op, setup.params, "output_padding", n, 0, Ints(n, 0));
+  const AutoPad auto_pad = autoPad(op, setup.params);
+  Ints output_shape;
+  if (setup.params.has("output_shape")) {
+    output_shape = setup.params.getInts("output_shape", {});
+    if (output_shape.size() == n + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+    if (output_shape.size() != n) {
+      throw UsageError(fmt::format("ConvTranspose: output_shape [{}] must have one size per spatial axis ({})",
+                                   fmt::join(output_shape, ", "), n));
+    }
+  }
+  s.pad_begin.resize(n);
+  s.pad_end.resize(n);
+  s.out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t extent = (s.kernel[i] - 1) * s.dilations[i] + 1;
+    const int64_t full = s.strides[i] * (s.in[i] - 1) + output_padding[i] + extent;  // before any padding
+    int64_t begin = 0;
+    int64_t end = 0;
+    if (!output_shape.empty() || auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower) {
+      s.out[i] = output_shape.empty() ? s.in[i] * s.strides[i] : output_shape[i];
+      const int64_t total = full - s.out[i];
+      if (total < 0) {
+        throw UsageError(fmt::format("ConvTranspose: spatial axis {}: output size {} is larger than the {} the "
+                                     "input, kernel and strides give",
+                                     i, s.out[i], full));
+      }
+      // ONNX: SAME_UPPER puts the smaller half first; otherwise the larger.
+      begin = auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+      end = total - begin;
+    } else {
+      begin = auto_pad == AutoPad::kValid ? 0 : pads[i];
+      end = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
+      s.out[i] = full - begin - end;
+      if (s.out[i] < 1) {
+        throw UsageError(fmt::format("ConvTranspose: spatial axis {}: the output size {} is not positive", i, s.out[i]));
+      }
+    }
+    s.pad_begin[i] = begin;
+    s.pad_end[i] = end - output_padding[i];  // oneDNN: out = stride * (in - 1) + extent - l - r
+  }
+  checkOutput(op, setup, s);
+  return s;
+}
+
+// ------------------------------------------------------------------ oneDNN
+
+// oneDNN's weights dims ([group,] out/group, in/group, k...) and the strides
+// of the ONNX layout in them.
+void weightsLayout(const ConvShape& s, Dims& dims, Dims& strides) {
+  const int64_t og = s.out_channels / s.group;
+  const int64_t ig = s.in_channels / s.group;
+  int64_t k = 1;
+  for (int64_t v : s.kernel) k *= v;
+  Dims spatial_strides = denseStrides(Dims(s.kernel.begin(), s.kernel.end()));
+  int64_t g_stride = 0;
+  int64_t o_stride = 0;
+  int64_t i_stride = 0;
+  if (!s.transposed) {  // ONNX [M, C/group, k...]: M = g * og + o
+    i_stride = k;
+    o_stride = ig * k;
+    g_stride = og * ig * k;
+  } else {  // ONNX [C, M/group, k...]: C = g * ig + i
+    o_stride = k;
+    i_stride = og * k;
+    g_stride = ig * og * k;
+  }
+  dims.clear();
+  strides.clear();
+  if (s.group > 1) {
+    dims.push_back(s.group);
+    strides.push_back(g_stride);
+  }
+  dims.push_back(og);
+  strides.push_back(o_stride);
+  dims.push_back(ig);
+  strides.push_back(i_stride);
+  for (size_t d = 0; d < s.spatial; ++d) {
+    dims.push_back(s.kernel[d]);
+    strides.push_back(spatial_strides[d]);
+  }
+}
+
+std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& setup, const ConvShape& s) {
+  auto state = std::make_unique<ConvState>();
+  if (s.batch == 0) {
+    state->empty = true;
+    return state;
+  }
+  const dnnl::engine& engine = cpuEngine();
+  Dims src_dims{s.batch, s.in_channels};
+  src_dims.insert(src_dims.end(), s.in.begin(), s.in.end());
+  Dims dst_dims{s.batch, s.out_channels};
+  dst_dims.insert(dst_dims.end(), s.out.begin(), s.out.end());
+  Dims w_dims;
+  Dims w_strides;
+  weightsLayout(s, w_dims, w_strides);
+  const dnnl::memory::desc src = plainDesc(src_dims);
+  const dnnl::memory::desc dst = plainDesc(dst_dims);
+  const dnnl::memory::desc weights_plain(w_dims, dnnl::memory::data_type::f32, w_strides);
+  const std::byte* w_constant = constantInput(setup, 1);
+  const dnnl::memory::desc weights =
+      w_constant != nullptr ? dnnl::memory::desc(w_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
+                            : weights_plain;
+  state->has_bias = setup.inputs.size() == 3 && setup.inputs[2].dtype != DType::kUndefined;
+  const dnnl::memory::desc bias = plainDesc({s.out_channels});
+  Dims strides(s.strides.begin(), s.strides.end());
+  Dims dilations(s.spatial);
+  for (size_t i = 0; i < s.spatial; ++i) dilations[i] = s.dilations[i] - 1;  // oneDNN counts the gaps
+  Dims pad_l(s.pad_begin.begin(), s.pad_begin.end());
+  Dims pad_r(s.pad_end.begin(), s.pad_end.end());
+
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::memory::desc pd_weights;
+  dnnl::memory::desc pd_scratchpad;
+  dnnl::memory::desc pd_src;
+  dnnl::memory::desc pd_dst;
+  try {
+    if (!s.transposed) {
+      const auto desc = state->has_bias
+                            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::convolution_direct, src, weights, bias,
+                                                              dst, strides, dilations, pad_l, pad_r)
+                            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::convolution_direct, src, weights, dst,
+                                                              strides, dilations, pad_l, pad_r);
+      const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
+      state->primitive = dnnl::convolution_forward(pd);
+      pd_weights = pd.weights_desc();
+      pd_scratchpad = pd.scratchpad_desc();
+      pd_src = pd.src_desc();
+      pd_dst = pd.dst_desc();
+    } else {
+      const auto desc = state->has_bias
+                            ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                dnnl::algorithm::deconvolution_direct, src, weights,
+                                                                bias, dst, strides, dilations, pad_l, pad_r)
+                            : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                dnnl::algorithm::deconvolution_direct, src, weights,
+                                                                dst, strides, dilations, pad_l, pad_r);
+      const dnnl::deconvolution_forward::primitive_desc pd(desc, attr, engine);
+      state->primitive = dnnl::deconvolution_forward(pd);
+      pd_weights = pd.weights_desc();
+      pd_scratchpad = pd.scratchpad_desc();
+      pd_src = pd.src_desc();
+      pd_dst = pd.dst_desc();
+    }
+  } catch (const dnnl::error& e) {
+    throw UsageError(fmt::format("{}: oneDNN has no kernel for input {}, weights {}, strides [{}], dilations [{}], "
+                                 "pads [{}] + [{}] ({})",
+                                 op, typeString(setup.inputs[0]), typeString(setup.inputs[1]),
+                                 fmt::join(s.strides, ", "), fmt::join(s.dilations, ", "), fmt::join(s.pad_begin, ", "),
+                                 fmt::join(s.pad_end, ", "), e.what()));
+  }
+
+  if (w_constant != nullptr) {
+    // Reorder (or copy) the constant weights once; the source is only read.
+    dnnl::memory source(weights_plain, engine, const_cast<std::byte*>(w_constant));
+    state->packed_weights = dnnl::memory(pd_weights, engine);
+    dnnl::stream stream(engine);
+    dnnl::reorder(source, state->packed_weights).execute(stream, source, state->packed_weights);
+    stream.wait();
+    state->weights_packed = true;
+  }
+  state->has_scratchpad = pd_scratchpad.get_size() != 0;
+  state->slots = std::make_unique<ExecutionSlot[]>(kExecutionSlots);
+  for (size_t i = 0; i < kExecutionSlots; ++i) {
+    ExecutionSlot& slot = state->slots[i];
+    slot.stream = dnnl::stream(engine);
+    slot.src = dnnl::memory(pd_src, engine, DNNL_MEMORY_NONE);
+    slot.weights = dnnl::memory(pd_weights, engine,
+                                state->weights_packed ? state->packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
+    slot.dst = dnnl::memory(pd_dst, engine, DNNL_MEMORY_NONE);
+    if (state->has_bias) slot.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
+    if (state->has_scratchpad) slot.scratchpad = dnnl::memory(pd_scratchpad, engine);
+  }
+  return state;
+}
+
+ExecutionSlot& claimSlot(const ConvState& state) {
+  for (;;) {
+    for (size_t i = 0; i < kExecutionSlots; ++i) {
+      ExecutionSlot& slot = state.slots[i];
+      if (!slot.busy.load(std::memory_order_relaxed) && !slot.busy.exchange(true, std::memory_order_acquire)) {
+        return slot;
+      }
+    }
+    std::this_thread::yield();
+  }
+}
+
+[[noreturn]] void dnnlFailed(const char* what, dnnl_status_t status) {
+  // The primitive was built for exactly these shapes at prepare: a failure
+  // here is a bug, not bad input, and run cannot report errors.
+  std::fprintf(stderr, "kiln: Conv/ConvTranspose kernel: %s failed with oneDNN status %d\n", what,
+               static_cast<int>(status));
+  std::abort();
+}
+
+void setHandle(const dnnl::memory& memory, void* data) {
+  const dnnl_status_t status = dnnl_memory_set_data_handle_v2(memory.get(), data, nullptr);
+  if (status != dnnl_success) dnnlFailed("dnnl_memory_set_data_handle", status);
+}
+
+void runConv(const KernelCall& call) {
+  const auto& state = static_cast<const ConvState&>(*call.state);
+  if (state.empty) return;
+  ExecutionSlot& slot = claimSlot(state);
+  dnnl_exec_arg_t args[5];
+  int count = 0;
+  setHandle(slot.src, call.inputs[0].data);
+  args[count++] = {DNNL_ARG_SRC, slot.src.get()};
+  if (!state.weights_packed) setHandle(slot.weights, call.inputs[1].data);
+  args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
+  if (state.has_bias) {
+    setHandle(slot.bias, call.inputs[2].data);
+    args[count++] = {DNNL_ARG_BIAS, slot.bias.get()};
+  }
+  setHandle(slot.dst, call.outputs[0].data);
+  args[count++] = {DNNL_ARG_DST, slot.dst.get()};
+  if (state.has_scratchpad) args[count++] = {DNNL_ARG_SCRATCHPAD, slot.scratchpad.get()};
+  dnnl_status_t status = dnnl_primitive_execute(state.primitive.get(), slot.stream.get(), count, args);
+  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
+  slot.busy.store(false, std::memory_order_release);
+  if (status != dnnl_success) dnnlFailed("dnnl_primitive_execute", status);
+}
+
+std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {
+  return makeState("Conv", setup, convShape(setup));
+}
+
+std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
+  return makeState("ConvTranspose", setup, convTransposeShape(setup));
+}
+
+}  // namespace
+
+void registerConvKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"Conv", &prepareConv, &runConv});
+  registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});
+}
+
+}  // namespace kiln

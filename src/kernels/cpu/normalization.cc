@@ -1,0 +1,449 @@
+// Normalisation kernels (ONNX) on the CPU in f32: BatchNormalization
+// (inference), LayerNormalization, Softmax and LogSoftmax (opset-13
+// semantics: along one axis).
+//
+// All are loops of our own over fixed-size blocks (see mapBlocked in
+// elementwise.cc: a block of kBlock lanes computed into a local array
+// vectorises at -O2, the tail runs scalar). Each loop reads an element before
+// it writes the same index, so in-place execution (Y aliasing X) is right.
+//
+// BatchNormalization folds scale, B, mean and var into y = a * x + b per
+// channel; when all four are constants that happens once at prepare,
+// otherwise per call (one sqrt per channel). LayerNormalization takes two
+// passes per row (mean, then the variance of x - mean), which keeps the
+// variance exact for rows with a large mean. Softmax subtracts the row
+// maximum before exp. None of them allocates while running.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kBlock = 16;
+
+using Ints = std::vector<int64_t>;
+
+std::string typeString(const TensorInfo& info) {
+  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
+}
+
+const std::byte* constantInput(const KernelSetup& setup, size_t index) {
+  return index < setup.constants.size() ? setup.constants[index] : nullptr;
+}
+
+bool present(const TensorInfo& info) { return info.dtype != DType::kUndefined; }
+
+// Checks the counts, and f32 and static shapes of every input present.
+void expectF32(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs) {
+  if (setup.inputs.size() < min_inputs || setup.inputs.size() > max_inputs) {
+    const std::string expected =
+        min_inputs == max_inputs ? std::to_string(min_inputs) : fmt::format("{} to {}", min_inputs, max_inputs);
+    throw UsageError(fmt::format("{}: expects {} inputs, got {}", op, expected, setup.inputs.size()));
+  }
+  if (setup.outputs.empty()) throw UsageError(fmt::format("{}: expects an output", op));
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    const TensorInfo& input = setup.inputs[i];
+    if (!present(input)) {
+      if (i < min_inputs) throw UsageError(fmt::format("{}: input {} is required", op, i));
+      continue;
+    }
+    if (input.dtype != DType::kF32) {
+      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32); input {} is {}", op,
+                                   dtypeName(input.dtype), i, typeString(input)));
+    }
+    if (!input.isStatic()) {
+      throw UsageError(fmt::format("{}: needs static shapes, input {} is {}", op, i, typeString(input)));
+    }
+  }
+}
+
+void expectOutput(std::string_view op, const KernelSetup& setup, size_t index, const Ints& shape) {
+  const TensorInfo expected{DType::kF32, shape};
+  if (setup.outputs[index] != expected) {
+    throw UsageError(fmt::format("{}: output {} is {} but the inputs give {}", op, index,
+                                 typeString(setup.outputs[index]), typeString(expected)));
+  }
+}
+
+size_t normalizeAxis(std::string_view op, int64_t axis, size_t rank) {
+  const auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r) {
+    throw UsageError(fmt::format("{}: axis {} is out of range for rank {}", op, axis, rank));
+  }
+  return static_cast<size_t>(axis < 0 ? axis + r : axis);
+}
+
+float loadFloat(const std::byte* bytes, int64_t index) {
+  float v;
+  std::memcpy(&v, bytes + static_cast<size_t>(index) * sizeof(float), sizeof v);
+  return v;
+}
+
+// y[i] = a * x[i] + b for i in [0, n).
+inline void affine(const float* x, float* y, int64_t n, float a, float b) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float block[kBlock];
+    for (int64_t j = 0; j < kBlock; ++j) block[j] = a * x[i + j] + b;
+    for (int64_t j = 0; j < kBlock; ++j) y[i + j] = block[j];
+  }
+  for (; i < n; ++i) y[i] = a * x[i] + b;
+}
+
+// Sum of x[0, n).
+inline float sum(const float* x, int64_t n) {
+  float acc[kBlock] = {};
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) acc[j] += x[i + j];
+  }
+  float total = 0;
+  for (; i < n; ++i) total += x[i];
+  for (int64_t j = 0; j < kBlock; ++j) total += acc[j];
+  return total;
+}
+
+// ------------------------------------------------------ BatchNormalization
+
+struct BatchNormState final : KernelState {
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t inner = 0;  // elements per channel and batch index
+  float epsilon = 0;
+  bool folded = false;
+  std::vector<float> a;  // when folded
+  std::vector<float> b;
+};
+
+std::unique_ptr<KernelState> prepareBatchNorm(const KernelSetup& setup) {
+  constexpr std::string_view op = "BatchNormalization";
+  expectF32(op, setup, 5, 5);
+  if (setup.params.getInt("training_mode", 0) != 0) {
+    throw UsageError("BatchNormalization: training_mode is not supported (inference only)");
+  }
+  if (setup.params.getInt("spatial", 1) == 0) {
+    throw UsageError("BatchNormalization: spatial = 0 (per-element parameters, before opset 9) is not supported");
+  }
+  size_t outputs = 0;
+  for (const TensorInfo& out : setup.outputs) outputs += present(out) ? 1 : 0;
+  if (outputs != 1 || !present(setup.outputs[0])) {
+    throw UsageError(
+        "BatchNormalization: only the inference form with one output (Y) is supported; the running statistics "
+        "outputs are not");
+  }
+  const Ints& x = setup.inputs[0].shape;
+  if (x.size() < 2) {
+    throw UsageError(fmt::format("{}: needs an input [N, C, ...] of rank 2 or more, got {}", op,
+                                 typeString(setup.inputs[0])));
+  }
+  const char* names[] = {"", "scale", "B", "mean", "var"};
+  for (size_t i = 1; i < 5; ++i) {
+    if (setup.inputs[i].shape != Ints{x[1]}) {
+      throw UsageError(fmt::format("{}: {} (input {}) is {} but must be [{}]", op, names[i], i,
+                                   typeString(setup.inputs[i]), x[1]));
+    }
+  }
+  expectOutput(op, setup, 0, x);
+  auto state = std::make_unique<BatchNormState>();
+  state->batch = x[0];
+  state->channels = x[1];
+  state->inner = 1;
+  for (size_t i = 2; i < x.size(); ++i) state->inner *= x[i];
+  state->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
+  bool constants = true;
+  for (size_t i = 1; i < 5; ++i) constants = constants && constantInput(setup, i) != nullptr;
+  if (constants) {
+    state->folded = true;
+    state->a.resize(static_cast<size_t>(x[1]));
+    state->b.resize(static_cast<size_t>(x[1]));
+    for (int64_t c = 0; c < x[1]; ++c) {
+      // In double, rounded once: the per-call path computes the same in f32.
+      const double a = static_cast<double>(loadFloat(constantInput(setup, 1), c)) /
+                       std::sqrt(static_cast<double>(loadFloat(constantInput(setup, 4), c)) + state->epsilon);
+      state->a[static_cast<size_t>(c)] = static_cast<float>(a);
+      state->b[static_cast<size_t>(c)] = static_cast<float>(
+          static_cast<double>(loadFloat(constantInput(setup, 2), c)) - a * loadFloat(constantInput(setup, 3), c));
+    }
+  }
+  return state;
+}
+
+void runBatchNorm(const KernelCall& call) {
+  const auto& s = static_cast<const BatchNormState&>(*call.state);
+  const float* x = call.inputs[0].as<const float>();
+  float* y = call.outputs[0].as<float>();
+  const float* scale = call.inputs[1].as<const float>();
+  const float* bias = call.inputs[2].as<const float>();
+  const float* mean = call.inputs[3].as<const float>();
+  const float* var = call.inputs[4].as<const float>();
+  for (int64_t n = 0; n < s.batch; ++n) {
+    for (int64_t c = 0; c < s.channels; ++c) {
+      float a;
+      float b;
+      if (s.folded) {
+        a = s.a[static_cast<size_t>(c)];
+        b = s.b[static_cast<size_t>(c)];
+      } else {
+        a = scale[c] / std::sqrt(var[c] + s.epsilon);
+        b = bias[c] - a * mean[c];
+      }
+      const int64_t offset = (n * s.channels + c) * s.inner;
+      affine(x + offset, y + offset, s.inner, a, b);
+    }
+  }
+}
+
+// ------------------------------------------------------ LayerNormalization
+
+struct LayerNormState final : KernelState {
+  int64_t rows = 0;
+  int64_t size = 0;  // normalised elements per row
+  float epsilon = 0;
+  bool scale_scalar = false;  // one value for every element, else [size]
+  bool has_bias = false;
+  bool bias_scalar = false;
+  bool mean_output = false;
+  bool inv_std_output = false;
+};
+
+// True when `param` broadcasts to `normalized` as one value; false when it is
+// the whole of it; UsageError otherwise.
+bool layerNormParam(const KernelSetup& setup, size_t index, const Ints& normalized) {
+  const Ints& shape = setup.inputs[index].shape;
+  uint64_t count = 1;
+  for (int64_t d : shape) count *= static_cast<uint64_t>(d);
+  if (count == 1) return true;
+  // The same shape, with any leading 1s.
+  size_t lead = 0;
+  while (shape.size() - lead > normalized.size() && shape[lead] == 1) ++lead;
+  if (Ints(shape.begin() + static_cast<std::ptrdiff_t>(lead), shape.end()) ==
+      Ints(normalized.end() - static_cast<std::ptrdiff_t>(std::min(normalized.size(), shape.size() - lead)),
+           normalized.end())) {
+    uint64_t n = 1;
+    for (int64_t d : normalized) n *= static_cast<uint64_t>(d);
+    if (count == n) return false;
+  }
+  throw UsageError(fmt::format(
+      "LayerNormalization: input {} {} must have the normalised shape {} (or be one value); other broadcasts are "
+      "not supported",
+      index, typeString(setup.inputs[index]), TensorInfo{DType::kF32, normalized}.shapeString()));
+}
+
+std::unique_ptr<KernelState> prepareLayerNorm(const KernelSetup& setup) {
+  constexpr std::string_view op = "LayerNormalization";
+  expectF32(op, setup, 2, 3);
+  if (setup.outputs.size() > 3) throw UsageError(fmt::format("{}: expects 1 to 3 outputs, got {}", op, setup.outputs.size()));
+  const int64_t stash = setup.params.getInt("stash_type", 1);
+  if (stash != 1) {
+    throw UsageError(fmt::format("{}: stash_type {} is not supported (only 1, f32)", op, stash));
+  }
+  const Ints& x = setup.inputs[0].shape;
+  if (x.empty()) throw UsageError(fmt::format("{}: needs an input of rank 1 or more, got a scalar", op));
+  const size_t axis = normalizeAxis(op, setup.params.getInt("axis", -1), x.size());
+  const Ints normalized(x.begin() + static_cast<std::ptrdiff_t>(axis), x.end());
+  auto state = std::make_unique<LayerNormState>();
+  state->rows = 1;
+  for (size_t i = 0; i < axis; ++i) state->rows *= x[i];
+  state->size = 1;
+  for (int64_t d : normalized) state->size *= d;
+  state->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
+  state->scale_scalar = layerNormParam(setup, 1, normalized);
+  state->has_bias = setup.inputs.size() == 3 && present(setup.inputs[2]);
+  if (state->has_bias) state->bias_scalar = layerNormParam(setup, 2, normalized);
+  expectOutput(op, setup, 0, x);
+  Ints stats(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(axis));
+  stats.insert(stats.end(), x.size() - axis, 1);
+  for (size_t i = 1; i < setup.outputs.size(); ++i) {
+    if (!present(setup.outputs[i])) continue;
+    expectOutput(op, setup, i, stats);
+    (i == 1 ? state->mean_output : state->inv_std_output) = true;
+  }
+  return state;
+}
+
+void runLayerNorm(const KernelCall& call) {
+  const auto& s = static_cast<const LayerNormState&>(*call.state);
+  const float* x = call.inputs[0].as<const float>();
+  const float* scale = call.inputs[1].as<const float>();
+  const float* bias = s.has_bias ? call.inputs[2].as<const float>() : nullptr;
+  float* y = call.outputs[0].as<float>();
+  float* mean_out = s.mean_output ? call.outputs[1].as<float>() : nullptr;
+  float* inv_out = s.inv_std_output ? call.outputs[2].as<float>() : nullptr;
+  const int64_t n = s.size;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float mean = sum(xr, n) * inv_n;
+    float acc[kBlock] = {};
+    int64_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const float d = xr[i + j] - mean;
+        acc[j] += d * d;
+      }
+    }
+    float var = 0;
+    for (; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    for (int64_t j = 0; j < kBlock; ++j) var += acc[j];
+    var *= inv_n;
+    const float inv_std = 1.0f / std::sqrt(var + s.epsilon);
+    if (mean_out != nullptr) mean_out[r] = mean;
+    if (inv_out != nullptr) inv_out[r] = inv_std;
+    const auto value = [&](int64_t k) {
+      const float sc = s.scale_scalar ? scale[0] : scale[k];
+      const float b = bias == nullptr ? 0.0f : s.bias_scalar ? bias[0] : bias[k];
+      return (xr[k] - mean) * inv_std * sc + b;
+    };
+    i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      float block[kBlock];
+      for (int64_t j = 0; j < kBlock; ++j) block[j] = value(i + j);
+      for (int64_t j = 0; j < kBlock; ++j) yr[i + j] = block[j];
+    }
+    for (; i < n; ++i) yr[i] = value(i);
+  }
+}
+
+// ------------------------------------------------------ Softmax, LogSoftmax
+
+struct SoftmaxState final : KernelState {
+  int64_t outer = 0;
+  int64_t axis = 0;   // elements along the axis
+  int64_t inner = 0;  // elements after the axis
+  bool log = false;
+};
+
+std::unique_ptr<KernelState> prepareSoftmaxLike(std::string_view op, const KernelSetup& setup, bool log) {
+  expectF32(op, setup, 1, 1);
+  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
+  const Ints& x = setup.inputs[0].shape;
+  expectOutput(op, setup, 0, x);
+  auto state = std::make_unique<SoftmaxState>();
+  state->log = log;
+  if (x.empty()) {  // a scalar: one row of one element
+    state->outer = state->axis = state->inner = 1;
+    return state;
+  }
+  const size_t axis = normalizeAxis(op, setup.params.getInt("axis", -1), x.size());
+  state->outer = 1;
+  for (size_t i = 0; i < axis; ++i) state->outer *= x[i];
+  state->axis = x[axis];
+  state->inner = 1;
+  for (size_t i = axis + 1; i < x.size(); ++i) state->inner *= x[i];
+  return state;
+}
+
+// One contiguous row of n elements.
+void softmaxRow(const float* x, float* y, int64_t n, bool log) {
+  float mx[kBlock];
+  for (int64_t j = 0; j < kBlock; ++j) mx[j] = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int64_t j = 0; j < kBlock; ++j) m = mx[j] > m ? mx[j] : m;
+  float total = 0;
+  if (log) {
+    for (i = 0; i < n; ++i) total += std::exp(x[i] - m);
+    const float shift = m + std::log(total);
+    affine(x, y, n, 1.0f, -shift);
+  } else {
+    for (i = 0; i < n; ++i) {
+      const float e = std::exp(x[i] - m);
+      y[i] = e;
+      total += e;
+    }
+    const float inv = 1.0f / total;
+    affine(y, y, n, inv, 0.0f);
+  }
+}
+
+// Columns [0, width) of a [n, stride] block: softmax down each column.
+template <bool kFull>
+void softmaxColumns(const float* x, float* y, int64_t n, int64_t stride, int64_t width_in, bool log) {
+  const int64_t width = kFull ? kBlock : width_in;
+  float m[kBlock];
+  float total[kBlock];
+  for (int64_t j = 0; j < kBlock; ++j) {
+    m[j] = -std::numeric_limits<float>::infinity();
+    total[j] = 0;
+  }
+  for (int64_t a = 0; a < n; ++a) {
+    const float* row = x + a * stride;
+    for (int64_t j = 0; j < width; ++j) m[j] = row[j] > m[j] ? row[j] : m[j];
+  }
+  for (int64_t a = 0; a < n; ++a) {
+    const float* row = x + a * stride;
+    float* out = y + a * stride;
+    for (int64_t j = 0; j < width; ++j) {
+      const float e = std::exp(row[j] - m[j]);
+      if (!log) out[j] = e;
+      total[j] += e;
+    }
+  }
+  if (log) {
+    for (int64_t j = 0; j < width; ++j) total[j] = m[j] + std::log(total[j]);
+    for (int64_t a = 0; a < n; ++a) {
+      const float* row = x + a * stride;
+      float* out = y + a * stride;
+      for (int64_t j = 0; j < width; ++j) out[j] = row[j] - total[j];
+    }
+  } else {
+    for (int64_t j = 0; j < width; ++j) total[j] = 1.0f / total[j];
+    for (int64_t a = 0; a < n; ++a) {
+      float* out = y + a * stride;
+      for (int64_t j = 0; j < width; ++j) out[j] *= total[j];
+    }
+  }
+}
+
+void runSoftmax(const KernelCall& call) {
+  const auto& s = static_cast<const SoftmaxState&>(*call.state);
+  const float* x = call.inputs[0].as<const float>();
+  float* y = call.outputs[0].as<float>();
+  if (s.axis == 0) return;
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const float* xo = x + o * s.axis * s.inner;
+    float* yo = y + o * s.axis * s.inner;
+    if (s.inner == 1) {
+      softmaxRow(xo, yo, s.axis, s.log);
+      continue;
+    }
+    int64_t j = 0;
+    for (; j + kBlock <= s.inner; j += kBlock) softmaxColumns<true>(xo + j, yo + j, s.axis, s.inner, kBlock, s.log);
+    if (j < s.inner) softmaxColumns<false>(xo + j, yo + j, s.axis, s.inner, s.inner - j, s.log);
+  }
+}
+
+std::unique_ptr<KernelState> prepareSoftmax(const KernelSetup& setup) {
+  return prepareSoftmaxLike("Softmax", setup, false);
+}
+std::unique_ptr<KernelState> prepareLogSoftmax(const KernelSetup& setup) {
+  return prepareSoftmaxLike("LogSoftmax", setup, true);
+}
+
+}  // namespace
+
+void registerNormalizationKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"BatchNormalization", &prepareBatchNorm, &runBatchNorm});
+  registry.add(KernelDef{"LayerNormalization", &prepareLayerNorm, &runLayerNorm});
+  registry.add(KernelDef{"Softmax", &prepareSoftmax, &runSoftmax});
+  registry.add(KernelDef{"LogSoftmax", &prepareLogSoftmax, &runSoftmax});
+}
+
+}  // namespace kiln

@@ -1,0 +1,440 @@
+// Pooling (ONNX) on the CPU in f32: MaxPool and AveragePool over 1 to 3
+// spatial axes through oneDNN's pooling_v2 primitive, with a loop kernel of
+// our own where oneDNN would compute something else or refuses; and
+// GlobalAveragePool and GlobalMaxPool as loops.
+//
+// Window arithmetic follows the ONNX formulas (as src/ops/nn_ops.cc does):
+// auto_pad SAME_* pads ceil(in / stride) outputs, ceil_mode adds one output
+// when the windows do not fit exactly, as long as the last window starts
+// inside the input or the left padding. oneDNN gets that output size through
+// a larger right padding. Padding never counts for MaxPool; for AveragePool
+// with count_include_pad it counts only inside the explicit pads (as
+// onnxruntime and PyTorch do), never in the part ceil_mode adds, which
+// oneDNN's avg_include_padding would count: those cases use the loop kernel.
+//
+// Concurrency and allocation as in matmul.cc: execution slots made at
+// prepare; dnnl_primitive_execute allocates a few small objects per call
+// inside oneDNN. The loop kernels allocate nothing.
+#include <dnnl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "core/log.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kExecutionSlots = 4;
+constexpr int64_t kBlock = 16;
+constexpr size_t kMaxSpatial = 3;
+
+using Dims = dnnl::memory::dims;
+using Ints = std::vector<int64_t>;
+
+std::string typeString(const TensorInfo& info) {
+  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
+}
+
+const dnnl::engine& cpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+struct ExecutionSlot {
+  std::atomic<bool> busy{false};
+  dnnl::stream stream;
+  dnnl::memory src;
+  dnnl::memory dst;
+  dnnl::memory scratchpad;
+};
+
+// A window over 3 spatial axes (missing leading axes have size 1).
+struct Window {
+  bool max = false;
+  bool count_include_pad = false;
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t rows = 0;  // N * C
+  std::array<int64_t, kMaxSpatial> in{1, 1, 1};
+  std::array<int64_t, kMaxSpatial> out{1, 1, 1};
+  std::array<int64_t, kMaxSpatial> kernel{1, 1, 1};
+  std::array<int64_t, kMaxSpatial> stride{1, 1, 1};
+  std::array<int64_t, kMaxSpatial> dilation{1, 1, 1};
+  std::array<int64_t, kMaxSpatial> pad_begin{0, 0, 0};
+  std::array<int64_t, kMaxSpatial> pad_end{0, 0, 0};  // the explicit (or auto_pad) end pads, without ceil_mode's
+};
+
+struct PoolState final : KernelState {
+  Window window;
+  bool use_dnnl = false;
+  dnnl::pooling_v2_forward primitive;
+  bool has_scratchpad = false;
+  std::unique_ptr<ExecutionSlot[]> slots;
+};
+
+// ------------------------------------------------------------- loop kernel
+
+void loopPool(const float* x, float* y, const Window& w) {
+  const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
+  const int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const float* xr = x + r * in_plane;
+    float* yr = y + r * out_plane;
+    for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
+      for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
+        for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
+          const std::array<int64_t, kMaxSpatial> start{o0 * w.stride[0] - w.pad_begin[0],
+                                                       o1 * w.stride[1] - w.pad_begin[1],
+                                                       o2 * w.stride[2] - w.pad_begin[2]};
+          float acc = w.max ? -std::numeric_limits<float>::infinity() : 0.0f;
+          int64_t valid = 0;
+          int64_t padded = 0;  // taps inside the explicit pads or the input
+          for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
+            const int64_t i0 = start[0] + k0 * w.dilation[0];
+            const bool in0 = i0 >= 0 && i0 < w.in[0];
+            const bool pad0 = i0 >= -w.pad_begin[0] && i0 < w.in[0] + w.pad_end[0];
+            for (int64_t k1 = 0; k1 < w.kernel[1]; ++k1) {
+              const int64_t i1 = start[1] + k1 * w.dilation[1];
+              const bool in1 = in0 && i1 >= 0 && i1 < w.in[1];
+              const bool pad1 = pad0 && i1 >= -w.pad_begin[1] && i1 < w.in[1] + w.pad_end[1];
+              for (int64_t k2 = 0; k2 < w.kernel[2]; ++k2) {
+                const int64_t i2 = start[2] + k2 * w.dilation[2];
+                if (pad1 && i2 >= -w.pad_begin[2] && i2 < w.in[2] + w.pad_end[2]) ++padded;
+                if (!in1 || i2 < 0 || i2 >= w.in[2]) continue;
+                const float v = xr[(i0 * w.in[1] + i1) * w.in[2] + i2];
+                ++valid;
+                if (w.max) {
+                  acc = v > acc || v != v ? v : acc;  // NaN propagates
+                } else {
+                  acc += v;
+                }
+              }
+            }
+          }
+          if (!w.max) acc /= static_cast<float>(w.count_include_pad ? padded : valid);
+          yr[(o0 * w.out[1] + o1) * w.out[2] + o2] = acc;
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ oneDNN
+
+void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMaxSpatial>& pad_right) {
+  const Window& w = state.window;
+  const size_t first = kMaxSpatial - spatial;
+  Dims src_dims{w.batch, w.channels};
+  Dims dst_dims{w.batch, w.channels};
+  Dims strides, kernel, dilation, pad_l, pad_r;
+  for (size_t i = first; i < kMaxSpatial; ++i) {
+    src_dims.push_back(w.in[i]);
+    dst_dims.push_back(w.out[i]);
+    strides.push_back(w.stride[i]);
+    kernel.push_back(w.kernel[i]);
+    dilation.push_back(w.dilation[i] - 1);
+    pad_l.push_back(w.pad_begin[i]);
+    pad_r.push_back(pad_right[i]);
+  }
+  const dnnl::engine& engine = cpuEngine();
+  using tag = dnnl::memory::format_tag;
+  const tag plain = spatial == 1 ? tag::ncw : spatial == 2 ? tag::nchw : tag::ncdhw;
+  const dnnl::memory::desc src(src_dims, dnnl::memory::data_type::f32, plain);
+  const dnnl::memory::desc dst(dst_dims, dnnl::memory::data_type::f32, plain);
+  const dnnl::algorithm algorithm = w.max                 ? dnnl::algorithm::pooling_max
+                                    : w.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                          : dnnl::algorithm::pooling_avg_exclude_padding;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, src, dst, strides, kernel,
+                                            dilation, pad_l, pad_r);
+  const dnnl::pooling_v2_forward::primitive_desc pd(desc, attr, engine);
+  state.primitive = dnnl::pooling_v2_forward(pd);
+  state.has_scratchpad = pd.scratchpad_desc().get_size() != 0;
+  state.slots = std::make_unique<ExecutionSlot[]>(kExecutionSlots);
+  for (size_t i = 0; i < kExecutionSlots; ++i) {
+    ExecutionSlot& slot = state.slots[i];
+    slot.stream = dnnl::stream(engine);
+    slot.src = dnnl::memory(pd.src_desc(), engine, DNNL_MEMORY_NONE);
+    slot.dst = dnnl::memory(pd.dst_desc(), engine, DNNL_MEMORY_NONE);
+    if (state.has_scratchpad) slot.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
+  }
+  state.use_dnnl = true;
+}
+
+ExecutionSlot& claimSlot(const PoolState& state) {
+  for (;;) {
+    for (size_t i = 0; i < kExecutionSlots; ++i) {
+      ExecutionSlot& slot = state.slots[i];
+      if (!slot.busy.load(std::memory_order_relaxed) && !slot.busy.exchange(true, std::memory_order_acquire)) {
+        return slot;
+      }
+    }
+    std::this_thread::yield();
+  }
+}
+
+[[noreturn]] void dnnlFailed(const char* what, dnnl_status_t status) {
+  std::fprintf(stderr, "kiln: pooling kernel: %s failed with oneDNN status %d\n", what, static_cast<int>(status));
+  std::abort();
+}
+
+void setHandle(const dnnl::memory& memory, void* data) {
+  const dnnl_status_t status = dnnl_memory_set_data_handle_v2(memory.get(), data, nullptr);
+  if (status != dnnl_success) dnnlFailed("dnnl_memory_set_data_handle", status);
+}
+
+void runPool(const KernelCall& call) {
+  const auto& state = static_cast<const PoolState&>(*call.state);
+  if (!state.use_dnnl) {
+    loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window);
+    return;
+  }
+  ExecutionSlot& slot = claimSlot(state);
+  dnnl_exec_arg_t args[3];
+  int count = 0;
+  setHandle(slot.src, call.inputs[0].data);
+  args[count++] = {DNNL_ARG_SRC, slot.src.get()};
+  setHandle(slot.dst, call.outputs[0].data);
+  args[count++] = {DNNL_ARG_DST, slot.dst.get()};
+  if (state.has_scratchpad) args[count++] = {DNNL_ARG_SCRATCHPAD, slot.scratchpad.get()};
+  dnnl_status_t status = dnnl_primitive_execute(state.primitive.get(), slot.stream.get(), count, args);
+  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
+  slot.busy.store(false, std::memory_order_release);
+  if (status != dnnl_success) dnnlFailed("dnnl_primitive_execute", status);
+}
+
+// ------------------------------------------------------------------ prepare
+
+void expectF32Input(std::string_view op, const KernelSetup& setup) {
+  if (setup.inputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 input, got {}", op, setup.inputs.size()));
+  const TensorInfo& x = setup.inputs[0];
+  if (x.dtype != DType::kF32) {
+    throw UsageError(
+        fmt::format("{}: no kernel for {} inputs (supports f32); input 0 is {}", op, dtypeName(x.dtype), typeString(x)));
+  }
+  if (!x.isStatic()) throw UsageError(fmt::format("{}: needs static shapes, input 0 is {}", op, typeString(x)));
+  if (x.shape.size() < 3) {
+    throw UsageError(fmt::format("{}: needs an input [N, C, spatial...] of rank 3 or more, got {}", op, typeString(x)));
+  }
+}
+
+void expectOutput(std::string_view op, const KernelSetup& setup, const Ints& shape) {
+  const TensorInfo expected{DType::kF32, shape};
+  if (setup.outputs[0] != expected) {
+    throw UsageError(
+        fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
+  }
+}
+
+Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& name, size_t size, int64_t minimum,
+               const Ints& fallback) {
+  Ints values = params.getInts(name, fallback);
+  if (values.size() != size) {
+    throw UsageError(fmt::format("{}: attribute '{}' has {} values, {} expected", op, name, values.size(), size));
+  }
+  for (int64_t v : values) {
+    if (v < minimum) {
+      throw UsageError(fmt::format("{}: attribute '{}' [{}] has the value {}; at least {} expected", op, name,
+                                   fmt::join(values, ", "), v, minimum));
+    }
+  }
+  return values;
+}
+
+std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max) {
+  expectF32Input(op, setup);
+  if (max && setup.outputs.size() == 2) {
+    throw UsageError("MaxPool: the Indices output (output 1) is not supported; only Y");
+  }
+  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
+  const Ints& x = setup.inputs[0].shape;
+  const size_t n = x.size() - 2;
+  if (n > kMaxSpatial) {
+    throw UsageError(fmt::format("{}: no kernel for {} spatial axes (supports 1 to 3); input is {}", op, n,
+                                 typeString(setup.inputs[0])));
+  }
+  if (!setup.params.has("kernel_shape")) throw UsageError(fmt::format("{}: needs the 'kernel_shape' attribute", op));
+  const Ints kernel = sizedInts(op, setup.params, "kernel_shape", n, 1, {});
+  const Ints strides = sizedInts(op, setup.params, "strides", n, 1, Ints(n, 1));
+  const Ints dilations = sizedInts(op, setup.params, "dilations", n, 1, Ints(n, 1));
+  Ints pads = sizedInts(op, setup.params, "pads", 2 * n, 0, Ints(2 * n, 0));
+  const std::string auto_pad = setup.params.getString("auto_pad", "NOTSET");
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  if (!same && auto_pad != "NOTSET" && auto_pad != "VALID" && !auto_pad.empty()) {
+    throw UsageError(fmt::format("{}: auto_pad is '{}', not NOTSET, VALID, SAME_UPPER or SAME_LOWER", op, auto_pad));
+  }
+  const bool ceil_mode = setup.params.getInt("ceil_mode", 0) != 0;
+
+  auto state = std::make_unique<PoolState>();
+  Window& w = state->window;
+  w.max = max;
+  w.count_include_pad = setup.params.getInt("count_include_pad", 0) != 0;
+  w.batch = x[0];
+  w.channels = x[1];
+  w.rows = x[0] * x[1];
+  std::array<int64_t, kMaxSpatial> pad_right{0, 0, 0};  // oneDNN's, ceil_mode's extra included
+  bool ceil_extra = false;
+  Ints out_shape{x[0], x[1]};
+  for (size_t i = 0; i < n; ++i) {
+    const size_t a = kMaxSpatial - n + i;
+    const int64_t in = x[i + 2];
+    const int64_t extent = (kernel[i] - 1) * dilations[i] + 1;
+    const int64_t stride = strides[i];
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t out = 0;
+    if (same) {
+      out = (in + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * stride + extent - in);
+      begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      end = total - begin;
+    } else {
+      if (auto_pad != "VALID") {
+        begin = pads[i];
+        end = pads[i + n];
+      }
+      const int64_t room = in + begin + end - extent;
+      if (room < 0) {
+        throw UsageError(fmt::format(
+            "{}: spatial axis {}: the kernel spans {} elements (dilations included) but the padded input has {}", op, i,
+            extent, in + begin + end));
+      }
+      out = room / stride + 1;
+      if (ceil_mode && room % stride != 0) {
+        ++out;
+        if ((out - 1) * stride >= in + begin) --out;
+      }
+    }
+    w.in[a] = in;
+    w.out[a] = out;
+    w.kernel[a] = kernel[i];
+    w.stride[a] = stride;
+    w.dilation[a] = dilations[i];
+    w.pad_begin[a] = begin;
+    w.pad_end[a] = end;
+    pad_right[a] = std::max(end, (out - 1) * stride + extent - in - begin);
+    ceil_extra = ceil_extra || pad_right[a] != end;
+    out_shape.push_back(out);
+  }
+  expectOutput(op, setup, out_shape);
+  if (w.rows == 0) return state;  // the loop kernel does nothing
+  if (!max && w.count_include_pad && ceil_extra) return state;  // see the top of the file
+  try {
+    prepareDnnl(*state, n, pad_right);
+  } catch (const dnnl::error& e) {
+    log::debug("{}: oneDNN refused the pooling ({}); using the loop kernel", op, e.what());
+    state->use_dnnl = false;
+    state->slots.reset();
+  }
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareMaxPool(const KernelSetup& setup) { return preparePool("MaxPool", setup, true); }
+std::unique_ptr<KernelState> prepareAveragePool(const KernelSetup& setup) {
+  return preparePool("AveragePool", setup, false);
+}
+
+// ------------------------------------------------------------- global pools
+
+struct GlobalState final : KernelState {
+  int64_t rows = 0;
+  int64_t size = 0;  // elements per row
+};
+
+std::unique_ptr<KernelState> prepareGlobal(std::string_view op, const KernelSetup& setup) {
+  expectF32Input(op, setup);
+  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
+  const Ints& x = setup.inputs[0].shape;
+  Ints out{x[0], x[1]};
+  out.insert(out.end(), x.size() - 2, 1);
+  expectOutput(op, setup, out);
+  auto state = std::make_unique<GlobalState>();
+  state->rows = x[0] * x[1];
+  state->size = 1;
+  for (size_t i = 2; i < x.size(); ++i) state->size *= x[i];
+  if (state->size == 0) throw UsageError(fmt::format("{}: the input {} has no spatial elements", op, typeString(setup.inputs[0])));
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareGlobalAverage(const KernelSetup& setup) {
+  return prepareGlobal("GlobalAveragePool", setup);
+}
+std::unique_ptr<KernelState> prepareGlobalMax(const KernelSetup& setup) {
+  return prepareGlobal("GlobalMaxPool", setup);
+}
+
+void runGlobalAverage(const KernelCall& call) {
+  const auto& state = static_cast<const GlobalState&>(*call.state);
+  const float* x = call.inputs[0].as<const float>();
+  float* y = call.outputs[0].as<float>();
+  const int64_t s = state.size;
+  for (int64_t r = 0; r < state.rows; ++r) {
+    const float* row = x + r * s;
+    float acc[kBlock] = {};
+    int64_t i = 0;
+    for (; i + kBlock <= s; i += kBlock) {
+      for (int64_t j = 0; j < kBlock; ++j) acc[j] += row[i + j];
+    }
+    float sum = 0;
+    for (; i < s; ++i) sum += row[i];
+    for (int64_t j = 0; j < kBlock; ++j) sum += acc[j];
+    y[r] = sum / static_cast<float>(s);
+  }
+}
+
+void runGlobalMax(const KernelCall& call) {
+  const auto& state = static_cast<const GlobalState&>(*call.state);
+  const float* x = call.inputs[0].as<const float>();
+  float* y = call.outputs[0].as<float>();
+  const int64_t s = state.size;
+  for (int64_t r = 0; r < state.rows; ++r) {
+    const float* row = x + r * s;
+    float acc[kBlock];
+    for (int64_t j = 0; j < kBlock; ++j) acc[j] = -std::numeric_limits<float>::infinity();
+    bool nan = false;
+    int64_t i = 0;
+    for (; i + kBlock <= s; i += kBlock) {
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const float v = row[i + j];
+        nan = nan || v != v;
+        acc[j] = v > acc[j] ? v : acc[j];
+      }
+    }
+    float m = -std::numeric_limits<float>::infinity();
+    for (; i < s; ++i) {
+      nan = nan || row[i] != row[i];
+      m = row[i] > m ? row[i] : m;
+    }
+    for (int64_t j = 0; j < kBlock; ++j) m = acc[j] > m ? acc[j] : m;
+    y[r] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  }
+}
+
+}  // namespace
+
+void registerPoolKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"MaxPool", &prepareMaxPool, &runPool});
+  registry.add(KernelDef{"AveragePool", &prepareAveragePool, &runPool});
+  registry.add(KernelDef{"GlobalAveragePool", &prepareGlobalAverage, &runGlobalAverage});
+  registry.add(KernelDef{"GlobalMaxPool", &prepareGlobalMax, &runGlobalMax});
+}
+
+}  // namespace kiln

@@ -1,0 +1,270 @@
+// MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool against
+// double-precision references written here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kiln {
+namespace {
+
+using ::kiln::testing::elementCount;
+using ::kiln::testing::Operand;
+using ::kiln::testing::operand;
+using ::kiln::testing::output;
+using ::kiln::testing::PreparedKernel;
+using ::kiln::testing::prepareError;
+using ::kiln::testing::randomValues;
+using Ints = std::vector<int64_t>;
+
+::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "got " << got.size() << " elements, want " << want.size();
+  }
+  size_t mismatches = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])))) {
+      if (mismatches++ == 0) {
+        first = "element " + std::to_string(i) + ": got " + std::to_string(got[i]) + ", want " + std::to_string(want[i]);
+      }
+    }
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatches << " of " << got.size() << " elements differ; first: " << first;
+}
+
+Ints unravel(const Ints& shape, int64_t flat) {
+  Ints coords(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coords[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return coords;
+}
+
+struct Attrs {
+  Ints kernel{};
+  Ints strides{};
+  Ints dilations{};
+  Ints pads{};
+  std::string auto_pad{};
+  bool ceil_mode = false;
+  bool count_include_pad = false;
+};
+
+ParamMap params(const Attrs& a) {
+  ParamMap p;
+  p.set("kernel_shape", a.kernel);
+  if (!a.strides.empty()) p.set("strides", a.strides);
+  if (!a.dilations.empty()) p.set("dilations", a.dilations);
+  if (!a.pads.empty()) p.set("pads", a.pads);
+  if (!a.auto_pad.empty()) p.set("auto_pad", a.auto_pad);
+  if (a.ceil_mode) p.set("ceil_mode", int64_t{1});
+  if (a.count_include_pad) p.set("count_include_pad", int64_t{1});
+  return p;
+}
+
+// Pads (begin, end) and output sizes by the ONNX formulas; then the pooling.
+std::vector<double> poolReference(const Ints& xs, const std::vector<float>& x, const Attrs& a, bool max, Ints& out) {
+  const size_t n = xs.size() - 2;
+  Ints pb(n), pe(n);
+  out = {xs[0], xs[1]};
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t s = a.strides.empty() ? 1 : a.strides[i];
+    const int64_t d = a.dilations.empty() ? 1 : a.dilations[i];
+    const int64_t extent = (a.kernel[i] - 1) * d + 1;
+    const int64_t in = xs[i + 2];
+    if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
+      const int64_t o = (in + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (o - 1) * s + extent - in);
+      pb[i] = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe[i] = total - pb[i];
+      out.push_back(o);
+    } else {
+      pb[i] = a.pads.empty() || a.auto_pad == "VALID" ? 0 : a.pads[i];
+      pe[i] = a.pads.empty() || a.auto_pad == "VALID" ? 0 : a.pads[i + n];
+      const double exact = static_cast<double>(in + pb[i] + pe[i] - extent) / static_cast<double>(s) + 1;
+      int64_t o = static_cast<int64_t>(a.ceil_mode ? std::ceil(exact) : std::floor(exact));
+      if (a.ceil_mode && (o - 1) * s >= in + pb[i]) --o;  // the last window starts inside
+      out.push_back(o);
+    }
+  }
+  const Ints spatial_out(out.begin() + 2, out.end());
+  std::vector<double> y;
+  for (int64_t flat = 0; flat < static_cast<int64_t>(elementCount(out)); ++flat) {
+    const Ints o = unravel(out, flat);
+    double acc = max ? -std::numeric_limits<double>::infinity() : 0.0;
+    int64_t valid = 0, padded = 0;
+    for (int64_t t = 0; t < static_cast<int64_t>(elementCount(a.kernel)); ++t) {
+      const Ints k = unravel(a.kernel, t);
+      bool inside = true, in_pads = true;
+      int64_t index = o[0] * xs[1] + o[1];
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t s = a.strides.empty() ? 1 : a.strides[i];
+        const int64_t d = a.dilations.empty() ? 1 : a.dilations[i];
+        const int64_t pos = o[i + 2] * s - pb[i] + k[i] * d;
+        inside = inside && pos >= 0 && pos < xs[i + 2];
+        in_pads = in_pads && pos >= -pb[i] && pos < xs[i + 2] + pe[i];
+        index = index * xs[i + 2] + pos;
+      }
+      if (in_pads) ++padded;
+      if (!inside) continue;
+      ++valid;
+      const double v = x[static_cast<size_t>(index)];
+      acc = max ? std::max(acc, v) : acc + v;
+    }
+    if (!max) acc /= static_cast<double>(a.count_include_pad ? padded : valid);
+    y.push_back(acc);
+  }
+  return y;
+}
+
+void checkPool(const char* op, const Ints& xs, const Attrs& a, uint32_t seed) {
+  const bool max = std::string(op) == "MaxPool";
+  const std::vector<float> x = randomValues<float>(elementCount(xs), seed, -2, 2);
+  Ints out;
+  const std::vector<double> want = poolReference(xs, x, a, max, out);
+  std::vector<Operand> inputs = {operand(xs, x)};
+  std::vector<Operand> outputs = {output(DType::kF32, out)};
+  const PreparedKernel kernel(op, inputs, outputs, params(a));
+  kernel.run(inputs, outputs);
+  EXPECT_TRUE(near(outputs[0].values<float>(), want))
+      << op << " x " << TensorInfo{DType::kF32, xs}.shapeString() << " out " << TensorInfo{DType::kF32, out}.shapeString()
+      << " auto_pad '" << a.auto_pad << "' ceil_mode " << a.ceil_mode << " count_include_pad " << a.count_include_pad;
+}
+
+void checkBoth(const Ints& xs, const Attrs& a, uint32_t seed) {
+  checkPool("MaxPool", xs, a, seed);
+  checkPool("AveragePool", xs, a, seed);
+  Attrs include = a;
+  include.count_include_pad = true;
+  checkPool("AveragePool", xs, include, seed);
+}
+
+TEST(PoolKernel, TwoDimensional) {
+  uint32_t seed = 1;
+  checkBoth({1, 1, 4, 4}, {.kernel = {2, 2}, .strides = {2, 2}}, seed += 10);
+  checkBoth({2, 3, 9, 8}, {.kernel = {3, 3}}, seed += 10);
+  checkBoth({2, 3, 9, 8}, {.kernel = {3, 2}, .strides = {2, 3}}, seed += 10);
+  checkBoth({1, 4, 10, 11}, {.kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1}}, seed += 10);
+  checkBoth({1, 4, 10, 11}, {.kernel = {3, 3}, .strides = {2, 1}, .pads = {0, 2, 1, 0}}, seed += 10);  // asymmetric
+  checkBoth({1, 16, 14, 14}, {.kernel = {2, 2}, .strides = {2, 2}}, seed += 10);
+}
+
+TEST(PoolKernel, Dilations) {
+  uint32_t seed = 100;
+  checkBoth({1, 2, 10, 9}, {.kernel = {2, 3}, .dilations = {2, 2}}, seed += 10);
+  checkBoth({1, 2, 10, 9}, {.kernel = {3, 2}, .strides = {2, 2}, .dilations = {2, 3}, .pads = {1, 2, 2, 1}},
+            seed += 10);
+}
+
+TEST(PoolKernel, CeilMode) {
+  uint32_t seed = 200;
+  checkBoth({1, 2, 7, 7}, {.kernel = {2, 2}, .strides = {2, 2}, .ceil_mode = true}, seed += 10);
+  checkBoth({1, 2, 8, 7}, {.kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1}, .ceil_mode = true}, seed += 10);
+  checkBoth({1, 3, 6, 10}, {.kernel = {3, 2}, .strides = {2, 3}, .pads = {0, 1, 0, 0}, .ceil_mode = true}, seed += 10);
+  // The extra window would start in the right padding: dropped.
+  checkBoth({1, 1, 5, 5}, {.kernel = {2, 2}, .strides = {2, 2}, .pads = {0, 0, 1, 1}, .ceil_mode = true}, seed += 10);
+  // Exact fit: ceil_mode changes nothing.
+  checkBoth({1, 1, 6, 6}, {.kernel = {2, 2}, .strides = {2, 2}, .ceil_mode = true}, seed += 10);
+  checkBoth({1, 2, 9, 9}, {.kernel = {2, 2}, .strides = {3, 3}, .dilations = {2, 1}, .ceil_mode = true}, seed += 10);
+}
+
+TEST(PoolKernel, AutoPad) {
+  uint32_t seed = 300;
+  for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"}) {
+    checkBoth({1, 2, 7, 8}, {.kernel = {3, 3}, .auto_pad = mode}, seed += 10);
+    checkBoth({1, 2, 7, 8}, {.kernel = {2, 3}, .strides = {2, 3}, .auto_pad = mode}, seed += 10);
+  }
+}
+
+TEST(PoolKernel, OneAndThreeDimensional) {
+  uint32_t seed = 400;
+  checkBoth({2, 3, 17}, {.kernel = {3}, .strides = {2}, .pads = {1, 0}}, seed += 10);
+  checkBoth({2, 3, 17}, {.kernel = {4}, .strides = {3}, .pads = {1, 2}, .ceil_mode = true}, seed += 10);
+  checkBoth({1, 2, 5, 6, 7}, {.kernel = {2, 2, 3}, .strides = {1, 2, 2}}, seed += 10);
+  checkBoth({1, 2, 5, 6, 7}, {.kernel = {3, 3, 3}, .strides = {2, 2, 2}, .pads = {1, 1, 1, 0, 1, 1}, .ceil_mode = true},
+            seed += 10);
+}
+
+TEST(PoolKernel, PrepareErrors) {
+  using ::testing::HasSubstr;
+  const auto x = operand<float>({1, 2, 4, 4}, std::vector<float>(32, 0));
+  ParamMap p;
+  p.set("kernel_shape", Ints{2, 2});
+  EXPECT_EQ(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3})}, p), "(no error)");
+  EXPECT_THAT(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3}), output(DType::kI64, {1, 2, 3, 3})}, p),
+              HasSubstr("MaxPool: the Indices output (output 1) is not supported"));
+  EXPECT_THAT(prepareError("AveragePool", {x}, {output(DType::kF32, {1, 2, 3, 3})}),
+              HasSubstr("AveragePool: needs the 'kernel_shape' attribute"));
+  EXPECT_THAT(prepareError("AveragePool", {x}, {output(DType::kF32, {1, 2, 2, 2})}, p),
+              HasSubstr("output is f32[1, 2, 2, 2] but the inputs give f32[1, 2, 3, 3]"));
+  ParamMap wrong = p;
+  wrong.set("pads", Ints{1, 1});
+  EXPECT_THAT(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3})}, wrong),
+              HasSubstr("attribute 'pads' has 2 values, 4 expected"));
+  EXPECT_THAT(prepareError("MaxPool", {operand<int32_t>({1, 2, 4, 4}, std::vector<int32_t>(32, 0))},
+                           {output(DType::kI32, {1, 2, 3, 3})}, p),
+              HasSubstr("MaxPool: no kernel for i32 inputs (supports f32)"));
+  EXPECT_THAT(prepareError("GlobalMaxPool", {operand<float>({2, 3}, std::vector<float>(6, 0))},
+                           {output(DType::kF32, {2, 3})}),
+              HasSubstr("needs an input [N, C, spatial...] of rank 3 or more"));
+}
+
+// ------------------------------------------------------------ global pools
+
+void checkGlobal(const Ints& xs, uint32_t seed) {
+  const std::vector<float> x = randomValues<float>(elementCount(xs), seed, -2, 2);
+  const int64_t rows = xs[0] * xs[1];
+  const int64_t size = static_cast<int64_t>(elementCount(xs)) / rows;
+  std::vector<double> avg, mx;
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0, m = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < size; ++i) {
+      s += x[static_cast<size_t>(r * size + i)];
+      m = std::max(m, static_cast<double>(x[static_cast<size_t>(r * size + i)]));
+    }
+    avg.push_back(s / static_cast<double>(size));
+    mx.push_back(m);
+  }
+  Ints out{xs[0], xs[1]};
+  out.insert(out.end(), xs.size() - 2, 1);
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    std::vector<Operand> inputs = {operand(xs, x)};
+    std::vector<Operand> outputs = {output(DType::kF32, out)};
+    const PreparedKernel kernel(op, inputs, outputs);
+    kernel.run(inputs, outputs);
+    EXPECT_TRUE(near(outputs[0].values<float>(), std::string(op) == "GlobalMaxPool" ? mx : avg))
+        << op << " " << TensorInfo{DType::kF32, xs}.shapeString();
+  }
+}
+
+TEST(GlobalPoolKernel, Shapes) {
+  checkGlobal({1, 1, 1, 1}, 1);
+  checkGlobal({2, 3, 7}, 2);
+  checkGlobal({2, 5, 7, 9}, 3);
+  checkGlobal({1, 64, 14, 14}, 4);
+  checkGlobal({1, 3, 4, 5, 6}, 5);
+}
+
+TEST(GlobalPoolKernel, MaxPropagatesNaN) {
+  std::vector<float> x(40, 1.0f);
+  x[17] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<Operand> inputs = {operand<float>({1, 1, 40}, x)};
+  std::vector<Operand> outputs = {output(DType::kF32, {1, 1, 1})};
+  const PreparedKernel kernel("GlobalMaxPool", inputs, outputs);
+  kernel.run(inputs, outputs);
+  EXPECT_TRUE(std::isnan(outputs[0].values<float>()[0]));
+}
+
+}  // namespace
+}  // namespace kiln
