@@ -69,7 +69,8 @@ void removeDeadNodes(Graph& graph) {
 
 class Lowering {
  public:
-  Lowering(const Graph& graph, const CompileOptions& options) : graph_(graph), options_(options) {}
+  Lowering(const Graph& graph, const CompileOptions& options, int64_t opset)
+      : graph_(graph), options_(options), opset_(opset) {}
 
   ExecutableSpec lower(CompileReport& report) {
     checkKernels();
@@ -134,7 +135,25 @@ class Lowering {
     }
   }
 
+  // Before opset 13, Softmax-like ops normalise over the input flattened to
+  // 2-D at `axis`; the kernels implement the opset-13 form (one axis). The
+  // two agree only when the axis is the last one.
+  void checkSoftmaxSemantics(const Node& node) const {
+    static const std::set<std::string> kSoftmaxLike = {"Softmax", "LogSoftmax", "Hardmax"};
+    if (!node.domain.empty() || !kSoftmaxLike.contains(node.op_type) || opset_ >= 13) return;
+    const auto& shape = graph_.value(node.inputs[0]).type.shape;
+    const auto rank = static_cast<int64_t>(shape ? shape->size() : 0);
+    int64_t axis = node.intAttribute("axis", 1);
+    if (axis < 0) axis += rank;
+    if (axis != rank - 1) {
+      throw GraphError(fmt::format("node '{}' ({}, opset {}): axis {} of a rank-{} input uses the pre-opset-13 "
+                                   "flattening semantics, which kiln does not implement yet (only the last axis)",
+                                   node.name, node.op_type, opset_, axis, rank));
+    }
+  }
+
   void lowerNode(const Node& node, CompileReport& report) {
+    checkSoftmaxSemantics(node);
     const ValueId first_input = node.inputs.empty() ? kNoValue : node.inputs[0];
     // A view aliases its input's memory, wherever that lives; only a view
     // that is a graph output is copied, into the caller's output buffer.
@@ -211,6 +230,7 @@ class Lowering {
 
   const Graph& graph_;
   const CompileOptions& options_;
+  int64_t opset_;  // of the default domain
   ExecutableSpec spec_;
   std::vector<uint32_t> index_;  // graph ValueId -> spec value index
 };
@@ -237,7 +257,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   verifyGraph(graph, /*require_types=*/true);
 
   CompileReport report;
-  const ExecutableSpec spec = Lowering(graph, options).lower(report);
+  const auto default_opset = opsets.find("");
+  const ExecutableSpec spec =
+      Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second).lower(report);
 
   constexpr uint32_t kLoadProgram = 0;
   constexpr uint32_t kMainProgram = 1;
