@@ -29,6 +29,9 @@ struct CompileOptions {
   // Answers whether the target has a kernel of that name; when set, missing
   // kernels are a compile error rather than a load error.
   std::function<bool(const std::string& kernel)> has_kernel;
+  // Called as the compiler goes: a stage name and the fraction of the whole
+  // compile done (0 to 1), for progress bars.
+  std::function<void(const std::string& stage, double fraction)> progress;
 };
 
 struct CompileReport {

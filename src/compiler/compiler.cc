@@ -249,14 +249,19 @@ Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t pro
 
 CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
                       const CompileOptions& options) {
+  auto progress = [&](const std::string& stage, double fraction) {
+    if (options.progress) options.progress(stage, fraction);
+  };
   // Folding shape arithmetic makes more shapes concrete; infer again until
   // nothing more folds.
+  progress("inferring types", 0.0);
   inferTypes(graph, opsets);
   while (foldConstants(graph) > 0) inferTypes(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 
   CompileReport report;
+  progress("planning memory", 0.1);
   const auto default_opset = opsets.find("");
   const ExecutableSpec spec =
       Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second).lower(report);
@@ -285,15 +290,22 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     metadata.anchors.push_back(anchor);
   }
 
+  // Writing the weights is most of the work on large models: it reports
+  // progress by bytes.
+  progress("writing package", 0.2);
   PackageWriter writer(output);
   writer.writeExecutable(options.model_name, encodeExecutable(spec));
   writer.writeMetadata(options.model_name, metadata);
+  uint64_t written = 0;
   for (const ValueSpec& value : spec.values) {
     if (value.storage != ValueStorage::kConstant) continue;
     const Value& source = graph.value(*graph.findValue(value.name));
     writer.writeTensorData(value.name, value.info, source.initializer->bytes);
+    written += source.initializer->bytes.size();
+    progress("writing package", 0.2 + 0.8 * static_cast<double>(written) / static_cast<double>(std::max<uint64_t>(report.constant_bytes, 1)));
   }
   writer.close();
+  progress("done", 1.0);
   return report;
 }
 

@@ -202,6 +202,20 @@ TEST(SteadyState, RunsMakeNoHeapAllocation) {
   EXPECT_NEAR(output[0], expected, 1e-6);
 }
 
+TEST(Compile, ReportsProgressInOrder) {
+  TempDir dir;
+  Mlp mlp;
+  OnnxModel model = importOnnx(mlp.write(dir / "m.onnx"));
+  std::vector<std::pair<std::string, double>> stages;
+  CompileOptions options;
+  options.progress = [&](const std::string& stage, double fraction) { stages.emplace_back(stage, fraction); };
+  (void)compile(*model.graph, model.opsets, dir / "m.kiln", options);
+  ASSERT_GE(stages.size(), 4u);
+  EXPECT_EQ(stages.front().first, "inferring types");
+  EXPECT_EQ(stages.back(), (std::pair<std::string, double>{"done", 1.0}));
+  for (size_t i = 1; i < stages.size(); ++i) EXPECT_LE(stages[i - 1].second, stages[i].second);
+}
+
 TEST(Compile, MissingKernelsAreListedAtCompileTime) {
   TempDir dir;
   Mlp mlp;

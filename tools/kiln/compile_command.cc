@@ -1,5 +1,7 @@
 // `kiln compile MODEL.onnx -o MODEL.kiln [--shape NAME:DIMS]... [--batch N]
 //  [--print-ir] [--plan-report]`
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -42,10 +44,23 @@ Command addCompileCommand(CLI::App& app) {
     if (args->batch > 0) options.batch = args->batch;
     OnnxModel model = importOnnx(args->model, options);
 
+    // A progress bar on stderr, shown only for compiles that last more than a
+    // second and only on a terminal.
+    bool bar_shown = false;
+    auto show = [&](const std::string& stage, double fraction) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (seconds < 1.0 || !isatty(STDERR_FILENO)) return;
+      const int filled = static_cast<int>(fraction * 30);
+      std::fprintf(stderr, "\r[%-30s] %3d%% %-20s %5.1f s", std::string(static_cast<size_t>(filled), '#').c_str(),
+                   static_cast<int>(fraction * 100), stage.c_str(), seconds);
+      bar_shown = true;
+    };
     CompileOptions compile_options;
+    compile_options.progress = show;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     const CompileReport report = compile(*model.graph, model.opsets, args->output, compile_options);
+    if (bar_shown) std::fputc('\n', stderr);
     if (args->print_ir) std::fputs(model.graph->toString().c_str(), stdout);
     if (args->plan_report) {
       std::printf("memory plan: %s\n", report.plan_summary.c_str());
