@@ -302,7 +302,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     const Value& source = graph.value(*graph.findValue(value.name));
     writer.writeTensorData(value.name, value.info, source.initializer->bytes);
     written += source.initializer->bytes.size();
-    progress("writing package", 0.2 + 0.8 * static_cast<double>(written) / static_cast<double>(std::max<uint64_t>(report.constant_bytes, 1)));
+    const double share = static_cast<double>(written) / static_cast<double>(std::max<uint64_t>(report.constant_bytes, 1));
+    progress("writing package", std::min(1.0, 0.2 + 0.8 * share));
   }
   writer.close();
   progress("done", 1.0);
