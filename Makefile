@@ -4,7 +4,8 @@
 #   make demo        write an example package and dump it
 #   make test        unit tests, command-line tests, a 60-second fuzz run
 #   make test-asan   the same tests under AddressSanitizer + UBSan
-#   make bench       benchmarks (figures go into bench/RESULTS.md)
+#   make bench       benchmarks: zero-copy open, and six models against onnxruntime and
+#                    OpenVINO (bench/compare.py writes bench/RESULTS.md)
 #   make fuzz        build the fuzz targets with clang and fuzz (FUZZ_SECONDS)
 
 SHELL := /bin/bash
@@ -58,6 +59,8 @@ test-asan: build-asan
 bench: build
 	@mkdir -p build/bench
 	build/release/bench/zero_copy_bench --size-mib $(BENCH_SIZE_MIB) --dir build/bench
+	.venv/bin/python bench/models/make_models.py build/bench/models
+	.venv/bin/python bench/compare.py
 
 fuzz: fuzz-run
 
