@@ -349,10 +349,12 @@ def kiln_has_bench(kiln) -> bool:
     return re.search(r"^\s+bench\s", out.stdout, re.M) is not None
 
 
-def kiln_bench(kiln, package, iterations, warmup, threads, timeout_s):
+def kiln_bench(kiln, package, iterations, warmup, threads, timeout_s, inputs):
+    """Times the package on `inputs` ([(name, .npy path, ...)]), the same data the other engines get."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    return run_measured([kiln, "bench", package, "--iterations", str(iterations), "--warmup", str(warmup), "--json"],
-                        timeout_s, env)
+    feeds = [a for n, p, _ in inputs for a in ("--input", f"{n}={p}")]
+    return run_measured([kiln, "bench", package, "--iterations", str(iterations), "--warmup", str(warmup), "--json"]
+                        + feeds, timeout_s, env)
 
 
 # ---------------------------------------------------------------------------
@@ -462,7 +464,7 @@ def bench_model(name, args, kiln_bench_ok, log):
                 row["status"] = "no timing: this kiln has no `bench` subcommand"
             if row["status"] == "ok":
                 log(f"  kiln: bench batch 1, {lat_iters} runs")
-                res = kiln_bench(args.kiln, pkg1, lat_iters, warmup, args.threads, args.timeout)
+                res = kiln_bench(args.kiln, pkg1, lat_iters, warmup, args.threads, args.timeout, in1)
                 data = res.last_json()
                 if res.rc != 0 or data is None:
                     row["status"] = f"bench error: {res.error_text()}"
@@ -476,7 +478,7 @@ def bench_model(name, args, kiln_bench_ok, log):
                 if not comp8["ok"]:
                     row["status"] = f"batch {args.throughput_batch}: {comp8['status']}"
                 else:
-                    res = kiln_bench(args.kiln, pkg8, thr_iters, max(1, warmup // 5), args.threads, args.timeout)
+                    res = kiln_bench(args.kiln, pkg8, thr_iters, max(1, warmup // 5), args.threads, args.timeout, in8)
                     data = res.last_json()
                     if res.rc != 0 or data is None:
                         row["status"] = f"batch {args.throughput_batch} bench error: {res.error_text()}"

@@ -99,3 +99,9 @@ def test_bench_reports_latency_as_json(kiln, tmp_path):
     assert stats["iterations"] == 50 and stats["steps"] == 4
     assert 0 < stats["p50_ms"] <= stats["p90_ms"]
     assert stats["throughput_per_s"] > 0 and stats["peak_rss_mib"] > 0
+    np.save(tmp_path / "x.npy", np.ones((1, 8), np.float32))
+    given = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "5", "--input", f"x={tmp_path / 'x.npy'}", "--json")
+    assert given.returncode == 0, given.stderr
+    np.save(tmp_path / "bad.npy", np.ones((2, 8), np.float32))
+    wrong = kiln("bench", tmp_path / "mlp.kiln", "--input", f"x={tmp_path / 'bad.npy'}")
+    assert wrong.returncode == 1 and "input 'x' must be" in wrong.stderr

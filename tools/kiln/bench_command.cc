@@ -1,19 +1,34 @@
-// `kiln bench MODEL.kiln [--iterations N] [--warmup N] [--json]`: runs the
-// model on random inputs (fixed seed) and reports latency percentiles,
+// `kiln bench MODEL.kiln [--input NAME=FILE.npy]... [--iterations N]
+// [--warmup N] [--json]`: runs the model on the given inputs (random ones,
+// fixed seed, for the rest) and reports latency percentiles,
 // runs per second and peak resident memory.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <random>
 
 #include "kiln/executor.h"
 #include "tools/kiln/commands.h"
-#include "tools/kiln/random_inputs.h"
+#include "tools/kiln/model_inputs.h"
 
 namespace kiln::cli {
+namespace {
+
+// VmHWM: this process's peak resident set. (getrusage's ru_maxrss can carry
+// a parent's larger peak across exec.)
+double peakResidentMib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+}  // namespace
 
 Command addBenchCommand(CLI::App& app) {
   struct Args {
@@ -22,6 +37,7 @@ Command addBenchCommand(CLI::App& app) {
     int warmup = 10;
     bool json = false;
     std::string model;
+    std::vector<std::string> inputs;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a compiled model on random inputs");
@@ -29,15 +45,14 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--iterations", args->iterations, "Timed runs (default 100)")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", args->warmup, "Untimed runs first (default 10)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--model", args->model, "Model to run when the package holds several");
+  cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
   cmd->add_flag("--json", args->json, "Print one JSON object");
 
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
     Executor executor(args->package, args->model);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-    std::mt19937 random(42);
-    std::vector<std::vector<std::byte>> input_data;
-    for (const TensorSlot& slot : executor.inputs()) input_data.push_back(randomTensor(slot.info, random));
+    const std::vector<std::vector<std::byte>> input_data = loadInputs(executor, args->inputs, /*random_missing=*/true);
     std::vector<std::vector<std::byte>> output_data;
     for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
     std::vector<const std::byte*> in;
@@ -57,9 +72,7 @@ Command addBenchCommand(CLI::App& app) {
     std::sort(times_ms.begin(), times_ms.end());
     auto percentile = [&](double p) { return times_ms[static_cast<size_t>(p * static_cast<double>(times_ms.size() - 1))]; };
     const double mean = total / static_cast<double>(times_ms.size());
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+    const double peak_rss_mib = peakResidentMib();
     if (args->json) {
       std::printf("{\"iterations\": %d, \"p50_ms\": %.6f, \"p90_ms\": %.6f, \"mean_ms\": %.6f, "
                   "\"throughput_per_s\": %.3f, \"peak_rss_mib\": %.2f, \"load_ms\": %.3f, \"steps\": %zu, "

@@ -12,7 +12,7 @@
 #include "kiln/executor.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/npy.h"
-#include "tools/kiln/random_inputs.h"
+#include "tools/kiln/model_inputs.h"
 
 namespace kiln::cli {
 namespace {
@@ -44,35 +44,7 @@ Command addRunCommand(CLI::App& app) {
 
   return [args]() {
     Executor executor(args->package, args->model);
-    std::map<std::string, std::string> files;
-    for (const std::string& input : args->inputs) {
-      const size_t equals = input.find('=');
-      if (equals == std::string::npos) throw UsageError("--input " + input + ": expected NAME=FILE.npy");
-      files[input.substr(0, equals)] = input.substr(equals + 1);
-    }
-    for (const auto& [name, file] : files) {
-      const bool known = std::any_of(executor.inputs().begin(), executor.inputs().end(),
-                                     [&](const TensorSlot& slot) { return slot.name == name; });
-      if (!known) throw UsageError(fmt::format("--input {}: the model has no input named '{}'", name, name));
-    }
-    std::mt19937 random(42);
-    std::vector<std::vector<std::byte>> input_data;
-    for (const TensorSlot& slot : executor.inputs()) {
-      const auto file = files.find(slot.name);
-      if (file != files.end()) {
-        NpyArray array = readNpy(file->second);
-        if (array.info != slot.info) {
-          throw UsageError(fmt::format("input '{}' must be {}, but {} holds {}", slot.name, slot.info.toString(),
-                                       file->second, array.info.toString()));
-        }
-        input_data.push_back(std::move(array.bytes));
-      } else if (args->random_inputs) {
-        input_data.push_back(randomTensor(slot.info, random));
-      } else {
-        throw UsageError(fmt::format("input '{}' ({}) is not given: pass --input {}=FILE.npy or --random-inputs",
-                                     slot.name, slot.info.toString(), slot.name));
-      }
-    }
+    const std::vector<std::vector<std::byte>> input_data = loadInputs(executor, args->inputs, args->random_inputs);
     std::vector<std::vector<std::byte>> output_data;
     for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
     std::vector<const std::byte*> in;

@@ -1,0 +1,26 @@
+// Input tensors for `kiln run` and `kiln bench`: from NAME=FILE.npy
+// arguments, or random data with a fixed seed.
+#pragma once
+
+#include <cstddef>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/executor.h"
+#include "kiln/tensor_info.h"
+
+namespace kiln::cli {
+
+// Uniform values in [-1, 1) for float types, [0, 10) for integers, 0/1 for
+// bool. Throws UsageError for other types.
+std::vector<std::byte> randomTensor(const TensorInfo& info, std::mt19937& random);
+
+// One buffer per model input, in the executor's order: the .npy file named
+// by a NAME=FILE.npy argument (checked against the input's dtype and
+// shape), else random data when `random_missing`, else a UsageError that
+// says how to provide it.
+std::vector<std::vector<std::byte>> loadInputs(const Executor& executor, const std::vector<std::string>& arguments,
+                                               bool random_missing);
+
+}  // namespace kiln::cli
