@@ -1,7 +1,8 @@
 # The commands a kiln developer or user types. Each one installs what is
 # missing (scripts/setup) and builds first, so it works on a fresh machine.
 #
-#   make demo        write an example package and dump it
+#   make demo        write an example package and dump it; compile ResNet-50, run it
+#                    and compare it with onnxruntime
 #   make test        unit tests, command-line tests, a 60-second fuzz run
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make bench       benchmarks: zero-copy open, and six models against onnxruntime and
@@ -40,6 +41,7 @@ demo: build
 	@mkdir -p build/demo
 	build/release/examples/write_example_package build/demo/example.kiln
 	build/release/tools/kiln dump --all build/demo/example.kiln
+	OMP_NUM_THREADS=2 PYTHONPATH=build/release/python .venv/bin/python examples/resnet50_demo.py
 
 test-unit: build
 	ctest --test-dir build/release --output-on-failure -j2
