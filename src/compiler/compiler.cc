@@ -10,6 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
+#include "passes/batchnorm_folding.h"
 #include "passes/constant_folding.h"
 
 namespace kiln {
@@ -257,6 +258,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   progress("inferring types", 0.0);
   inferTypes(graph, opsets);
   while (foldConstants(graph) > 0) inferTypes(graph, opsets);
+  // Inference-mode BatchNormalization after a Conv becomes the Conv's
+  // weights and bias (ConvTranspose is not handled).
+  if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

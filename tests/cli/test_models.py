@@ -3,6 +3,8 @@ onnxruntime: a CNN (Conv, BatchNormalization, pooling, Gemm, Softmax) and an
 attention block (Gather embeddings, LayerNormalization, MatMul, Transpose,
 Softmax, Erf-based Gelu, shape arithmetic folded at compile time)."""
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -124,3 +126,30 @@ def test_pre_opset_13_softmax_on_an_inner_axis_is_refused(kiln, tmp_path):
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "m.kiln")
     assert result.returncode == 1
     assert "pre-opset-13 flattening semantics" in result.stderr
+
+
+def test_conv_batchnorm_is_folded_and_matches_onnxruntime(kiln, tmp_path):
+    # One Conv with a bias and one without; each BatchNormalization folds into its Conv.
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "g1", "beta1", "mean1", "var1"], ["bn1"], epsilon=1e-3),
+        helper.make_node("Relu", ["bn1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], group=2, strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c2", "g2", "beta2", "mean2", "var2"], ["bn2"]),
+        helper.make_node("Relu", ["bn2"], ["y"]),
+    ]
+    positive = lambda name, n: numpy_helper.from_array(RNG.uniform(0.3, 2.0, n).astype(np.float32), name)
+    inits = [tensor("w1", 8, 3, 3, 3), tensor("b1", 8), positive("g1", 8), tensor("beta1", 8), tensor("mean1", 8),
+             positive("var1", 8), tensor("w2", 6, 4, 3, 3), positive("g2", 6), tensor("beta2", 6),
+             tensor("mean2", 6), positive("var2", 6)]
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 7, 7])], inits, tmp_path / "m.onnx")
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    compile_and_compare(kiln, tmp_path, {"x": x})
+
+    result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "m2.kiln")
+    assert result.returncode == 0, result.stderr
+    match = re.search(r"(\d+) steps", result.stdout)
+    assert match, result.stdout
+    assert int(match.group(1)) < len(nodes)
+    assert int(match.group(1)) == 4  # Conv, Relu, Conv, Relu
