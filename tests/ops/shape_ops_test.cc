@@ -8,6 +8,7 @@
 #include "kiln/error.h"
 #include "kiln/graph_builder.h"
 #include "ops/shape_inference.h"
+#include "tests/ops/inference_test_util.h"
 
 namespace kiln {
 namespace {
@@ -15,50 +16,10 @@ namespace {
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 
-// "f32[batch, 3, ?]" -> a ValueType; "f32[*]" has an unknown rank.
-ValueType parseType(const std::string& text) {
-  const size_t open = text.find('[');
-  ValueType type{*dtypeFromName(text.substr(0, open)), std::nullopt};
-  const std::string dims = text.substr(open + 1, text.size() - open - 2);
-  if (dims == "*") return type;
-  type.shape.emplace();
-  std::istringstream in(dims);
-  for (std::string dim; std::getline(in >> std::ws, dim, ',');) {
-    if (dim == "?") {
-      type.shape->push_back(Dim{});
-    } else if (std::isdigit(static_cast<unsigned char>(dim[0]))) {
-      type.shape->push_back(Dim::known(std::stoll(dim)));
-    } else {
-      type.shape->push_back(Dim::symbolic(dim));
-    }
-  }
-  return type;
-}
-
-// Infers the graph's types at `opset` and returns those of `values`.
-std::vector<std::string> inferredTypes(GraphBuilder& b, const std::vector<ValueId>& values, int64_t opset = 17) {
-  GraphPtr graph = b.build();
-  inferTypes(*graph, {{"", opset}});
-  std::vector<std::string> types;
-  for (ValueId value : values) types.push_back(graph->value(value).type.toString());
-  return types;
-}
-
-std::string inferredType(GraphBuilder& b, ValueId value, int64_t opset = 17) {
-  return inferredTypes(b, {value}, opset).front();
-}
-
-// Succeeds when inference fails with a message containing `part`.
-testing::AssertionResult failsWith(GraphBuilder& b, const std::string& part, int64_t opset = 17) {
-  GraphPtr graph = b.build();
-  try {
-    inferTypes(*graph, {{"", opset}});
-  } catch (const GraphError& e) {
-    if (std::string(e.what()).find(part) != std::string::npos) return testing::AssertionSuccess();
-    return testing::AssertionFailure() << "the error \"" << e.what() << "\" does not contain \"" << part << "\"";
-  }
-  return testing::AssertionFailure() << "inference succeeded; expected an error containing \"" << part << "\"";
-}
+using testing::failsWith;
+using testing::inferredType;
+using testing::inferredTypes;
+using testing::parseType;
 
 Attributes ints(const std::string& name, std::vector<int64_t> values) { return {{name, std::move(values)}}; }
 
