@@ -25,6 +25,7 @@ using ::kiln::testing::output;
 using ::kiln::testing::PreparedKernel;
 using ::kiln::testing::prepareError;
 using ::kiln::testing::randomValues;
+using ::kiln::testing::unravel;
 using Ints = std::vector<int64_t>;
 
 // oneDNN may sum in another order: compare within this fraction of sum |terms|.
@@ -51,16 +52,6 @@ struct Reference {
   }
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << got.size() << " elements differ; first: " << first;
-}
-
-// The coordinates of element `flat` of `shape`.
-Ints unravel(const Ints& shape, int64_t flat) {
-  Ints coords(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    coords[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return coords;
 }
 
 int64_t ravel(const Ints& shape, const Ints& coords) {

@@ -25,6 +25,7 @@ using ::kiln::testing::omitted;
 using ::kiln::testing::Operand;
 using ::kiln::testing::operand;
 using ::kiln::testing::output;
+using ::kiln::testing::params;
 using ::kiln::testing::PreparedKernel;
 using ::kiln::testing::prepareError;
 using ::kiln::testing::randomValues;
@@ -60,12 +61,6 @@ template <typename T>
 template <typename T>
 std::vector<double> toDouble(const std::vector<T>& values) {
   return std::vector<double>(values.begin(), values.end());
-}
-
-ParamMap params(std::initializer_list<std::pair<const char*, ParamValue>> entries) {
-  ParamMap map;
-  for (const auto& [key, value] : entries) map.set(key, value);
-  return map;
 }
 
 const std::vector<std::vector<int64_t>> kUnaryShapes = {{}, {1}, {5}, {3, 17}, {2, 3, 33}};

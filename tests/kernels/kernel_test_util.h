@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernel.h"
@@ -164,6 +167,28 @@ inline std::vector<int64_t> broadcastShape(const std::vector<int64_t>& a, const 
     out[d] = ad == 1 ? bd : ad;
   }
   return out;
+}
+
+// Parameters from {name, value} pairs.
+inline ParamMap params(std::initializer_list<std::pair<const char*, ParamValue>> entries) {
+  ParamMap map;
+  for (const auto& [key, value] : entries) map.set(key, value);
+  return map;
+}
+
+// The coordinates of element `flat` of `shape` (row-major).
+inline std::vector<int64_t> unravel(const std::vector<int64_t>& shape, int64_t flat) {
+  std::vector<int64_t> coords(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coords[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return coords;
+}
+
+// An f32 shape as TensorInfo::shapeString writes it, for messages.
+inline std::string shapeText(const std::vector<int64_t>& shape) {
+  return TensorInfo{DType::kF32, shape}.shapeString();
 }
 
 }  // namespace kiln::testing

@@ -25,6 +25,7 @@ using ::kiln::testing::output;
 using ::kiln::testing::PreparedKernel;
 using ::kiln::testing::prepareError;
 using ::kiln::testing::randomValues;
+using ::kiln::testing::shapeText;
 
 // f32 products accumulate rounding over K terms: compare against the double
 // result within this fraction of sum |a_ik b_kj| (+ |beta c|).
@@ -52,8 +53,6 @@ struct Reference {
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << got.size() << " elements differ; first: " << first;
 }
-
-std::string shapeText(const std::vector<int64_t>& shape) { return TensorInfo{DType::kF32, shape}.shapeString(); }
 
 // ------------------------------------------------------------------- MatMul
 

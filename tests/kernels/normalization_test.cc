@@ -25,6 +25,7 @@ using ::kiln::testing::output;
 using ::kiln::testing::PreparedKernel;
 using ::kiln::testing::prepareError;
 using ::kiln::testing::randomValues;
+using ::kiln::testing::shapeText;
 using Ints = std::vector<int64_t>;
 
 ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want, double tolerance) {
@@ -43,8 +44,6 @@ using Ints = std::vector<int64_t>;
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << got.size() << " elements differ; first: " << first;
 }
-
-std::string shapeText(const Ints& shape) { return TensorInfo{DType::kF32, shape}.shapeString(); }
 
 // ------------------------------------------------------ BatchNormalization
 

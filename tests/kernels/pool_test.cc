@@ -23,6 +23,7 @@ using ::kiln::testing::output;
 using ::kiln::testing::PreparedKernel;
 using ::kiln::testing::prepareError;
 using ::kiln::testing::randomValues;
+using ::kiln::testing::unravel;
 using Ints = std::vector<int64_t>;
 
 ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want) {
@@ -40,15 +41,6 @@ using Ints = std::vector<int64_t>;
   }
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << got.size() << " elements differ; first: " << first;
-}
-
-Ints unravel(const Ints& shape, int64_t flat) {
-  Ints coords(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    coords[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return coords;
 }
 
 struct Attrs {

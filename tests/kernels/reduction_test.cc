@@ -22,16 +22,11 @@ using ::kiln::testing::elementCount;
 using ::kiln::testing::Operand;
 using ::kiln::testing::operand;
 using ::kiln::testing::output;
+using ::kiln::testing::params;
 using ::kiln::testing::PreparedKernel;
 using ::kiln::testing::prepareError;
 using ::kiln::testing::randomValues;
 using Shape = std::vector<int64_t>;
-
-ParamMap params(std::initializer_list<std::pair<const char*, ParamValue>> entries) {
-  ParamMap map;
-  for (const auto& [key, value] : entries) map.set(key, value);
-  return map;
-}
 
 struct ReduceOp {
   std::string name;

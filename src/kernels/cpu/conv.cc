@@ -12,9 +12,8 @@
 // [C, M/group, k...] is oneDNN's [group, M/group, C/group, k...] with the
 // first two axes swapped).
 //
-// Concurrency and allocation as in matmul.cc: the state owns kExecutionSlots
-// slots (stream, memory objects, scratchpad), made at prepare; run claims one
-// with an atomic flag, points its memory objects at the call's tensors,
+// Concurrency and allocation: execution slots (see onednn_support.h), made at
+// prepare; run claims one, points its memory objects at the call's tensors,
 // executes and releases it. dnnl_primitive_execute itself allocates a few
 // small objects per call (measured in tests/kernels/allocation_test.cc).
 #include <dnnl.h>
@@ -22,43 +21,28 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
 namespace kiln {
 namespace {
 
-constexpr size_t kExecutionSlots = 4;
-
-using Dims = dnnl::memory::dims;
+using onednn::denseStrides;
+using onednn::Dims;
+using onednn::ExecutionSlot;
+using onednn::plainDesc;
 using Ints = std::vector<int64_t>;
 
-const dnnl::engine& cpuEngine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-struct ExecutionSlot {
-  std::atomic<bool> busy{false};
-  dnnl::stream stream;
-  dnnl::memory src;
-  dnnl::memory weights;  // points at the packed weights for good, or at W per call
-  dnnl::memory bias;
-  dnnl::memory dst;
-  dnnl::memory scratchpad;
-};
+constexpr const char* kKernel = "Conv/ConvTranspose";
 
 struct ConvState final : KernelState {
   bool empty = false;  // nothing to compute (a batch of 0)
@@ -66,8 +50,8 @@ struct ConvState final : KernelState {
   bool weights_packed = false;
   dnnl::memory packed_weights;
   bool has_bias = false;
-  bool has_scratchpad = false;
-  std::unique_ptr<ExecutionSlot[]> slots;
+  // A slot's weights point at the packed weights for good, or at W per call.
+  onednn::ExecutionSlots slots;
 };
 
 std::string typeString(const TensorInfo& info) {
@@ -76,21 +60,6 @@ std::string typeString(const TensorInfo& info) {
 
 const std::byte* constantInput(const KernelSetup& setup, size_t index) {
   return index < setup.constants.size() ? setup.constants[index] : nullptr;
-}
-
-// Dense row-major strides of `dims`.
-Dims denseStrides(const Dims& dims) {
-  Dims strides(dims.size());
-  int64_t stride = 1;
-  for (size_t d = dims.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(dims[d], 1);
-  }
-  return strides;
-}
-
-dnnl::memory::desc plainDesc(const Dims& dims) {
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, denseStrides(dims));
 }
 
 // ----------------------------------------------------------------- attributes
@@ -379,7 +348,7 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
     state->empty = true;
     return state;
   }
-  const dnnl::engine& engine = cpuEngine();
+  const dnnl::engine& engine = onednn::cpuEngine();
   Dims src_dims{s.batch, s.in_channels};
   src_dims.insert(src_dims.end(), s.in.begin(), s.in.end());
   Dims dst_dims{s.batch, s.out_channels};
@@ -389,7 +358,7 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   weightsLayout(s, w_dims, w_strides);
   const dnnl::memory::desc src = plainDesc(src_dims);
   const dnnl::memory::desc dst = plainDesc(dst_dims);
-  const dnnl::memory::desc weights_plain(w_dims, dnnl::memory::data_type::f32, w_strides);
+  const dnnl::memory::desc weights_plain = onednn::f32Desc(w_dims, w_strides);
   const std::byte* w_constant = constantInput(setup, 1);
   const dnnl::memory::desc weights =
       w_constant != nullptr ? dnnl::memory::desc(w_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
@@ -447,75 +416,39 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   }
 
   if (w_constant != nullptr) {
-    // Reorder (or copy) the constant weights once; the source is only read.
-    dnnl::memory source(weights_plain, engine, const_cast<std::byte*>(w_constant));
-    state->packed_weights = dnnl::memory(pd_weights, engine);
-    dnnl::stream stream(engine);
-    dnnl::reorder(source, state->packed_weights).execute(stream, source, state->packed_weights);
-    stream.wait();
+    // Reorder (or copy) the constant weights once.
+    state->packed_weights = onednn::reorderConstant(weights_plain, w_constant, pd_weights);
     state->weights_packed = true;
   }
-  state->has_scratchpad = pd_scratchpad.get_size() != 0;
-  state->slots = std::make_unique<ExecutionSlot[]>(kExecutionSlots);
-  for (size_t i = 0; i < kExecutionSlots; ++i) {
+  state->slots.create(engine, pd_scratchpad);
+  for (size_t i = 0; i < onednn::kExecutionSlots; ++i) {
     ExecutionSlot& slot = state->slots[i];
-    slot.stream = dnnl::stream(engine);
     slot.src = dnnl::memory(pd_src, engine, DNNL_MEMORY_NONE);
     slot.weights = dnnl::memory(pd_weights, engine,
                                 state->weights_packed ? state->packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
     slot.dst = dnnl::memory(pd_dst, engine, DNNL_MEMORY_NONE);
     if (state->has_bias) slot.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
-    if (state->has_scratchpad) slot.scratchpad = dnnl::memory(pd_scratchpad, engine);
   }
   return state;
-}
-
-ExecutionSlot& claimSlot(const ConvState& state) {
-  for (;;) {
-    for (size_t i = 0; i < kExecutionSlots; ++i) {
-      ExecutionSlot& slot = state.slots[i];
-      if (!slot.busy.load(std::memory_order_relaxed) && !slot.busy.exchange(true, std::memory_order_acquire)) {
-        return slot;
-      }
-    }
-    std::this_thread::yield();
-  }
-}
-
-[[noreturn]] void dnnlFailed(const char* what, dnnl_status_t status) {
-  // The primitive was built for exactly these shapes at prepare: a failure
-  // here is a bug, not bad input, and run cannot report errors.
-  std::fprintf(stderr, "kiln: Conv/ConvTranspose kernel: %s failed with oneDNN status %d\n", what,
-               static_cast<int>(status));
-  std::abort();
-}
-
-void setHandle(const dnnl::memory& memory, void* data) {
-  const dnnl_status_t status = dnnl_memory_set_data_handle_v2(memory.get(), data, nullptr);
-  if (status != dnnl_success) dnnlFailed("dnnl_memory_set_data_handle", status);
 }
 
 void runConv(const KernelCall& call) {
   const auto& state = static_cast<const ConvState&>(*call.state);
   if (state.empty) return;
-  ExecutionSlot& slot = claimSlot(state);
+  ExecutionSlot& slot = state.slots.claim();
   dnnl_exec_arg_t args[5];
   int count = 0;
-  setHandle(slot.src, call.inputs[0].data);
+  onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
-  if (!state.weights_packed) setHandle(slot.weights, call.inputs[1].data);
+  if (!state.weights_packed) onednn::setHandle(kKernel, slot.weights, call.inputs[1].data);
   args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
   if (state.has_bias) {
-    setHandle(slot.bias, call.inputs[2].data);
+    onednn::setHandle(kKernel, slot.bias, call.inputs[2].data);
     args[count++] = {DNNL_ARG_BIAS, slot.bias.get()};
   }
-  setHandle(slot.dst, call.outputs[0].data);
+  onednn::setHandle(kKernel, slot.dst, call.outputs[0].data);
   args[count++] = {DNNL_ARG_DST, slot.dst.get()};
-  if (state.has_scratchpad) args[count++] = {DNNL_ARG_SCRATCHPAD, slot.scratchpad.get()};
-  dnnl_status_t status = dnnl_primitive_execute(state.primitive.get(), slot.stream.get(), count, args);
-  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
-  slot.busy.store(false, std::memory_order_release);
-  if (status != dnnl_success) dnnlFailed("dnnl_primitive_execute", status);
+  onednn::execute(kKernel, state.primitive, state.slots, slot, args, count);
 }
 
 std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {

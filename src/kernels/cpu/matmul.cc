@@ -11,50 +11,35 @@
 // bias shapes go to its reference implementation), otherwise run copies C into
 // Y and a sum post-op adds it scaled by beta.
 //
-// Concurrency and allocation. run may execute concurrently on one state. The
-// Debian oneDNN is built with DNNL_ENABLE_CONCURRENT_EXEC, under which one
-// primitive may run concurrently only with scratchpad_mode::user and its own
-// scratchpad per execution; a dnnl memory object also holds its data pointer,
-// so concurrent executions need their own. Creating memory objects or streams
-// per call allocates (one `new` and two `malloc`s each, measured), so the
-// state owns kExecutionSlots slots, each with a stream, memory objects and a
-// scratchpad, all made at prepare. run claims a free slot with an atomic flag
-// (yielding while every slot is busy), points the slot's memory objects at
-// the call's tensors, executes and releases the slot: those flags are the only
-// mutable state concurrent runs share.
-//
-// dnnl_primitive_execute itself still allocates a few small objects on every
-// call (oneDNN 2.6 copies the arguments into a std::unordered_map: 6
-// allocations for 4 arguments). That is inside oneDNN and cannot be avoided
-// through its API; tests/kernels measures it. The loop kernel allocates
-// nothing.
+// Concurrency and allocation: execution slots (see onednn_support.h), made
+// at prepare. dnnl_primitive_execute itself still allocates a few small
+// objects on every call (6 allocations for 4 arguments in oneDNN 2.6);
+// tests/kernels measures it. The loop kernel allocates nothing.
 #include <dnnl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
 namespace kiln {
 namespace {
 
-// Executions of one step that may run at the same time without waiting. Each
-// slot costs one scratchpad (from a few KiB to a few MiB for large products).
-constexpr size_t kExecutionSlots = 4;
+using onednn::Dims;
+using onednn::ExecutionSlot;
+
+constexpr const char* kKernel = "MatMul/Gemm";
 
 // Columns of Y per block in the loop kernel: 64 bytes of f32.
 constexpr int64_t kBlock = 16;
@@ -157,22 +142,6 @@ void copyBroadcastC(const float* c, float* y, const Product& p) {
 
 // ------------------------------------------------------------------ oneDNN
 
-const dnnl::engine& cpuEngine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// What one execution needs for itself; see the top of the file.
-struct ExecutionSlot {
-  std::atomic<bool> busy{false};
-  dnnl::stream stream;
-  dnnl::memory src;
-  dnnl::memory weights;  // points at the packed weights for good, or at B per call
-  dnnl::memory bias;     // points at the constant bias for good, or at C per call
-  dnnl::memory dst;
-  dnnl::memory scratchpad;
-};
-
 enum class CMode {
   kNone,  // no C, or beta = 0
   kBias,  // C (or beta * C when constant) as oneDNN's bias
@@ -188,17 +157,10 @@ struct MatMulState final : KernelState {
   CMode c_mode = CMode::kNone;
   bool bias_from_call = false;
   dnnl::memory constant_bias;
-  bool has_scratchpad = false;
-  // The slots' flags and data handles change during run although the state
-  // is const: a slot is only touched by the run that holds its flag.
-  std::unique_ptr<ExecutionSlot[]> slots;
+  // A slot's weights point at the packed weights for good, or at B per call;
+  // its bias at the constant bias for good, or at C per call.
+  onednn::ExecutionSlots slots;
 };
-
-using Dims = dnnl::memory::dims;
-
-dnnl::memory::desc plainDesc(const Dims& dims, const Dims& strides) {
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
-}
 
 // The dimensions and strides of one operand as oneDNN sees it: the batch
 // dimensions (1 where the operand broadcasts) then its two matrix dimensions.
@@ -225,13 +187,13 @@ void operandLayout(const Product& p, const std::array<int64_t, kMaxRank>& batch_
 // Builds the primitive and the slots; throws dnnl::error where oneDNN refuses.
 void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byte* c_constant) {
   const Product& p = state.product;
-  const dnnl::engine& engine = cpuEngine();
+  const dnnl::engine& engine = onednn::cpuEngine();
   Dims dims;
   Dims strides;
   operandLayout(p, p.a_batch_stride, p.m, p.k, p.a_m, p.a_k, dims, strides);
-  const dnnl::memory::desc src = plainDesc(dims, strides);
+  const dnnl::memory::desc src = onednn::f32Desc(dims, strides);
   operandLayout(p, p.b_batch_stride, p.k, p.n, p.b_k, p.b_n, dims, strides);
-  const dnnl::memory::desc weights_plain = plainDesc(dims, strides);
+  const dnnl::memory::desc weights_plain = onednn::f32Desc(dims, strides);
   const dnnl::memory::desc weights =
       b_constant != nullptr ? dnnl::memory::desc(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
                             : weights_plain;
@@ -239,13 +201,7 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
   for (uint32_t d = 0; d < p.batch_rank; ++d) dst_dims[d] = p.batch[d];
   dst_dims[p.batch_rank] = p.m;
   dst_dims[p.batch_rank + 1] = p.n;
-  Dims dst_strides(dst_dims.size());
-  int64_t stride = 1;
-  for (size_t d = dst_dims.size(); d-- > 0;) {
-    dst_strides[d] = stride;
-    stride *= dst_dims[d];
-  }
-  const dnnl::memory::desc dst = plainDesc(dst_dims, dst_strides);
+  const dnnl::memory::desc dst = onednn::plainDesc(dst_dims);
 
   state.c_mode = CMode::kNone;
   if (p.has_c) {
@@ -260,7 +216,7 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
   bias_dims[p.batch_rank + 1] = p.n;
   Dims bias_strides(p.batch_rank + 2, p.n);
   bias_strides[p.batch_rank + 1] = 1;
-  const dnnl::memory::desc bias = plainDesc(bias_dims, bias_strides);
+  const dnnl::memory::desc bias = onednn::f32Desc(bias_dims, bias_strides);
 
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -276,12 +232,7 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
   state.primitive = dnnl::matmul(pd);
 
   if (b_constant != nullptr && pd.weights_desc() != weights_plain) {
-    // Reorder the constant weights once; the source is only read.
-    dnnl::memory source(weights_plain, engine, const_cast<std::byte*>(b_constant));
-    state.packed_weights = dnnl::memory(pd.weights_desc(), engine);
-    dnnl::stream stream(engine);
-    dnnl::reorder(source, state.packed_weights).execute(stream, source, state.packed_weights);
-    stream.wait();
+    state.packed_weights = onednn::reorderConstant(weights_plain, b_constant, pd.weights_desc());
     state.weights_packed = true;
   }
   if (state.c_mode == CMode::kBias) {
@@ -298,11 +249,9 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
     }
   }
 
-  state.has_scratchpad = pd.scratchpad_desc().get_size() != 0;
-  state.slots = std::make_unique<ExecutionSlot[]>(kExecutionSlots);
-  for (size_t i = 0; i < kExecutionSlots; ++i) {
+  state.slots.create(engine, pd.scratchpad_desc());
+  for (size_t i = 0; i < onednn::kExecutionSlots; ++i) {
     ExecutionSlot& slot = state.slots[i];
-    slot.stream = dnnl::stream(engine);
     slot.src = dnnl::memory(pd.src_desc(), engine, DNNL_MEMORY_NONE);
     slot.weights = dnnl::memory(pd.weights_desc(), engine,
                                 state.weights_packed ? state.packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
@@ -311,7 +260,6 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
       slot.bias =
           dnnl::memory(bias, engine, state.bias_from_call ? DNNL_MEMORY_NONE : state.constant_bias.get_data_handle());
     }
-    if (state.has_scratchpad) slot.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
   }
   state.use_dnnl = true;
 }
@@ -337,30 +285,6 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const Product& p, co
   return state;
 }
 
-ExecutionSlot& claimSlot(const MatMulState& state) {
-  for (;;) {
-    for (size_t i = 0; i < kExecutionSlots; ++i) {
-      ExecutionSlot& slot = state.slots[i];
-      if (!slot.busy.load(std::memory_order_relaxed) && !slot.busy.exchange(true, std::memory_order_acquire)) {
-        return slot;
-      }
-    }
-    std::this_thread::yield();
-  }
-}
-
-[[noreturn]] void dnnlFailed(const char* what, dnnl_status_t status) {
-  // run cannot report errors, and the primitive was built for exactly these
-  // shapes at prepare: a failure here is a bug, not bad input.
-  std::fprintf(stderr, "kiln: MatMul/Gemm kernel: %s failed with oneDNN status %d\n", what, static_cast<int>(status));
-  std::abort();
-}
-
-void setHandle(const dnnl::memory& memory, void* data) {
-  const dnnl_status_t status = dnnl_memory_set_data_handle_v2(memory.get(), data, nullptr);
-  if (status != dnnl_success) dnnlFailed("dnnl_memory_set_data_handle", status);
-}
-
 void runProduct(const KernelCall& call) {
   const auto& state = static_cast<const MatMulState&>(*call.state);
   const Product& p = state.product;
@@ -374,24 +298,20 @@ void runProduct(const KernelCall& call) {
   }
   if (state.c_mode == CMode::kSum) copyBroadcastC(c, y, p);
 
-  ExecutionSlot& slot = claimSlot(state);
+  ExecutionSlot& slot = state.slots.claim();
   dnnl_exec_arg_t args[5];
   int count = 0;
-  setHandle(slot.src, call.inputs[0].data);
+  onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
-  if (!state.weights_packed) setHandle(slot.weights, call.inputs[1].data);
+  if (!state.weights_packed) onednn::setHandle(kKernel, slot.weights, call.inputs[1].data);
   args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
-  setHandle(slot.dst, y);
+  onednn::setHandle(kKernel, slot.dst, y);
   args[count++] = {DNNL_ARG_DST, slot.dst.get()};
   if (state.c_mode == CMode::kBias) {
-    if (state.bias_from_call) setHandle(slot.bias, call.inputs[2].data);
+    if (state.bias_from_call) onednn::setHandle(kKernel, slot.bias, call.inputs[2].data);
     args[count++] = {DNNL_ARG_BIAS, slot.bias.get()};
   }
-  if (state.has_scratchpad) args[count++] = {DNNL_ARG_SCRATCHPAD, slot.scratchpad.get()};
-  dnnl_status_t status = dnnl_primitive_execute(state.primitive.get(), slot.stream.get(), count, args);
-  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
-  slot.busy.store(false, std::memory_order_release);
-  if (status != dnnl_success) dnnlFailed("dnnl_primitive_execute", status);
+  onednn::execute(kKernel, state.primitive, state.slots, slot, args, count);
 }
 
 // ------------------------------------------------------------------ prepare

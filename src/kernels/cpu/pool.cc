@@ -12,7 +12,7 @@
 // onnxruntime and PyTorch do), never in the part ceil_mode adds, which
 // oneDNN's avg_include_padding would count: those cases use the loop kernel.
 //
-// Concurrency and allocation as in matmul.cc: execution slots made at
+// Concurrency and allocation: execution slots (see onednn_support.h) made at
 // prepare; dnnl_primitive_execute allocates a few small objects per call
 // inside oneDNN. The loop kernels allocate nothing.
 #include <dnnl.h>
@@ -21,49 +21,34 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <dnnl.hpp>
 
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
 namespace kiln {
 namespace {
 
-constexpr size_t kExecutionSlots = 4;
 constexpr int64_t kBlock = 16;
 constexpr size_t kMaxSpatial = 3;
+constexpr const char* kKernel = "pooling";
 
-using Dims = dnnl::memory::dims;
+using onednn::Dims;
+using onednn::ExecutionSlot;
 using Ints = std::vector<int64_t>;
 
 std::string typeString(const TensorInfo& info) {
   return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
 }
-
-const dnnl::engine& cpuEngine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-struct ExecutionSlot {
-  std::atomic<bool> busy{false};
-  dnnl::stream stream;
-  dnnl::memory src;
-  dnnl::memory dst;
-  dnnl::memory scratchpad;
-};
 
 // A window over 3 spatial axes (missing leading axes have size 1).
 struct Window {
@@ -85,8 +70,7 @@ struct PoolState final : KernelState {
   Window window;
   bool use_dnnl = false;
   dnnl::pooling_v2_forward primitive;
-  bool has_scratchpad = false;
-  std::unique_ptr<ExecutionSlot[]> slots;
+  onednn::ExecutionSlots slots;
 };
 
 // ------------------------------------------------------------- loop kernel
@@ -153,7 +137,7 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
     pad_l.push_back(w.pad_begin[i]);
     pad_r.push_back(pad_right[i]);
   }
-  const dnnl::engine& engine = cpuEngine();
+  const dnnl::engine& engine = onednn::cpuEngine();
   using tag = dnnl::memory::format_tag;
   const tag plain = spatial == 1 ? tag::ncw : spatial == 2 ? tag::nchw : tag::ncdhw;
   const dnnl::memory::desc src(src_dims, dnnl::memory::data_type::f32, plain);
@@ -167,38 +151,13 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
                                             dilation, pad_l, pad_r);
   const dnnl::pooling_v2_forward::primitive_desc pd(desc, attr, engine);
   state.primitive = dnnl::pooling_v2_forward(pd);
-  state.has_scratchpad = pd.scratchpad_desc().get_size() != 0;
-  state.slots = std::make_unique<ExecutionSlot[]>(kExecutionSlots);
-  for (size_t i = 0; i < kExecutionSlots; ++i) {
+  state.slots.create(engine, pd.scratchpad_desc());
+  for (size_t i = 0; i < onednn::kExecutionSlots; ++i) {
     ExecutionSlot& slot = state.slots[i];
-    slot.stream = dnnl::stream(engine);
     slot.src = dnnl::memory(pd.src_desc(), engine, DNNL_MEMORY_NONE);
     slot.dst = dnnl::memory(pd.dst_desc(), engine, DNNL_MEMORY_NONE);
-    if (state.has_scratchpad) slot.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
   }
   state.use_dnnl = true;
-}
-
-ExecutionSlot& claimSlot(const PoolState& state) {
-  for (;;) {
-    for (size_t i = 0; i < kExecutionSlots; ++i) {
-      ExecutionSlot& slot = state.slots[i];
-      if (!slot.busy.load(std::memory_order_relaxed) && !slot.busy.exchange(true, std::memory_order_acquire)) {
-        return slot;
-      }
-    }
-    std::this_thread::yield();
-  }
-}
-
-[[noreturn]] void dnnlFailed(const char* what, dnnl_status_t status) {
-  std::fprintf(stderr, "kiln: pooling kernel: %s failed with oneDNN status %d\n", what, static_cast<int>(status));
-  std::abort();
-}
-
-void setHandle(const dnnl::memory& memory, void* data) {
-  const dnnl_status_t status = dnnl_memory_set_data_handle_v2(memory.get(), data, nullptr);
-  if (status != dnnl_success) dnnlFailed("dnnl_memory_set_data_handle", status);
 }
 
 void runPool(const KernelCall& call) {
@@ -207,18 +166,14 @@ void runPool(const KernelCall& call) {
     loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window);
     return;
   }
-  ExecutionSlot& slot = claimSlot(state);
+  ExecutionSlot& slot = state.slots.claim();
   dnnl_exec_arg_t args[3];
   int count = 0;
-  setHandle(slot.src, call.inputs[0].data);
+  onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
-  setHandle(slot.dst, call.outputs[0].data);
+  onednn::setHandle(kKernel, slot.dst, call.outputs[0].data);
   args[count++] = {DNNL_ARG_DST, slot.dst.get()};
-  if (state.has_scratchpad) args[count++] = {DNNL_ARG_SCRATCHPAD, slot.scratchpad.get()};
-  dnnl_status_t status = dnnl_primitive_execute(state.primitive.get(), slot.stream.get(), count, args);
-  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
-  slot.busy.store(false, std::memory_order_release);
-  if (status != dnnl_success) dnnlFailed("dnnl_primitive_execute", status);
+  onednn::execute(kKernel, state.primitive, state.slots, slot, args, count);
 }
 
 // ------------------------------------------------------------------ prepare
