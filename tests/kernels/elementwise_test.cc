@@ -59,7 +59,7 @@ template <typename T>
 }
 
 template <typename T>
-std::vector<double> toDouble(const std::vector<T>& values) {
+std::vector<double> asDoubles(const std::vector<T>& values) {
   return std::vector<double>(values.begin(), values.end());
 }
 
