@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -45,6 +46,16 @@ class Executor {
   // `inputs[i]` holds inputs()[i].info.sizeInBytes() bytes, `outputs[i]` has
   // room for outputs()[i]; the caller keeps them alive during the call.
   void run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs);
+
+  // Like run(), and adds each step's wall time in nanoseconds to
+  // `step_ns[i]` (which has stepCount() entries). Reads the clock twice per
+  // step, so use it to find where time goes, not to time the model.
+  void runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
+                   std::span<uint64_t> step_ns);
+
+  // What step `index` runs: its kernel name and the shape of its first output.
+  std::string stepDescription(size_t index) const;
+  const std::string& stepKernel(size_t index) const;
 
  private:
   struct Impl;

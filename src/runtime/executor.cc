@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <cstdlib>
 
 #include "format/executable_spec.h"
@@ -49,6 +50,9 @@ struct Executor::Impl {
   std::vector<CallBinding> bindings;
 
   explicit Impl(const std::filesystem::path& path) : reader(path) {}
+
+  // Checks the call's buffer counts and points the views at them.
+  void bind(std::span<const std::byte* const> call_inputs, std::span<std::byte* const> call_outputs);
 
   // Where value `index` lives: its root value and the byte offset in it.
   std::pair<uint32_t, uint64_t> rootOf(uint32_t index) const {
@@ -181,18 +185,49 @@ uint64_t Executor::arenaBytes() const { return impl_->spec.arena_bytes; }
 size_t Executor::stepCount() const { return impl_->steps.size(); }
 
 void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
+  impl_->bind(inputs, outputs);
   Impl& m = *impl_;
-  if (inputs.size() != m.inputs.size() || outputs.size() != m.outputs.size()) {
-    throw UsageError(fmt::format("run() needs {} inputs and {} outputs, got {} and {}", m.inputs.size(),
-                                 m.outputs.size(), inputs.size(), outputs.size()));
-  }
-  for (const CallBinding& binding : m.bindings) {
-    std::byte* base = binding.is_output ? outputs[binding.buffer] : const_cast<std::byte*>(inputs[binding.buffer]);
-    m.views[binding.view].data = base + binding.offset;
-  }
   for (const Step& step : m.steps) {
     step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
                         step.state.get()});
+  }
+}
+
+void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
+                           std::span<uint64_t> step_ns) {
+  Impl& m = *impl_;
+  if (step_ns.size() != m.steps.size()) {
+    throw UsageError(fmt::format("runProfiled() needs {} step times, got {}", m.steps.size(), step_ns.size()));
+  }
+  m.bind(inputs, outputs);
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const Step& step = m.steps[i];
+    const auto start = std::chrono::steady_clock::now();
+    step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
+                        step.state.get()});
+    step_ns[i] += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  }
+}
+
+const std::string& Executor::stepKernel(size_t index) const { return impl_->spec.steps.at(index).kernel; }
+
+std::string Executor::stepDescription(size_t index) const {
+  const StepSpec& step = impl_->spec.steps.at(index);
+  if (step.outputs.empty()) return step.kernel;
+  const ValueSpec& value = impl_->spec.values[step.outputs.front()];
+  return fmt::format("{} -> {} {}", step.kernel, value.name, value.info.toString());
+}
+
+void Executor::Impl::bind(std::span<const std::byte* const> call_inputs, std::span<std::byte* const> call_outputs) {
+  if (call_inputs.size() != inputs.size() || call_outputs.size() != outputs.size()) {
+    throw UsageError(fmt::format("run() needs {} inputs and {} outputs, got {} and {}", inputs.size(), outputs.size(),
+                                 call_inputs.size(), call_outputs.size()));
+  }
+  for (const CallBinding& binding : bindings) {
+    std::byte* base =
+        binding.is_output ? call_outputs[binding.buffer] : const_cast<std::byte*>(call_inputs[binding.buffer]);
+    views[binding.view].data = base + binding.offset;
   }
 }
 

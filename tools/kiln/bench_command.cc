@@ -1,11 +1,14 @@
 // `kiln bench MODEL.kiln [--input NAME=FILE.npy]... [--iterations N]
 // [--warmup N] [--json]`: runs the model on the given inputs (random ones,
 // fixed seed, for the rest) and reports latency percentiles,
-// runs per second and peak resident memory.
+// runs per second and peak resident memory. With --profile it also times
+// every step over the timed runs and prints where the time goes: per kernel,
+// and the slowest steps.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <memory>
 #include <random>
@@ -28,6 +31,39 @@ double peakResidentMib() {
   return 0;
 }
 
+// Runs the model `iterations` more times with per-step timing and prints
+// the time per kernel and the 15 slowest steps, averaged per run.
+void printProfile(Executor& executor, const std::vector<const std::byte*>& in, const std::vector<std::byte*>& out,
+                  int iterations) {
+  std::vector<uint64_t> step_ns(executor.stepCount(), 0);
+  for (int i = 0; i < iterations; ++i) executor.runProfiled(in, out, step_ns);
+  const double runs = iterations;
+  double total_ms = 0;
+  std::map<std::string, std::pair<double, int>> per_kernel;  // ms per run, step count
+  for (size_t i = 0; i < step_ns.size(); ++i) {
+    const double ms = static_cast<double>(step_ns[i]) / 1e6 / runs;
+    total_ms += ms;
+    auto& entry = per_kernel[executor.stepKernel(i)];
+    entry.first += ms;
+    entry.second += 1;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> kernels(per_kernel.begin(), per_kernel.end());
+  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("profile: %.3f ms per run in %zu steps (sum of step times)\n", total_ms, step_ns.size());
+  std::printf("  %-28s %6s %10s %7s\n", "kernel", "steps", "ms/run", "share");
+  for (const auto& [name, entry] : kernels) {
+    std::printf("  %-28s %6d %10.3f %6.1f%%\n", name.c_str(), entry.second, entry.first, 100.0 * entry.first / total_ms);
+  }
+  std::vector<size_t> order(step_ns.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return step_ns[a] > step_ns[b]; });
+  std::printf("  slowest steps:\n");
+  for (size_t i = 0; i < std::min<size_t>(15, order.size()); ++i) {
+    std::printf("  %5zu %10.3f ms  %s\n", order[i], static_cast<double>(step_ns[order[i]]) / 1e6 / runs,
+                executor.stepDescription(order[i]).c_str());
+  }
+}
+
 }  // namespace
 
 Command addBenchCommand(CLI::App& app) {
@@ -36,6 +72,7 @@ Command addBenchCommand(CLI::App& app) {
     int iterations = 100;
     int warmup = 10;
     bool json = false;
+    bool profile = false;
     std::string model;
     std::vector<std::string> inputs;
   };
@@ -47,6 +84,7 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--model", args->model, "Model to run when the package holds several");
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
   cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_flag("--profile", args->profile, "Also time each step and print the time per kernel and the slowest steps");
 
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
@@ -67,6 +105,7 @@ Command addBenchCommand(CLI::App& app) {
       executor.run(in, out);
       t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
+    if (args->profile) printProfile(executor, in, out, args->iterations);
     double total = 0;
     for (double t : times_ms) total += t;
     std::sort(times_ms.begin(), times_ms.end());
