@@ -32,6 +32,10 @@ struct CompileOptions {
   // Called as the compiler goes: a stage name and the fraction of the whole
   // compile done (0 to 1), for progress bars.
   std::function<void(const std::string& stage, double fraction)> progress;
+  // Run convolutions and pooling on channels-last ([N, H, W, C]) data, where
+  // the CPU kernels are fastest (src/passes/channels_last.h). Off keeps every
+  // tensor in the model's own layout.
+  bool channels_last = true;
 };
 
 struct CompileReport {

@@ -166,6 +166,11 @@ class Graph {
   void setNodeInput(NodeId node, uint32_t input_index, ValueId value);
   // Every use of `from`, graph outputs included, reads `to` instead.
   void replaceAllUses(ValueId from, ValueId to);
+  // Graph output `index` becomes `value` (the model's output names are the
+  // values' names).
+  void setOutput(size_t index, ValueId value);
+  // Gives value `id` a new name, unique in the graph (UsageError otherwise).
+  void renameValue(ValueId id, const std::string& name);
   // Removes a node whose outputs are unused and are not graph outputs.
   void removeNode(NodeId node);
 

@@ -11,6 +11,7 @@
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
 #include "passes/batchnorm_folding.h"
+#include "passes/channels_last.h"
 #include "passes/constant_folding.h"
 
 namespace kiln {
@@ -261,6 +262,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias (ConvTranspose is not handled).
   if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
+  if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

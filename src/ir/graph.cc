@@ -207,6 +207,21 @@ void Graph::replaceAllUses(ValueId from, ValueId to) {
   std::replace(outputs_.begin(), outputs_.end(), from, to);
 }
 
+void Graph::setOutput(size_t index, ValueId value) {
+  if (index >= outputs_.size()) throw UsageError(fmt::format("graph '{}' has no output {}", name_, index));
+  if (value >= values_.size()) throw UsageError(fmt::format("graph '{}' has no value id {}", name_, value));
+  outputs_[index] = value;
+}
+
+void Graph::renameValue(ValueId id, const std::string& name) {
+  Value& v = values_.at(id);
+  if (v.name == name) return;
+  if (names_.contains(name)) throw UsageError(fmt::format("graph '{}' already has a value named '{}'", name_, name));
+  names_.erase(v.name);
+  names_.emplace(name, id);
+  v.name = name;
+}
+
 void Graph::removeNode(NodeId node_id) {
   Node& n = nodes_.at(node_id);
   if (n.removed) return;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <optional>
 
+#include "passes/graph_edit.h"
+
 namespace kiln {
 namespace {
 
@@ -31,17 +33,6 @@ ConstantPtr toF32(const std::vector<double>& values, const std::vector<int64_t>&
     std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof(float));
   }
   return makeConstant(TensorInfo{DType::kF32, dims}, std::move(bytes));
-}
-
-// `base`, or `base` with a numeric suffix, that no value of `graph` is named.
-std::string uniqueName(const Graph& graph, const std::string& base) {
-  std::string name = base;
-  for (int i = 1; graph.findValue(name); ++i) name = fmt::format("{}_{}", base, i);
-  return name;
-}
-
-bool isGraphOutput(const Graph& graph, ValueId id) {
-  return std::find(graph.outputs().begin(), graph.outputs().end(), id) != graph.outputs().end();
 }
 
 // Folds BatchNormalization `bn_id` into its producing Conv if eligible.

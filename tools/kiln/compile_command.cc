@@ -21,6 +21,7 @@ Command addCompileCommand(CLI::App& app) {
     int64_t batch = 0;
     bool print_ir = false;
     bool plan_report = false;
+    bool no_channels_last = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
@@ -30,6 +31,8 @@ Command addCompileCommand(CLI::App& app) {
   cmd->add_option("--batch", args->batch, "Fix every unknown leading input dimension to N")->check(CLI::PositiveNumber);
   cmd->add_flag("--print-ir", args->print_ir, "Print the graph after type inference");
   cmd->add_flag("--plan-report", args->plan_report, "Print the memory plan against its lower bound");
+  cmd->add_flag("--no-channels-last", args->no_channels_last,
+                "Keep convolutions and pooling in the model's NCHW layout (slower; for comparisons)");
 
   return [args]() {
     const auto start = std::chrono::steady_clock::now();
@@ -57,6 +60,7 @@ Command addCompileCommand(CLI::App& app) {
     };
     CompileOptions compile_options;
     compile_options.progress = show;
+    compile_options.channels_last = !args->no_channels_last;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     const CompileReport report = compile(*model.graph, model.opsets, args->output, compile_options);

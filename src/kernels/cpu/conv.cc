@@ -1,6 +1,7 @@
 // Conv and ConvTranspose (ONNX) on the CPU in f32, through oneDNN's
 // convolution_forward and deconvolution_forward primitives, over 1, 2 or 3
-// spatial axes.
+// spatial axes; and kiln.NhwcConv, Conv on [N, H, W, C] activations (see
+// src/passes/channels_last.h), where oneDNN's fastest kernels are.
 //
 // prepare resolves the attributes (kernel_shape from the weights, strides,
 // dilations, pads or auto_pad, group, ConvTranspose's output_padding and
@@ -28,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
@@ -342,7 +344,9 @@ void weightsLayout(const ConvShape& s, Dims& dims, Dims& strides) {
   }
 }
 
-std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& setup, const ConvShape& s) {
+// `channels_last`: the activations are [N, H, W, C] in memory (kiln.NhwcConv).
+std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& setup, const ConvShape& s,
+                                       bool channels_last = false) {
   auto state = std::make_unique<ConvState>();
   if (s.batch == 0) {
     state->empty = true;
@@ -356,8 +360,11 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   Dims w_dims;
   Dims w_strides;
   weightsLayout(s, w_dims, w_strides);
-  const dnnl::memory::desc src = plainDesc(src_dims);
-  const dnnl::memory::desc dst = plainDesc(dst_dims);
+  using tag = dnnl::memory::format_tag;
+  const dnnl::memory::desc src = channels_last ? dnnl::memory::desc(src_dims, dnnl::memory::data_type::f32, tag::nhwc)
+                                               : plainDesc(src_dims);
+  const dnnl::memory::desc dst = channels_last ? dnnl::memory::desc(dst_dims, dnnl::memory::data_type::f32, tag::nhwc)
+                                               : plainDesc(dst_dims);
   const dnnl::memory::desc weights_plain = onednn::f32Desc(w_dims, w_strides);
   const std::byte* w_constant = constantInput(setup, 1);
   const dnnl::memory::desc weights =
@@ -459,10 +466,17 @@ std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
   return makeState("ConvTranspose", setup, convTransposeShape(setup));
 }
 
+// kiln.NhwcConv: Conv with [N, H, W, C] activations.
+std::unique_ptr<KernelState> prepareNhwcConv(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcConv", setup);
+  return makeState("kiln.NhwcConv", nchw.get(), convShape(nchw.get()), /*channels_last=*/true);
+}
+
 }  // namespace
 
 void registerConvKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Conv", &prepareConv, &runConv});
+  registry.add(KernelDef{"kiln.NhwcConv", &prepareNhwcConv, &runConv});
   registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});
 }
 

@@ -1,7 +1,8 @@
 // Pooling (ONNX) on the CPU in f32: MaxPool and AveragePool over 1 to 3
 // spatial axes through oneDNN's pooling_v2 primitive, with a loop kernel of
 // our own where oneDNN would compute something else or refuses; and
-// GlobalAveragePool and GlobalMaxPool as loops.
+// GlobalAveragePool and GlobalMaxPool as loops. The kiln.Nhwc* forms (see
+// src/passes/channels_last.h) take [N, H, W, C] tensors.
 //
 // Window arithmetic follows the ONNX formulas (as src/ops/nn_ops.cc does):
 // auto_pad SAME_* pads ceil(in / stride) outputs, ceil_mode adds one output
@@ -30,6 +31,7 @@
 #include <dnnl.hpp>
 
 #include "core/log.h"
+#include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
@@ -54,6 +56,7 @@ std::string typeString(const TensorInfo& info) {
 struct Window {
   bool max = false;
   bool count_include_pad = false;
+  bool channels_last = false;  // [N, spatial..., C] in memory (kiln.Nhwc* pools)
   int64_t batch = 0;
   int64_t channels = 0;
   int64_t rows = 0;  // N * C
@@ -78,9 +81,13 @@ struct PoolState final : KernelState {
 void loopPool(const float* x, float* y, const Window& w) {
   const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
   const int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
+  // Row r is one (n, c) plane; its elements are `step` apart.
+  const int64_t step = w.channels_last ? w.channels : 1;
   for (int64_t r = 0; r < w.rows; ++r) {
-    const float* xr = x + r * in_plane;
-    float* yr = y + r * out_plane;
+    const int64_t n = r / w.channels;
+    const int64_t c = r % w.channels;
+    const float* xr = w.channels_last ? x + n * in_plane * w.channels + c : x + r * in_plane;
+    float* yr = w.channels_last ? y + n * out_plane * w.channels + c : y + r * out_plane;
     for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
       for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
         for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
@@ -102,7 +109,7 @@ void loopPool(const float* x, float* y, const Window& w) {
                 const int64_t i2 = start[2] + k2 * w.dilation[2];
                 if (pad1 && i2 >= -w.pad_begin[2] && i2 < w.in[2] + w.pad_end[2]) ++padded;
                 if (!in1 || i2 < 0 || i2 >= w.in[2]) continue;
-                const float v = xr[(i0 * w.in[1] + i1) * w.in[2] + i2];
+                const float v = xr[((i0 * w.in[1] + i1) * w.in[2] + i2) * step];
                 ++valid;
                 if (w.max) {
                   acc = v > acc || v != v ? v : acc;  // NaN propagates
@@ -113,7 +120,7 @@ void loopPool(const float* x, float* y, const Window& w) {
             }
           }
           if (!w.max) acc /= static_cast<float>(w.count_include_pad ? padded : valid);
-          yr[(o0 * w.out[1] + o1) * w.out[2] + o2] = acc;
+          yr[((o0 * w.out[1] + o1) * w.out[2] + o2) * step] = acc;
         }
       }
     }
@@ -139,7 +146,7 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
   }
   const dnnl::engine& engine = onednn::cpuEngine();
   using tag = dnnl::memory::format_tag;
-  const tag plain = spatial == 1 ? tag::ncw : spatial == 2 ? tag::nchw : tag::ncdhw;
+  const tag plain = spatial == 1 ? tag::ncw : spatial == 2 ? (w.channels_last ? tag::nhwc : tag::nchw) : tag::ncdhw;
   const dnnl::memory::desc src(src_dims, dnnl::memory::data_type::f32, plain);
   const dnnl::memory::desc dst(dst_dims, dnnl::memory::data_type::f32, plain);
   const dnnl::algorithm algorithm = w.max                 ? dnnl::algorithm::pooling_max
@@ -214,7 +221,8 @@ Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& n
   return values;
 }
 
-std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max) {
+std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max,
+                                         bool channels_last = false) {
   expectF32Input(op, setup);
   if (max && setup.outputs.size() == 2) {
     throw UsageError("MaxPool: the Indices output (output 1) is not supported; only Y");
@@ -242,6 +250,7 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
   Window& w = state->window;
   w.max = max;
   w.count_include_pad = setup.params.getInt("count_include_pad", 0) != 0;
+  w.channels_last = channels_last;
   w.batch = x[0];
   w.channels = x[1];
   w.rows = x[0] * x[1];
@@ -306,15 +315,28 @@ std::unique_ptr<KernelState> prepareMaxPool(const KernelSetup& setup) { return p
 std::unique_ptr<KernelState> prepareAveragePool(const KernelSetup& setup) {
   return preparePool("AveragePool", setup, false);
 }
+std::unique_ptr<KernelState> prepareNhwcMaxPool(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcMaxPool", setup);
+  return preparePool("kiln.NhwcMaxPool", nchw.get(), true, /*channels_last=*/true);
+}
+std::unique_ptr<KernelState> prepareNhwcAveragePool(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcAveragePool", setup);
+  return preparePool("kiln.NhwcAveragePool", nchw.get(), false, /*channels_last=*/true);
+}
 
 // ------------------------------------------------------------- global pools
 
 struct GlobalState final : KernelState {
   int64_t rows = 0;
   int64_t size = 0;  // elements per row
+  // kiln.NhwcGlobal*Pool: `batch` images of `size` rows of `channels`.
+  bool channels_last = false;
+  int64_t batch = 0;
+  int64_t channels = 0;
 };
 
-std::unique_ptr<KernelState> prepareGlobal(std::string_view op, const KernelSetup& setup) {
+std::unique_ptr<KernelState> prepareGlobal(std::string_view op, const KernelSetup& setup,
+                                           bool channels_last = false) {
   expectF32Input(op, setup);
   if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   const Ints& x = setup.inputs[0].shape;
@@ -326,8 +348,49 @@ std::unique_ptr<KernelState> prepareGlobal(std::string_view op, const KernelSetu
   state->size = 1;
   for (size_t i = 2; i < x.size(); ++i) state->size *= x[i];
   if (state->size == 0) throw UsageError(fmt::format("{}: the input {} has no spatial elements", op, typeString(setup.inputs[0])));
+  state->channels_last = channels_last;
+  state->batch = x[0];
+  state->channels = x[1];
   return state;
 }
+
+std::unique_ptr<KernelState> prepareNhwcGlobalAverage(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcGlobalAveragePool", setup);
+  return prepareGlobal("kiln.NhwcGlobalAveragePool", nchw.get(), /*channels_last=*/true);
+}
+std::unique_ptr<KernelState> prepareNhwcGlobalMax(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcGlobalMaxPool", setup);
+  return prepareGlobal("kiln.NhwcGlobalMaxPool", nchw.get(), /*channels_last=*/true);
+}
+
+// Channels-last global pools: each image is `size` rows of `channels`
+// values; the output row is their mean or maximum (NaN propagates).
+void runNhwcGlobal(const KernelCall& call, bool max) {
+  const auto& state = static_cast<const GlobalState&>(*call.state);
+  const float* x = call.inputs[0].as<const float>();
+  float* y = call.outputs[0].as<float>();
+  const int64_t c_count = state.channels;
+  for (int64_t n = 0; n < state.batch; ++n) {
+    const float* image = x + n * state.size * c_count;
+    float* out = y + n * c_count;
+    for (int64_t c = 0; c < c_count; ++c) out[c] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    for (int64_t i = 0; i < state.size; ++i) {
+      const float* row = image + i * c_count;
+      if (max) {
+        for (int64_t c = 0; c < c_count; ++c) out[c] = row[c] > out[c] || row[c] != row[c] ? row[c] : out[c];
+      } else {
+        for (int64_t c = 0; c < c_count; ++c) out[c] += row[c];
+      }
+    }
+    if (!max) {
+      const float scale = 1.0f / static_cast<float>(state.size);
+      for (int64_t c = 0; c < c_count; ++c) out[c] *= scale;
+    }
+  }
+}
+
+void runNhwcGlobalAverage(const KernelCall& call) { runNhwcGlobal(call, false); }
+void runNhwcGlobalMax(const KernelCall& call) { runNhwcGlobal(call, true); }
 
 std::unique_ptr<KernelState> prepareGlobalAverage(const KernelSetup& setup) {
   return prepareGlobal("GlobalAveragePool", setup);
@@ -390,6 +453,10 @@ void registerPoolKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"AveragePool", &prepareAveragePool, &runPool});
   registry.add(KernelDef{"GlobalAveragePool", &prepareGlobalAverage, &runGlobalAverage});
   registry.add(KernelDef{"GlobalMaxPool", &prepareGlobalMax, &runGlobalMax});
+  registry.add(KernelDef{"kiln.NhwcMaxPool", &prepareNhwcMaxPool, &runPool});
+  registry.add(KernelDef{"kiln.NhwcAveragePool", &prepareNhwcAveragePool, &runPool});
+  registry.add(KernelDef{"kiln.NhwcGlobalAveragePool", &prepareNhwcGlobalAverage, &runNhwcGlobalAverage});
+  registry.add(KernelDef{"kiln.NhwcGlobalMaxPool", &prepareNhwcGlobalMax, &runNhwcGlobalMax});
 }
 
 }  // namespace kiln

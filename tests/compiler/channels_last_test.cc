@@ -1,0 +1,186 @@
+// The channels-last pass end to end: a small convolutional graph compiled
+// with and without it must compute the same outputs, under the same output
+// names, with the convolutions and pools in their kiln.Nhwc* forms and one
+// layout conversion per value that crosses between the layouts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "kiln/compiler.h"
+#include "kiln/executor.h"
+#include "kiln/graph_builder.h"
+#include "passes/channels_last.h"
+#include "ops/shape_inference.h"
+
+namespace kiln {
+namespace {
+
+const std::map<std::string, int64_t> kOpsets = {{"", 17}};
+
+std::vector<float> randomFloats(size_t count, unsigned seed) {
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(random);
+  return values;
+}
+
+// x [1, 4, 8, 8] -> Conv 3x3 (8) -> Relu -> MaxPool 2x2 -> a
+// a -> Conv 1x1 (8) -> Add(a) -> Mul([8, 1, 1] constant) -> b
+// Concat(b, Sigmoid(a)) on channels -> Split in two -> GlobalAveragePool -> "pooled"
+//                                                    -> Flatten -> "flat"
+// and "features" = b, a graph output read also by the Concat.
+GraphPtr buildGraph() {
+  GraphBuilder g("convnet");
+  const ValueId x = g.input("x", DType::kF32, {1, 4, 8, 8});
+  const ValueId w1 = g.constant("w1", {8, 4, 3, 3}, randomFloats(8 * 4 * 9, 1));
+  const ValueId b1 = g.constant("b1", {8}, randomFloats(8, 2));
+  const ValueId w2 = g.constant("w2", {8, 8, 1, 1}, randomFloats(64, 3));
+  const ValueId scale = g.constant("scale", {8, 1, 1}, randomFloats(8, 4));
+  const ValueId c1 = g.op("Conv", {x, w1, b1}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  const ValueId r1 = g.op("Relu", {c1});
+  const ValueId a = g.op("MaxPool", {r1}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                           {"strides", std::vector<int64_t>{2, 2}}});
+  const ValueId c2 = g.op("Conv", {a, w2});
+  const ValueId sum = g.op("Add", {c2, a});
+  const ValueId b = g.op("Mul", {sum, scale});
+  g.graph().renameValue(b, "features");
+  const ValueId s = g.op("Sigmoid", {a});
+  const ValueId cat = g.op("Concat", {b, s}, {{"axis", int64_t{1}}});
+  const std::vector<ValueId> halves = g.ops("Split", {cat}, 2, {{"axis", int64_t{1}}});
+  const ValueId pooled = g.op("GlobalAveragePool", {halves[0]});
+  g.graph().renameValue(pooled, "pooled");
+  const ValueId flat = g.op("Flatten", {halves[1]});
+  g.graph().renameValue(flat, "flat");
+  g.output(b);
+  g.output(pooled);
+  g.output(flat);
+  return g.build();
+}
+
+struct Outputs {
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> values;
+  std::vector<std::string> kernels;
+};
+
+// Pools with the attributes that change the window arithmetic: x
+// [1, 5, 9, 7] -> AveragePool 3x3 pads 1 counting pads -> "avg";
+// MaxPool 3x2 dilated 2, stride 2, ceil_mode -> "max"; GlobalMaxPool -> "gmax".
+GraphPtr buildPoolGraph() {
+  GraphBuilder g("pools");
+  const ValueId x = g.input("x", DType::kF32, {1, 5, 9, 7});
+  const ValueId w = g.constant("w", {5, 5, 1, 1}, randomFloats(25, 5));
+  const ValueId c = g.op("Conv", {x, w});
+  const ValueId avg = g.op("AveragePool", {c}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                               {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                                               {"count_include_pad", int64_t{1}}});
+  const ValueId max = g.op("MaxPool", {c}, {{"kernel_shape", std::vector<int64_t>{3, 2}},
+                                           {"dilations", std::vector<int64_t>{2, 2}},
+                                           {"strides", std::vector<int64_t>{2, 2}},
+                                           {"ceil_mode", int64_t{1}}});
+  const ValueId gmax = g.op("GlobalMaxPool", {c});
+  g.graph().renameValue(avg, "avg");
+  g.graph().renameValue(max, "max");
+  g.graph().renameValue(gmax, "gmax");
+  for (ValueId v : {avg, max, gmax}) g.output(v);
+  return g.build();
+}
+
+Outputs compileAndRun(bool channels_last, const std::vector<float>& input, GraphPtr (*build)() = buildGraph) {
+  GraphPtr graph = build();
+  // Tests run as parallel processes: each its own files.
+  const std::string test = testing::UnitTest::GetInstance()->current_test_info()->name();
+  const auto path = std::filesystem::path(testing::TempDir()) / (test + (channels_last ? ".nhwc.kiln" : ".nchw.kiln"));
+  CompileOptions options;
+  options.channels_last = channels_last;
+  compile(*graph, kOpsets, path, options);
+  Executor executor(path);
+  Outputs result;
+  std::vector<std::byte*> out;
+  for (const TensorSlot& slot : executor.outputs()) {
+    result.names.push_back(slot.name);
+    result.values.emplace_back(slot.info.numElements());
+  }
+  for (auto& v : result.values) out.push_back(reinterpret_cast<std::byte*>(v.data()));
+  const std::byte* in[] = {reinterpret_cast<const std::byte*>(input.data())};
+  executor.run(in, out);
+  for (size_t i = 0; i < executor.stepCount(); ++i) result.kernels.push_back(executor.stepKernel(i));
+  return result;
+}
+
+TEST(ChannelsLast, SameOutputsUnderTheSameNames) {
+  const std::vector<float> input = randomFloats(4 * 8 * 8, 7);
+  const Outputs nchw = compileAndRun(false, input);
+  const Outputs nhwc = compileAndRun(true, input);
+  ASSERT_EQ(nchw.names, (std::vector<std::string>{"features", "pooled", "flat"}));
+  EXPECT_EQ(nhwc.names, nchw.names);
+  for (size_t o = 0; o < nchw.values.size(); ++o) {
+    ASSERT_EQ(nhwc.values[o].size(), nchw.values[o].size());
+    for (size_t i = 0; i < nchw.values[o].size(); ++i) {
+      EXPECT_NEAR(nhwc.values[o][i], nchw.values[o][i], 1e-5f * std::max(1.0f, std::fabs(nchw.values[o][i])))
+          << nchw.names[o] << "[" << i << "]";
+    }
+  }
+  auto count = [](const Outputs& r, const std::string& kernel) {
+    return std::count(r.kernels.begin(), r.kernels.end(), kernel);
+  };
+  EXPECT_EQ(count(nchw, "Transpose"), 0);
+  EXPECT_EQ(count(nhwc, "Conv"), 0);
+  EXPECT_EQ(count(nhwc, "kiln.NhwcConv"), 2);
+  EXPECT_EQ(count(nhwc, "kiln.NhwcMaxPool"), 1);
+  EXPECT_EQ(count(nhwc, "kiln.NhwcGlobalAveragePool"), 1);
+  // x in; "features", "pooled" and the Flatten's input out.
+  EXPECT_EQ(count(nhwc, "Transpose"), 4);
+}
+
+TEST(ChannelsLast, PoolsMatchTheirNchwForms) {
+  const std::vector<float> input = randomFloats(5 * 9 * 7, 8);
+  const Outputs nchw = compileAndRun(false, input, buildPoolGraph);
+  const Outputs nhwc = compileAndRun(true, input, buildPoolGraph);
+  EXPECT_EQ(nhwc.names, nchw.names);
+  for (size_t o = 0; o < nchw.values.size(); ++o) {
+    ASSERT_EQ(nhwc.values[o].size(), nchw.values[o].size());
+    for (size_t i = 0; i < nchw.values[o].size(); ++i) {
+      EXPECT_NEAR(nhwc.values[o][i], nchw.values[o][i], 1e-5f * std::max(1.0f, std::fabs(nchw.values[o][i])))
+          << nchw.names[o] << "[" << i << "]";
+    }
+  }
+  for (const char* kernel : {"kiln.NhwcAveragePool", "kiln.NhwcMaxPool", "kiln.NhwcGlobalMaxPool"}) {
+    EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), kernel), 1) << kernel;
+  }
+}
+
+TEST(ChannelsLast, PassKeepsTypesConsistentWithInference) {
+  GraphPtr graph = buildGraph();
+  inferTypes(*graph, kOpsets);
+  EXPECT_EQ(convertToChannelsLast(*graph), 4u);  // two Convs, MaxPool, GlobalAveragePool
+  std::map<ValueId, ValueType> after_pass;
+  for (ValueId id = 0; id < graph->valueCount(); ++id) after_pass[id] = graph->value(id).type;
+  inferTypes(*graph, kOpsets);
+  for (NodeId id : graph->nodeIds()) {
+    for (ValueId v : graph->node(id).outputs) {
+      EXPECT_EQ(graph->value(v).type, after_pass[v]) << graph->value(v).name;
+    }
+  }
+  EXPECT_TRUE(graph->findValue("features/nhwc").has_value());
+  const ValueId features = *graph->findValue("features");
+  EXPECT_EQ(graph->node(graph->value(features).producer).op_type, "Transpose");
+  verifyGraph(*graph, /*require_types=*/true);
+}
+
+TEST(ChannelsLast, LeavesGraphsWithoutConvolutionsAlone) {
+  GraphBuilder g;
+  const ValueId x = g.input("x", DType::kF32, {1, 3, 4, 4});
+  g.output(g.op("Relu", {g.op("Add", {x, x})}));
+  GraphPtr graph = g.build();
+  inferTypes(*graph, kOpsets);
+  const std::string before = graph->toString();
+  EXPECT_EQ(convertToChannelsLast(*graph), 0u);
+  EXPECT_EQ(graph->toString(), before);
+}
+
+}  // namespace
+}  // namespace kiln
