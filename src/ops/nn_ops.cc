@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <limits>
 #include <string>
 
 #include "ops/op_families.h"
@@ -460,61 +461,63 @@ void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_
 // ------------------------------------------------------------ channels-last
 
 // kiln.NhwcConv, kiln.NhwcMaxPool, ...: the ONNX operator without the "Nhwc"
-// prefix, with attributes of the same meaning, whose first input and output
-// hold [N, H, W, C] where ONNX has [N, C, H, W] (written by the channels-last
-// pass, src/passes/channels_last.h). Inference runs the ONNX operator's
-// inference on a scratch node that sees the first input in NCHW, then
-// permutes the outputs back.
+// prefix, with attributes and inputs of the same meaning, except that the
+// first input and the output hold [N, H, W, C] where ONNX has [N, C, H, W]
+// (written by the channels-last pass, src/passes/channels_last.h).
+// Inference runs the newest schema of the ONNX operator on a scratch node
+// that sees the first input in NCHW, then permutes the output back.
 std::vector<Dim> permuted(const std::vector<Dim>& dims, const std::array<size_t, 4>& order) {
   std::vector<Dim> out;
   for (size_t axis : order) out.push_back(dims[axis]);
   return out;
 }
 
-InferFunction channelsLast(std::string op, InferFunction infer) {
-  return [op = std::move(op), infer = std::move(infer)](InferenceContext& context) {
-    const std::vector<Dim>* x = knownShape(context, 0);
-    if (!x) return setUnknownShape(context, context.inputType(0).dtype);
-    if (x->size() != 4) context.fail("needs a 4-D input [N, H, W, C], got {}", dimsText(*x));
-    Graph scratch("channels_last");
-    std::vector<ValueId> inputs;
-    for (size_t i = 0; i < context.inputCount(); ++i) {
-      if (!context.hasInput(i)) {
-        inputs.push_back(kNoValue);
-        continue;
-      }
-      const std::string name = "input" + std::to_string(i);
-      if (ConstantPtr constant = context.inputConstant(i)) {
-        inputs.push_back(scratch.addInitializer(name, constant));
-        continue;
-      }
-      ValueType type = context.inputType(i);
-      if (i == 0) type.shape = permuted(*x, {0, 3, 1, 2});
-      inputs.push_back(scratch.addInput(name, type));
+void inferChannelsLast(InferenceContext& context, const std::string& op) {
+  const std::vector<Dim>* x = knownShape(context, 0);
+  if (!x) return setUnknownShape(context, context.inputType(0).dtype);
+  if (x->size() != 4) context.fail("needs a 4-D input [N, H, W, C], got {}", dimsText(*x));
+  constexpr int64_t kNewest = std::numeric_limits<int64_t>::max();
+  const OpSchema* schema = OpRegistry::global().find("", op, kNewest);
+  Graph scratch("channels_last");
+  std::vector<ValueId> inputs;
+  for (size_t i = 0; i < context.inputCount(); ++i) {
+    if (!context.hasInput(i)) {
+      inputs.push_back(kNoValue);
+      continue;
     }
-    const NodeId id = scratch.addNode(op, inputs, std::vector<std::string>(context.outputCount(), ""),
-                                      context.node().attributes);
-    InferenceContext inner(scratch, scratch.node(id), context.opset());
-    infer(inner);
-    for (size_t i = 0; i < context.outputCount(); ++i) {
-      ValueType type = inner.output(i);
-      if (type.shape && type.shape->size() == 4) type.shape = permuted(*type.shape, {0, 2, 3, 1});
-      context.output(i) = type;
+    const std::string name = "input" + std::to_string(i);
+    if (ConstantPtr constant = context.inputConstant(i)) {
+      inputs.push_back(scratch.addInitializer(name, constant));
+      continue;
     }
-  };
+    ValueType type = context.inputType(i);
+    if (i == 0) type.shape = permuted(*x, {0, 3, 1, 2});
+    inputs.push_back(scratch.addInput(name, type));
+  }
+  const NodeId id =
+      scratch.addNode(op, inputs, std::vector<std::string>(context.outputCount(), ""), context.node().attributes);
+  InferenceContext inner(scratch, scratch.node(id), schema->since_version);
+  schema->infer(inner);
+  for (size_t i = 0; i < context.outputCount(); ++i) {
+    ValueType type = inner.output(i);
+    if (type.shape && type.shape->size() == 4) type.shape = permuted(*type.shape, {0, 2, 3, 1});
+    context.output(i) = type;
+  }
 }
 
 }  // namespace
 
 void registerNnOps(OpRegistry& registry) {
-  auto nhwc = [&](const std::string& op, size_t min_inputs, size_t max_inputs, InferFunction infer) {
-    registry.add(OpSchema{"kiln", "Nhwc" + op, 1, min_inputs, max_inputs, 1, 1, channelsLast(op, std::move(infer))});
+  auto nhwc = [&](const std::string& op, size_t min_inputs, size_t max_inputs) {
+    registry.add(OpSchema{"kiln", "Nhwc" + op, 1, min_inputs, max_inputs, 1, 1,
+                          [op](InferenceContext& context) { inferChannelsLast(context, op); }});
   };
-  nhwc("Conv", 2, 3, conv);
-  nhwc("MaxPool", 1, 1, pool);
-  nhwc("AveragePool", 1, 1, pool);
-  nhwc("GlobalAveragePool", 1, 1, globalPool);
-  nhwc("GlobalMaxPool", 1, 1, globalPool);
+  nhwc("Conv", 2, 3);
+  nhwc("MaxPool", 1, 1);
+  nhwc("AveragePool", 1, 1);
+  nhwc("GlobalAveragePool", 1, 1);
+  nhwc("GlobalMaxPool", 1, 1);
+  nhwc("Resize", 3, 4);  // the opset-11 inputs: X, roi, scales, sizes
   add(registry, "Conv", 1, 2, 3, conv);
   add(registry, "ConvTranspose", 1, 2, 3, convTranspose);
   add(registry, "MaxPool", 1, 1, 1, pool);

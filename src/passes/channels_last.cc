@@ -27,7 +27,8 @@ int64_t nhwcAxis(int64_t axis) {
 }
 
 const std::set<std::string>& convertedOps() {
-  static const std::set<std::string> kOps = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+  static const std::set<std::string> kOps = {"Conv",          "MaxPool",       "AveragePool", "GlobalAveragePool",
+                                             "GlobalMaxPool", "Resize"};
   return kOps;
 }
 
@@ -117,6 +118,17 @@ class ChannelsLast {
     if (node.op_type == "AveragePool" && node.intAttribute("count_include_pad", 0) != 0 &&
         node.intAttribute("ceil_mode", 0) != 0) {
       return false;
+    }
+    if (node.op_type == "Resize") {
+      // The opset-11 form, resizing only H and W (what the kernel does).
+      if (node.inputs.size() < 3 || node.hasAttribute("axes")) return false;
+      std::vector<Dim> in = *graph_.value(node.inputs[0]).type.shape;
+      if (nhwc_.contains(node.inputs[0])) in = permuted(in, kToNchw);
+      const ValueType& out = graph_.value(node.outputs[0]).type;
+      if (!out.shape || out.shape->size() != 4) return false;
+      for (size_t d = 0; d < 2; ++d) {
+        if (!in[d].isKnown() || in[d] != (*out.shape)[d]) return false;
+      }
     }
     return true;
   }

@@ -3,7 +3,7 @@
 // about twice as fast as in NCHW on AVX-512; depthwise ones about 20 times).
 //
 // The pass turns every eligible 2-D Conv, MaxPool, AveragePool,
-// GlobalAveragePool and GlobalMaxPool into its kiln-domain channels-last
+// GlobalAveragePool, GlobalMaxPool and Resize (of H and W) into its kiln-domain channels-last
 // form (kiln.NhwcConv, ...; see src/ops/nn_ops.cc), and lets the layout flow
 // through the layout-agnostic operators between them so that a chain of
 // convolutions converts its activations once, not at every step:
@@ -20,7 +20,7 @@
 // Eligibility: the operator is in the default domain; its data input is f32
 // with a known rank of 4; MaxPool has no Indices output; AveragePool does not
 // both count padding and use ceil_mode (the kernel for that case is NCHW
-// only); a layout-agnostic operator has at least one channels-last input and
+// only); Resize has the opset-11 inputs and keeps N and C; a layout-agnostic operator has at least one channels-last input and
 // only 4-D outputs. The types of every rewritten value are updated; shape
 // inference gives the same types again.
 #pragma once

@@ -68,7 +68,8 @@ struct Outputs {
 
 // Pools with the attributes that change the window arithmetic: x
 // [1, 5, 9, 7] -> AveragePool 3x3 pads 1 counting pads -> "avg";
-// MaxPool 3x2 dilated 2, stride 2, ceil_mode -> "max"; GlobalMaxPool -> "gmax".
+// MaxPool 3x2 dilated 2, stride 2, ceil_mode -> "max"; GlobalMaxPool -> "gmax";
+// Resize x2 x1.5, nearest -> "up" and linear -> "smooth".
 GraphPtr buildPoolGraph() {
   GraphBuilder g("pools");
   const ValueId x = g.input("x", DType::kF32, {1, 5, 9, 7});
@@ -82,10 +83,15 @@ GraphPtr buildPoolGraph() {
                                            {"strides", std::vector<int64_t>{2, 2}},
                                            {"ceil_mode", int64_t{1}}});
   const ValueId gmax = g.op("GlobalMaxPool", {c});
+  const ValueId scales = g.constant("scales", {4}, std::vector<float>{1, 1, 2, 1.5f});
+  const ValueId up = g.op("Resize", {c, kNoValue, scales}, {{"mode", std::string("nearest")}});
+  const ValueId smooth = g.op("Resize", {c, kNoValue, scales}, {{"mode", std::string("linear")}});
   g.graph().renameValue(avg, "avg");
   g.graph().renameValue(max, "max");
   g.graph().renameValue(gmax, "gmax");
-  for (ValueId v : {avg, max, gmax}) g.output(v);
+  g.graph().renameValue(up, "up");
+  g.graph().renameValue(smooth, "smooth");
+  for (ValueId v : {avg, max, gmax, up, smooth}) g.output(v);
   return g.build();
 }
 
@@ -151,6 +157,7 @@ TEST(ChannelsLast, PoolsMatchTheirNchwForms) {
   for (const char* kernel : {"kiln.NhwcAveragePool", "kiln.NhwcMaxPool", "kiln.NhwcGlobalMaxPool"}) {
     EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), kernel), 1) << kernel;
   }
+  EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), "kiln.NhwcResize"), 2);
 }
 
 TEST(ChannelsLast, PassKeepsTypesConsistentWithInference) {

@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -1319,8 +1320,10 @@ void runPad(const KernelCall& call) {
 enum class CoordinateMode { kHalfPixel, kPytorchHalfPixel, kAlignCorners, kAsymmetric, kTfHalfPixelForNearest };
 enum class NearestMode { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
 
-// Resizes the last two dimensions of a tensor seen as [planes, H, W].
+// Resizes the last two dimensions of a tensor seen as [planes, H, W], or,
+// for kiln.NhwcResize, the middle two of [planes, H, W, inner].
 struct ResizeState final : KernelState {
+  int64_t inner = 1;  // elements per pixel: 1, or the channels of kiln.NhwcResize
   bool linear = false;
   CoordinateMode coordinates = CoordinateMode::kHalfPixel;
   NearestMode nearest = NearestMode::kRoundPreferFloor;
@@ -1399,9 +1402,10 @@ void resizePlane(const ResizeState& state, double scale_h, double scale_w, const
     } else {
       axisSource(state, oy, scale_h, state.in_h, state.out_h, y0, y1, wy);
     }
-    const T* r0 = x + y0 * state.in_w;
-    const T* r1 = x + y1 * state.in_w;
-    T* out = y + oy * state.out_w;
+    const int64_t inner = state.inner;
+    const T* r0 = x + y0 * state.in_w * inner;
+    const T* r1 = x + y1 * state.in_w * inner;
+    T* out = y + oy * state.out_w * inner;
     for (int64_t ox = 0; ox < state.out_w; ++ox) {
       int64_t x0, x1;
       float wx;
@@ -1415,13 +1419,17 @@ void resizePlane(const ResizeState& state, double scale_h, double scale_w, const
       if constexpr (std::is_floating_point_v<T>) {
         if (state.linear) {
           using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-          const C top = r0[x0] + static_cast<C>(wx) * (r0[x1] - r0[x0]);
-          const C bottom = r1[x0] + static_cast<C>(wx) * (r1[x1] - r1[x0]);
-          out[ox] = static_cast<T>(top + static_cast<C>(wy) * (bottom - top));
+          for (int64_t k = 0; k < inner; ++k) {
+            const T* a = r0 + k;
+            const T* b = r1 + k;
+            const C top = a[x0 * inner] + static_cast<C>(wx) * (a[x1 * inner] - a[x0 * inner]);
+            const C bottom = b[x0 * inner] + static_cast<C>(wx) * (b[x1 * inner] - b[x0 * inner]);
+            out[ox * inner + k] = static_cast<T>(top + static_cast<C>(wy) * (bottom - top));
+          }
           continue;
         }
       }
-      out[ox] = r0[x0];
+      std::copy_n(r0 + x0 * inner, inner, out + ox * inner);
     }
   }
 }
@@ -1431,12 +1439,16 @@ void resizeLoop(const ResizeState& state, double scale_h, double scale_w, const 
                 std::byte* y_bytes) {
   const T* x = reinterpret_cast<const T*>(x_bytes);
   T* y = reinterpret_cast<T*>(y_bytes);
+  const int64_t in_plane = state.in_h * state.in_w * state.inner;
+  const int64_t out_plane = state.out_h * state.out_w * state.inner;
   for (int64_t p = 0; p < state.planes; ++p) {
-    resizePlane(state, scale_h, scale_w, x + p * state.in_h * state.in_w, y + p * state.out_h * state.out_w);
+    resizePlane(state, scale_h, scale_w, x + p * in_plane, y + p * out_plane);
   }
 }
 
-std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup) {
+// `channels_last`: the data are [N, H, W, C] in memory while `setup`
+// describes them in NCHW (kiln.NhwcResize; see channels_last.h).
+std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channels_last) {
   expectCounts("Resize", setup, 1, 4);
   expectStatic("Resize", setup);
   const TensorInfo& x = setup.inputs[0];
@@ -1501,6 +1513,10 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup) {
   state->element_size = dtypeSize(x.dtype);
   state->rank = static_cast<uint32_t>(rank);
   state->planes = product(x.shape, 0, rank - 2);
+  if (channels_last) {  // [N, C, H, W] seen as N planes of H x W pixels of C
+    state->planes = x.shape[0];
+    state->inner = x.shape[1];
+  }
   state->in_h = x.shape[rank - 2];
   state->in_w = x.shape[rank - 1];
   state->out_h = y.shape[rank - 2];
@@ -1573,7 +1589,7 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup) {
 
 void runResize(const KernelCall& call) {
   const auto& state = static_cast<const ResizeState&>(*call.state);
-  if (state.planes * state.out_h * state.out_w == 0) return;
+  if (state.planes * state.inner * state.out_h * state.out_w == 0) return;
   double scale_h = state.scale_h;
   double scale_w = state.scale_w;
   if (state.scales_input >= 0) {
@@ -1595,6 +1611,13 @@ void runResize(const KernelCall& call) {
   withElementSize(state.element_size, [&](auto t) { resizeLoop<decltype(t)>(state, scale_h, scale_w, x, y); });
 }
 
+std::unique_ptr<KernelState> prepareNchwResize(const KernelSetup& setup) { return prepareResize(setup, false); }
+
+std::unique_ptr<KernelState> prepareNhwcResize(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcResize", setup);
+  return prepareResize(nchw.get(), /*channels_last=*/true);
+}
+
 }  // namespace
 
 void registerDataMovementKernels(KernelRegistry& registry) {
@@ -1608,7 +1631,8 @@ void registerDataMovementKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Where", &prepareWhere, &runWhere});
   registry.add(KernelDef{"Cast", &prepareCast, &runCast});
   registry.add(KernelDef{"Pad", &preparePad, &runPad});
-  registry.add(KernelDef{"Resize", &prepareResize, &runResize});
+  registry.add(KernelDef{"Resize", &prepareNchwResize, &runResize});
+  registry.add(KernelDef{"kiln.NhwcResize", &prepareNhwcResize, &runResize});
 }
 
 }  // namespace kiln
