@@ -12,6 +12,7 @@
 #include "ops/shape_inference.h"
 #include "passes/batchnorm_folding.h"
 #include "passes/channels_last.h"
+#include "passes/conv_fusion.h"
 #include "passes/constant_folding.h"
 
 namespace kiln {
@@ -263,6 +264,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // weights and bias (ConvTranspose is not handled).
   if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
+  // Activations and residual Adds after a channels-last Conv become its
+  // oneDNN post-ops.
+  fuseConvPostOps(graph);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

@@ -512,7 +512,7 @@ void registerNnOps(OpRegistry& registry) {
     registry.add(OpSchema{"kiln", "Nhwc" + op, 1, min_inputs, max_inputs, 1, 1,
                           [op](InferenceContext& context) { inferChannelsLast(context, op); }});
   };
-  nhwc("Conv", 2, 3);
+  nhwc("Conv", 2, 4);  // input 3: a fused residual Add (src/passes/conv_fusion.h)
   nhwc("MaxPool", 1, 1);
   nhwc("AveragePool", 1, 1);
   nhwc("GlobalAveragePool", 1, 1);

@@ -134,9 +134,10 @@ class ChannelsLast {
   }
 
   // Whether input `value` of an elementwise node can be read in NHWC: it is
-  // channels-last already, or a scalar, or a constant we can permute.
+  // channels-last already, or converted for another reader already, or a
+  // scalar, or a constant we can permute.
   bool readableInNhwc(ValueId value) const {
-    if (value == kNoValue || nhwc_.contains(value)) return true;
+    if (value == kNoValue || nhwc_.contains(value) || to_nhwc_.contains(value)) return true;
     const Value& v = graph_.value(value);
     if (v.type.hasStaticShape() && v.type.tensorInfo()->numElements() == 1) return true;
     return v.kind == ValueKind::kInitializer && v.initializer->info.shape.size() <= 4;
@@ -173,6 +174,10 @@ class ChannelsLast {
       const ValueId input = graph_.node(id).inputs[i];
       if (input == kNoValue || nhwc_.contains(input)) continue;
       if (node.op_type == "Split" && i > 0) continue;
+      if (const auto converted = to_nhwc_.find(input); converted != to_nhwc_.end()) {
+        graph_.setNodeInput(id, i, converted->second);
+        continue;
+      }
       const Value& v = graph_.value(input);
       if (v.kind == ValueKind::kInitializer && v.initializer->info.numElements() > 1) {
         graph_.setNodeInput(id, i, permutedInitializer(input));

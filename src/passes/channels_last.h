@@ -8,8 +8,9 @@
 // through the layout-agnostic operators between them so that a chain of
 // convolutions converts its activations once, not at every step:
 //   - elementwise operators (unary ones, and binary ones whose other inputs
-//     are channels-last too, scalars, or constants, which are stored
-//     permuted) run unchanged on channels-last data;
+//     are channels-last too, converted to it for another reader already,
+//     scalars, or constants, which are stored permuted) run unchanged on
+//     channels-last data;
 //   - Concat and Split run with their axis renumbered.
 // Any other reader of a channels-last value, and the graph's outputs, get it
 // back in NCHW through one Transpose per value, which keeps the value's

@@ -28,7 +28,8 @@ std::vector<float> randomFloats(size_t count, unsigned seed) {
 }
 
 // x [1, 4, 8, 8] -> Conv 3x3 (8) -> Relu -> MaxPool 2x2 -> a
-// a -> Conv 1x1 (8) -> Add(a) -> Mul([8, 1, 1] constant) -> b
+// a -> Conv 1x1 (8, bias) -> Add(a) -> Mul([8, 1, 1] constant) -> b
+// (compiled channels-last, Relu and the Add become post-ops of the Convs)
 // Concat(b, Sigmoid(a)) on channels -> Split in two -> GlobalAveragePool -> "pooled"
 //                                                    -> Flatten -> "flat"
 // and "features" = b, a graph output read also by the Concat.
@@ -38,12 +39,13 @@ GraphPtr buildGraph() {
   const ValueId w1 = g.constant("w1", {8, 4, 3, 3}, randomFloats(8 * 4 * 9, 1));
   const ValueId b1 = g.constant("b1", {8}, randomFloats(8, 2));
   const ValueId w2 = g.constant("w2", {8, 8, 1, 1}, randomFloats(64, 3));
+  const ValueId b2 = g.constant("b2", {8}, randomFloats(8, 6));
   const ValueId scale = g.constant("scale", {8, 1, 1}, randomFloats(8, 4));
   const ValueId c1 = g.op("Conv", {x, w1, b1}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
   const ValueId r1 = g.op("Relu", {c1});
   const ValueId a = g.op("MaxPool", {r1}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
                                            {"strides", std::vector<int64_t>{2, 2}}});
-  const ValueId c2 = g.op("Conv", {a, w2});
+  const ValueId c2 = g.op("Conv", {a, w2, b2});
   const ValueId sum = g.op("Add", {c2, a});
   const ValueId b = g.op("Mul", {sum, scale});
   g.graph().renameValue(b, "features");

@@ -52,6 +52,7 @@ struct ConvState final : KernelState {
   bool weights_packed = false;
   dnnl::memory packed_weights;
   bool has_bias = false;
+  int residual_post_op = -1;  // the index of the fused residual Add among the post-ops
   // A slot's weights point at the packed weights for good, or at W per call.
   onednn::ExecutionSlots slots;
 };
@@ -109,8 +110,10 @@ AutoPad autoPad(std::string_view op, const ParamMap& params) {
 }
 
 void checkInputs(std::string_view op, const KernelSetup& setup) {
-  if (setup.inputs.size() < 2 || setup.inputs.size() > 3) {
-    throw UsageError(fmt::format("{}: expects 2 to 3 inputs, got {}", op, setup.inputs.size()));
+  // A fused residual Add (post_ops, see src/passes/conv_fusion.h) is input 3.
+  const size_t max_inputs = setup.params.has("post_ops") ? 4 : 3;
+  if (setup.inputs.size() < 2 || setup.inputs.size() > max_inputs) {
+    throw UsageError(fmt::format("{}: expects 2 to {} inputs, got {}", op, max_inputs, setup.inputs.size()));
   }
   if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
@@ -370,7 +373,7 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   const dnnl::memory::desc weights =
       w_constant != nullptr ? dnnl::memory::desc(w_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
                             : weights_plain;
-  state->has_bias = setup.inputs.size() == 3 && setup.inputs[2].dtype != DType::kUndefined;
+  state->has_bias = setup.inputs.size() >= 3 && setup.inputs[2].dtype != DType::kUndefined;
   const dnnl::memory::desc bias = plainDesc({s.out_channels});
   Dims strides(s.strides.begin(), s.strides.end());
   Dims dilations(s.spatial);
@@ -380,6 +383,14 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
 
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(onednn::fusedPostOps(op, setup.params, dst, state->residual_post_op));
+  // (In NCHW terms for kiln.NhwcConv, whose residual input stays [N, H, W, C].)
+  if (state->residual_post_op >= 0 &&
+      (setup.inputs.size() < 4 || setup.inputs[3].dtype != DType::kF32 ||
+       setup.inputs[3].numElements() != setup.outputs[0].numElements())) {
+    throw UsageError(fmt::format("{}: the fused Add needs input 3 of the output's type {}", op,
+                                 typeString(setup.outputs[0])));
+  }
   dnnl::memory::desc pd_weights;
   dnnl::memory::desc pd_scratchpad;
   dnnl::memory::desc pd_src;
@@ -435,6 +446,7 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
                                 state->weights_packed ? state->packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
     slot.dst = dnnl::memory(pd_dst, engine, DNNL_MEMORY_NONE);
     if (state->has_bias) slot.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
+    if (state->residual_post_op >= 0) slot.binary = dnnl::memory(dst, engine, DNNL_MEMORY_NONE);
   }
   return state;
 }
@@ -443,7 +455,7 @@ void runConv(const KernelCall& call) {
   const auto& state = static_cast<const ConvState&>(*call.state);
   if (state.empty) return;
   ExecutionSlot& slot = state.slots.claim();
-  dnnl_exec_arg_t args[5];
+  dnnl_exec_arg_t args[6];
   int count = 0;
   onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
@@ -455,6 +467,10 @@ void runConv(const KernelCall& call) {
   }
   onednn::setHandle(kKernel, slot.dst, call.outputs[0].data);
   args[count++] = {DNNL_ARG_DST, slot.dst.get()};
+  if (state.residual_post_op >= 0) {
+    onednn::setHandle(kKernel, slot.binary, call.inputs[3].data);
+    args[count++] = {DNNL_ARG_ATTR_MULTIPLE_POST_OP(state.residual_post_op) | DNNL_ARG_SRC_1, slot.binary.get()};
+  }
   onednn::execute(kKernel, state.primitive, state.slots, slot, args, count);
 }
 

@@ -3,7 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/error.h"
 
 namespace kiln::onednn {
 
@@ -30,6 +36,56 @@ dnnl::memory reorderConstant(const dnnl::memory::desc& from, const std::byte* da
   dnnl::reorder(source, packed).execute(stream, source, packed);
   stream.wait();
   return packed;
+}
+
+dnnl::post_ops fusedPostOps(std::string_view op, const ParamMap& params, const dnnl::memory::desc& dst,
+                            int& binary_index) {
+  binary_index = -1;
+  dnnl::post_ops post_ops;
+  const std::string kinds = params.getString("post_ops", "");
+  if (kinds.empty()) return post_ops;
+  const std::vector<double> alphas = params.getFloats("post_op_alpha", {});
+  const std::vector<double> betas = params.getFloats("post_op_beta", {});
+  size_t index = 0;
+  for (size_t start = 0; start <= kinds.size(); ++index) {
+    const size_t end = std::min(kinds.find(',', start), kinds.size());
+    const std::string kind = kinds.substr(start, end - start);
+    start = end + 1;
+    const auto alpha = static_cast<float>(index < alphas.size() ? alphas[index] : 0.0);
+    const auto beta = static_cast<float>(index < betas.size() ? betas[index] : 0.0);
+    using A = dnnl::algorithm;
+    auto eltwise = [&](A algorithm, float a, float b) { post_ops.append_eltwise(1.0f, algorithm, a, b); };
+    if (kind == "Add") {
+      binary_index = post_ops.len();
+      post_ops.append_binary(A::binary_add, dst);
+    } else if (kind == "Relu") {
+      eltwise(A::eltwise_relu, 0, 0);
+    } else if (kind == "LeakyRelu") {
+      eltwise(A::eltwise_relu, alpha, 0);
+    } else if (kind == "Clip") {
+      eltwise(A::eltwise_clip, alpha, beta);
+    } else if (kind == "Sigmoid") {
+      eltwise(A::eltwise_logistic, 0, 0);
+    } else if (kind == "Tanh") {
+      eltwise(A::eltwise_tanh, 0, 0);
+    } else if (kind == "HardSwish") {
+      eltwise(A::eltwise_hardswish, 0, 0);
+    } else if (kind == "HardSigmoid") {  // max(0, min(1, alpha * x + beta))
+      eltwise(A::eltwise_linear, alpha, beta);
+      eltwise(A::eltwise_clip, 0, 1);
+    } else if (kind == "Elu") {
+      eltwise(A::eltwise_elu, alpha, 0);
+    } else if (kind == "Gelu") {
+      eltwise(A::eltwise_gelu_erf, 0, 0);
+    } else if (kind == "GeluTanh") {
+      eltwise(A::eltwise_gelu_tanh, 0, 0);
+    } else if (kind == "Swish") {
+      eltwise(A::eltwise_swish, alpha, 0);
+    } else {
+      throw UsageError(fmt::format("{}: unknown post-op '{}' in post_ops '{}'", op, kind, kinds));
+    }
+  }
+  return post_ops;
 }
 
 void ExecutionSlots::create(const dnnl::engine& engine, const dnnl::memory::desc& scratchpad) {

@@ -31,6 +31,9 @@
 #include <cstddef>
 #include <dnnl.hpp>
 #include <memory>
+#include <string_view>
+
+#include "core/param_map.h"
 
 namespace kiln::onednn {
 
@@ -68,8 +71,18 @@ struct ExecutionSlot {
   dnnl::memory weights;
   dnnl::memory bias;
   dnnl::memory dst;
+  dnnl::memory binary;  // the second operand of a binary post-op (a residual Add)
   dnnl::memory scratchpad;
 };
+
+// The post-ops of a fused step, from its attributes `post_ops` (kinds,
+// comma-separated), `post_op_alpha` and `post_op_beta` (see
+// src/passes/conv_fusion.h and activation_match.h). An "Add" becomes a
+// binary add of a tensor described by `dst`; `binary_index` receives its
+// position among the oneDNN post-ops (-1 without one). Throws UsageError
+// naming `op` on an unknown kind.
+dnnl::post_ops fusedPostOps(std::string_view op, const ParamMap& params, const dnnl::memory::desc& dst,
+                            int& binary_index);
 
 // The kExecutionSlots slots of one state.
 class ExecutionSlots {

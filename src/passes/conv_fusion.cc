@@ -1,0 +1,99 @@
+#include "passes/conv_fusion.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "passes/activation_match.h"
+#include "passes/graph_edit.h"
+
+namespace kiln {
+namespace {
+
+struct Chain {
+  std::vector<std::string> kinds;
+  std::vector<float> alphas;
+  std::vector<float> betas;
+  ValueId residual = kNoValue;
+  ValueId output = kNoValue;   // the last value of the chain
+  std::vector<NodeId> nodes;   // in graph order
+};
+
+// An Add reading `value` (its only reader) and another tensor of the same
+// static type: the residual Add.
+bool matchResidualAdd(const Graph& graph, ValueId value, Chain& chain) {
+  const Value& v = graph.value(value);
+  if (v.users.size() != 1 || isGraphOutput(graph, value) || chain.residual != kNoValue) return false;
+  const NodeId add_id = v.users[0].node;
+  const Node& add = graph.node(add_id);
+  if (add.op_type != "Add" || !add.domain.empty() || add.inputs.size() != 2 || add.outputs.size() != 1) return false;
+  const ValueId other = add.inputs[0] == value ? add.inputs[1] : add.inputs[0];
+  if (other == value || other == kNoValue) return false;
+  const ValueType& other_type = graph.value(other).type;
+  if (other_type != v.type || !other_type.hasStaticShape()) return false;
+  chain.kinds.push_back("Add");
+  chain.alphas.push_back(0);
+  chain.betas.push_back(0);
+  chain.residual = other;
+  chain.nodes.push_back(add_id);
+  chain.output = add.outputs[0];
+  return true;
+}
+
+Chain followChain(const Graph& graph, ValueId start) {
+  Chain chain;
+  chain.output = start;
+  while (chain.kinds.size() < kMaxPostOps) {
+    if (const auto activation = matchActivation(graph, chain.output)) {
+      chain.kinds.push_back(activation->kind);
+      chain.alphas.push_back(activation->alpha);
+      chain.betas.push_back(activation->beta);
+      chain.nodes.insert(chain.nodes.end(), activation->nodes.begin(), activation->nodes.end());
+      chain.output = activation->output;
+      continue;
+    }
+    if (!matchResidualAdd(graph, chain.output, chain)) break;
+  }
+  return chain;
+}
+
+std::string joined(const std::vector<std::string>& kinds) {
+  std::string text;
+  for (const std::string& kind : kinds) text += (text.empty() ? "" : ",") + kind;
+  return text;
+}
+
+}  // namespace
+
+size_t fuseConvPostOps(Graph& graph) {
+  size_t fused = 0;
+  for (NodeId id : graph.nodeIds()) {
+    const Node& conv = graph.node(id);
+    if (conv.removed || conv.op_type != "NhwcConv" || conv.domain != "kiln" || conv.outputs.size() != 1) continue;
+    if (conv.hasAttribute("post_ops")) continue;
+    const ValueId conv_out = conv.outputs[0];
+    const Chain chain = followChain(graph, conv_out);
+    if (chain.kinds.empty()) continue;
+
+    // The chain's last value keeps its name and readers (graph outputs
+    // included); the Conv now produces it.
+    const std::string name = graph.value(chain.output).name;
+    graph.replaceAllUses(chain.output, conv_out);
+    for (auto it = chain.nodes.rbegin(); it != chain.nodes.rend(); ++it) graph.removeNode(*it);
+    graph.renameValue(chain.output, uniqueName(graph, name + "/fused"));
+    graph.renameValue(conv_out, name);
+
+    Node& node = graph.node(id);
+    node.attributes["post_ops"] = joined(chain.kinds);
+    node.attributes["post_op_alpha"] = chain.alphas;
+    node.attributes["post_op_beta"] = chain.betas;
+    if (chain.residual != kNoValue) {
+      node.inputs.resize(4, kNoValue);  // an omitted bias stays kNoValue
+      graph.setNodeInput(id, 3, chain.residual);
+    }
+    fused += chain.kinds.size();
+  }
+  return fused;
+}
+
+}  // namespace kiln

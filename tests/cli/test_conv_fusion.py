@@ -1,0 +1,62 @@
+"""Convolutions with the activations and residual Adds that kiln fuses into
+them as oneDNN post-ops (src/passes/conv_fusion.h), each compiled and run
+beside onnxruntime; and the same with fusion impossible (a fused value read
+twice), which must stay correct."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from test_models import compile_and_compare, save, tensor
+
+RNG = np.random.default_rng(7)
+
+# name -> nodes reading "c" (the Conv's output) and writing "y"
+TAILS = {
+    "relu": [helper.make_node("Relu", ["c"], ["y"])],
+    "leaky_relu": [helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1)],
+    "clip": [helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+    "sigmoid": [helper.make_node("Sigmoid", ["c"], ["y"])],
+    "tanh": [helper.make_node("Tanh", ["c"], ["y"])],
+    "hard_swish": [helper.make_node("HardSwish", ["c"], ["y"])],
+    "hard_sigmoid": [helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.3, beta=0.4)],
+    "elu": [helper.make_node("Elu", ["c"], ["y"], alpha=0.7)],
+    "silu": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["s", "c"], ["y"])],
+    "residual_relu": [helper.make_node("Add", ["c", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+    "silu_residual": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+                      helper.make_node("Add", ["x", "m"], ["y"])],
+    "clip_then_scale": [helper.make_node("Clip", ["c", "lo", "hi"], ["k"]), helper.make_node("Mul", ["k", "k"], ["y"])],
+}
+
+
+@pytest.mark.parametrize("tail", sorted(TAILS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
+    channels = 16
+    conv_inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    nodes = [helper.make_node("Conv", conv_inputs, ["c"], pads=[1, 1, 1, 1])] + TAILS[tail]
+    inits = [tensor("w", channels, channels, 3, 3), tensor("b", channels),
+             numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+             numpy_helper.from_array(np.array(0.8, np.float32), "hi")]
+    shape = [1, channels, 10, 12]
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits, tmp_path / "m.onnx")
+    compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
+    # Everything after the Conv is fused: x to NHWC, the Conv, y back to NCHW
+    # (clip_then_scale's Mul is no activation and stays a step).
+    result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
+    assert result.returncode == 0, result.stderr
+    assert f"{4 if tail == 'clip_then_scale' else 3} steps" in result.stdout
+
+
+def test_activation_read_twice_is_not_fused(kiln, tmp_path):
+    # "r" is a graph output and feeds the Add: the Relu must stay its own step.
+    shape = [1, 8, 6, 6]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Add", ["r", "x"], ["y"])]
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape),
+          helper.make_tensor_value_info("r", TensorProto.FLOAT, shape)],
+         [tensor("w", 8, 8, 3, 3)], tmp_path / "m.onnx")
+    compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
