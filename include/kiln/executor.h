@@ -30,10 +30,17 @@ struct TensorSlot {
   TensorInfo info;
 };
 
+struct ExecutorOptions {
+  // Threads each kernel may use; 0: the process default (OMP_NUM_THREADS, or
+  // one per core). Applies to the threads that load and run this executor.
+  int threads = 0;
+};
+
 class Executor {
  public:
   // Loads model `model` (a Metadata name; empty: the package's only model).
-  explicit Executor(const std::filesystem::path& package, const std::string& model = "");
+  explicit Executor(const std::filesystem::path& package, const std::string& model = "",
+                    const ExecutorOptions& options = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

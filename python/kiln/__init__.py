@@ -42,10 +42,13 @@ class Runner:
     run() checks each input's name, dtype and shape, passes it to the model
     without copying when it is C-contiguous (others are copied once), and the
     model writes straight into the output arrays it returns. One run() at a
-    time per Runner; the GIL is released while the model runs."""
+    time per Runner; the GIL is released while the model runs. `threads`:
+    threads per kernel (0: OMP_NUM_THREADS, or one per core)."""
 
-    def __init__(self, path, model: str = ""):
-        self._executor = Executor(str(path), model)
+    def __init__(self, path, model: str = "", threads: int = 0):
+        if threads < 0:
+            raise Error(f"threads must be 0 or more, got {threads}")
+        self._executor = Executor(str(path), model, threads)
         self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
         self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]
 

@@ -85,7 +85,12 @@ NB_MODULE(_kiln, m) {
   nb::exception<kiln::Error>(m, "Error");
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"));
   nb::class_<kiln::Executor>(m, "Executor")
-      .def(nb::init<const std::string&, const std::string&>(), nb::arg("path"), nb::arg("model") = "")
+      .def(
+          "__init__",
+          [](kiln::Executor* self, const std::string& path, const std::string& model, int threads) {
+            new (self) kiln::Executor(path, model, kiln::ExecutorOptions{.threads = threads});
+          },
+          nb::arg("path"), nb::arg("model") = "", nb::arg("threads") = 0)
       .def_prop_ro("inputs", [](const kiln::Executor& e) { return slots(e.inputs()); })
       .def_prop_ro("outputs", [](const kiln::Executor& e) { return slots(e.outputs()); })
       .def_prop_ro("arena_bytes", &kiln::Executor::arenaBytes)

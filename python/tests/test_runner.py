@@ -1,6 +1,8 @@
 """The kiln Python package: compile, Runner.run, errors; outputs checked
 against onnxruntime on the same model and inputs."""
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -65,3 +67,38 @@ def test_compile_errors_are_kiln_errors(mlp_onnx, tmp_path):
         kiln.compile(mlp_onnx, tmp_path / "m.kiln")
     with pytest.raises(kiln.Error):
         kiln.Runner(tmp_path / "does-not-exist.kiln")
+
+
+THREAD_PROBE = """
+import os, sys
+import os
+
+import numpy as np
+import kiln
+before = len(os.listdir("/proc/self/task"))
+runner = kiln.Runner(sys.argv[1], threads=int(sys.argv[2]))
+x = np.ones((64, 6), np.float32)
+for _ in range(3):
+    runner.run({"x": x})
+print(len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_runner_threads_sets_the_kernel_thread_count(mlp_onnx, tmp_path, threads):
+    # A fresh process per count: OpenMP starts its worker threads on the
+    # first parallel run, as many as the Runner asks for less the calling
+    # thread, and keeps them.
+    import subprocess
+    import sys
+    kiln.compile(mlp_onnx, tmp_path / "mlp.kiln", batch=64)
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    result = subprocess.run([sys.executable, "-c", THREAD_PROBE, str(tmp_path / "mlp.kiln"), str(threads)],
+                            capture_output=True, text=True, env=env, check=True)
+    assert int(result.stdout.strip()) == threads - 1
+
+
+def test_runner_refuses_negative_threads(mlp_onnx, tmp_path):
+    kiln.compile(mlp_onnx, tmp_path / "mlp.kiln", batch=2)
+    with pytest.raises(kiln.Error, match="threads"):
+        kiln.Runner(tmp_path / "mlp.kiln", threads=-1)

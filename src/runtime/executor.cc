@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -50,6 +51,15 @@ struct Executor::Impl {
   std::vector<CallBinding> bindings;
 
   explicit Impl(const std::filesystem::path& path) : reader(path) {}
+
+  int threads = 0;
+
+  // The kernels (oneDNN's and ours) parallelise with OpenMP, whose thread
+  // count is a setting of the calling thread: set it on the threads that
+  // prepare and run.
+  void useThreads() const {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
 
   // Checks the call's buffer counts and points the views at them.
   void bind(std::span<const std::byte* const> call_inputs, std::span<std::byte* const> call_outputs);
@@ -148,8 +158,13 @@ struct Executor::Impl {
   }
 };
 
-Executor::Executor(const std::filesystem::path& package, const std::string& model) : impl_(std::make_unique<Impl>(package)) {
+Executor::Executor(const std::filesystem::path& package, const std::string& model, const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(package)) {
   Impl& m = *impl_;
+  if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
+  m.threads = options.threads;
+  // Kernels may size their work split by the thread count when prepared.
+  m.useThreads();
   const auto metadata = m.reader.metadata();
   if (metadata.empty()) throw UsageError(package.string() + " holds no model");
   const MetadataBlob* chosen = model.empty() ? metadata.front() : m.reader.findMetadata(model);
@@ -186,6 +201,7 @@ size_t Executor::stepCount() const { return impl_->steps.size(); }
 
 void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
   impl_->bind(inputs, outputs);
+  impl_->useThreads();
   Impl& m = *impl_;
   for (const Step& step : m.steps) {
     step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
@@ -200,6 +216,7 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
     throw UsageError(fmt::format("runProfiled() needs {} step times, got {}", m.steps.size(), step_ns.size()));
   }
   m.bind(inputs, outputs);
+  m.useThreads();
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const Step& step = m.steps[i];
     const auto start = std::chrono::steady_clock::now();

@@ -74,6 +74,7 @@ Command addBenchCommand(CLI::App& app) {
     bool json = false;
     bool profile = false;
     std::string model;
+    int threads = 0;
     std::vector<std::string> inputs;
   };
   auto args = std::make_shared<Args>();
@@ -82,13 +83,15 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--iterations", args->iterations, "Timed runs (default 100)")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", args->warmup, "Untimed runs first (default 10)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--model", args->model, "Model to run when the package holds several");
+  cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_flag("--profile", args->profile, "Also time each step and print the time per kernel and the slowest steps");
 
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
-    Executor executor(args->package, args->model);
+    Executor executor(args->package, args->model, ExecutorOptions{.threads = args->threads});
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
     const std::vector<std::vector<std::byte>> input_data = loadInputs(executor, args->inputs, /*random_missing=*/true);
     std::vector<std::vector<std::byte>> output_data;

@@ -33,6 +33,7 @@ Command addRunCommand(CLI::App& app) {
     bool random_inputs = false;
     std::string output_dir = ".";
     std::string model;
+    int threads = 0;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run a compiled model once on .npy inputs");
@@ -41,9 +42,11 @@ Command addRunCommand(CLI::App& app) {
   cmd->add_flag("--random-inputs", args->random_inputs, "Fill inputs not given with random data (fixed seed)");
   cmd->add_option("--output-dir", args->output_dir, "Where to write OUTPUT.npy files (default: .)");
   cmd->add_option("--model", args->model, "Model to run when the package holds several");
+  cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
+      ->check(CLI::PositiveNumber);
 
   return [args]() {
-    Executor executor(args->package, args->model);
+    Executor executor(args->package, args->model, ExecutorOptions{.threads = args->threads});
     const std::vector<std::vector<std::byte>> input_data = loadInputs(executor, args->inputs, args->random_inputs);
     std::vector<std::vector<std::byte>> output_data;
     for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
