@@ -68,6 +68,7 @@ struct ExecutionSlot {
   dnnl::memory weights;
   dnnl::memory bias;
   dnnl::memory dst;
+  dnnl::memory binary;  // the second operand of a binary post-op (a residual)
   dnnl::memory scratchpad;
 };
 
