@@ -9,31 +9,10 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {
-
-// Names read by the subgraphs of `graph`'s nodes, at any depth.
-void collectCapturedNames(const Graph& graph, std::set<std::string>& names) {
-  for (NodeId id : graph.nodeIds()) {
-    for (const Graph* subgraph : graph.node(id).subgraphs()) {
-      for (ValueId captured : subgraph->outerScopeValues()) names.insert(subgraph->value(captured).name);
-      collectCapturedNames(*subgraph, names);
-    }
-  }
-}
-
-// Values whose names must survive: graph outputs, and values that subgraphs
-// read by name (they have no entry in `users`).
-std::set<ValueId> pinnedValues(const Graph& graph) {
-  std::set<ValueId> pinned(graph.outputs().begin(), graph.outputs().end());
-  std::set<std::string> captured;
-  collectCapturedNames(graph, captured);
-  for (const std::string& name : captured) {
-    if (const auto id = graph.findValue(name)) pinned.insert(*id);
-  }
-  return pinned;
-}
 
 bool sameConstant(const ConstantPtr& a, const ConstantPtr& b) {
   if (a == b) return true;
