@@ -11,7 +11,9 @@
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
 #include "passes/batchnorm_folding.h"
+#include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
+#include "passes/matmul_fusion.h"
 
 namespace kiln {
 namespace {
@@ -261,6 +263,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias (ConvTranspose is not handled).
   if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
+  // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
+  eliminateCommonSubexpressions(graph);
+  if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 
