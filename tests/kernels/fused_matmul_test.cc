@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/fused_activation.h"
@@ -184,6 +185,38 @@ TEST(FusedMatMulKernel, MatchesTheUnfusedKernels) {
     }
     EXPECT_LE(max_error, 1e-5 * max_value) << nameOf(activation);
   }
+}
+
+TEST(FusedMatMulKernel, ConcurrentRunsOnOneStateKeepTheirOwnResidual) {
+  // More threads than execution slots; each slot points its residual memory
+  // at its own run's input.
+  const std::vector<int64_t> a_shape = {32, 64}, b_shape = {64, 48}, y_shape = {32, 48};
+  const std::vector<float> b = randomValues<float>(elementCount(b_shape), 40, -1, 1);
+  const std::vector<float> bias = randomValues<float>(48, 41, -1, 1);
+  const Activation relu{FusedActivation::kRelu};
+  std::vector<Operand> inputs = {operand(a_shape, std::vector<float>(elementCount(a_shape))),
+                                 operand(b_shape, b, true), operand<float>({48}, bias, true),
+                                 operand(y_shape, std::vector<float>(elementCount(y_shape)))};
+  std::vector<Operand> outputs = {output(DType::kF32, y_shape)};
+  const PreparedKernel kernel("kiln.FusedMatMul", inputs, outputs, activationParams(relu));
+  constexpr int kThreads = 6;
+  std::vector<int> failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<float> a = randomValues<float>(elementCount(a_shape), 100 + t, -1, 1);
+      const std::vector<float> residual = randomValues<float>(elementCount(y_shape), 200 + t, -1, 1);
+      std::vector<Operand> my_inputs = {operand(a_shape, a), inputs[1], inputs[2], operand(y_shape, residual)};
+      std::vector<Operand> my_outputs = {output(DType::kF32, y_shape)};
+      const Reference want = fusedReference(matmulReference(a_shape, a, b_shape, b), bias, residual, relu);
+      for (int i = 0; i < 20; ++i) {
+        kernel.run(my_inputs, my_outputs);
+        if (!matches(my_outputs[0].values<float>(), want)) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
 TEST(FusedGemmKernel, ActivationAfterEveryCMode) {
