@@ -13,7 +13,9 @@
 #include "passes/batchnorm_folding.h"
 #include "passes/channels_last.h"
 #include "passes/conv_fusion.h"
+#include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
+#include "passes/matmul_fusion.h"
 
 namespace kiln {
 namespace {
@@ -263,6 +265,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias (ConvTranspose is not handled).
   if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
+  // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
+  eliminateCommonSubexpressions(graph);
+  if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.

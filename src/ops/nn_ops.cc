@@ -1,5 +1,6 @@
 // Neural-network operators: convolution and pooling (sliding windows),
-// MatMul and Gemm, the normalisations, Softmax and its kin, LRN.
+// MatMul and Gemm and their fused forms (kiln domain), the normalisations,
+// Softmax and its kin, LRN.
 //
 // Sliding-window output sizes follow the ONNX formulas. An output size that
 // depends on an unknown input size is unknown, except where it is the input
@@ -10,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "core/fused_activation.h"
 #include "ops/op_families.h"
 #include "ops/shape_helpers.h"
 
@@ -354,6 +356,59 @@ void gemm(InferenceContext& context) {
   context.output(0) = ValueType{dtype, out};
 }
 
+// ------------------------------------------- kiln.FusedMatMul, kiln.FusedGemm
+
+// What passes/matmul_fusion.cc makes of a MatMul or Gemm and the nodes after
+// it (kernels in kernels/cpu/matmul.cc):
+//   FusedMatMul(A, B, bias?, residual?) = act(MatMul(A, B) + bias + residual)
+//   FusedGemm(A, B, C?)                 = act(Gemm(A, B, C))
+// FusedMatMul needs A and B of rank 2 or more; its bias is [N] or [1, ..., N]
+// (N = B's last dimension, no more dimensions than the output) and its
+// residual has the output's shape. act is core/fused_activation.h's.
+void checkActivation(const InferenceContext& context) {
+  const std::string name = context.node().stringAttribute(std::string(kActivationAttribute), "");
+  if (!parseFusedActivation(name)) context.fail("activation '{}' is not one kiln fuses", name);
+}
+
+void fusedMatMul(InferenceContext& context) {
+  for (size_t i : {0u, 1u}) {
+    const std::vector<Dim>* shape = knownShape(context, i);
+    if (shape && shape->size() < 2) context.fail("input {} must have rank 2 or more, found {}", i, dimsText(*shape));
+  }
+  matMul(context);
+  checkActivation(context);
+  const std::optional<std::vector<Dim>>& out = context.output(0).shape;
+  if (context.hasInput(2)) {
+    sameDType(context, 0, 2);
+    const std::vector<Dim>* bias = knownShape(context, 2);
+    const Dim n = out && !out->empty() ? out->back() : Dim{};
+    bool fits = !bias || (!bias->empty() && (!out || bias->size() <= out->size()));
+    for (size_t i = 0; bias && fits && i < bias->size(); ++i) {
+      const Dim& dim = (*bias)[i];
+      const Dim want = i + 1 == bias->size() ? n : Dim::known(1);
+      fits = !dim.isKnown() || !want.isKnown() || dim.size == want.size;
+    }
+    if (!fits) context.fail("the bias {} must be [N] or [1, ..., N] for the output {}", dimsText(*bias), dimsText(*out));
+  }
+  if (context.hasInput(3)) {
+    sameDType(context, 0, 3);
+    const std::vector<Dim>* residual = knownShape(context, 3);
+    bool fits = !residual || !out || residual->size() == out->size();
+    for (size_t i = 0; residual && out && fits && i < out->size(); ++i) {
+      const Dim &a = (*residual)[i], &b = (*out)[i];
+      fits = !a.isKnown() || !b.isKnown() || a.size == b.size;
+    }
+    if (!fits) {
+      context.fail("the residual {} must have the output's shape {}", dimsText(*residual), dimsText(*out));
+    }
+  }
+}
+
+void fusedGemm(InferenceContext& context) {
+  gemm(context);
+  checkActivation(context);
+}
+
 // ---------------------------------------------------------- Normalisation
 
 // Fails unless input `index`, when present and known, is [size].
@@ -528,6 +583,8 @@ void registerNnOps(OpRegistry& registry) {
   add(registry, "MatMul", 1, 2, 2, matMul);
   add(registry, "Gemm", 1, 3, 3, gemm);
   add(registry, "Gemm", 11, 2, 3, gemm);  // C becomes optional
+  registry.add(OpSchema{"kiln", "FusedMatMul", 1, 2, 4, 1, 1, fusedMatMul});
+  registry.add(OpSchema{"kiln", "FusedGemm", 1, 2, 3, 1, 1, fusedGemm});
   add(registry, "BatchNormalization", 1, 5, 5, batchNormalization, 5);
   add(registry, "BatchNormalization", 14, 5, 5, batchNormalization, 3);  // training_mode: running mean and var
   add(registry, "InstanceNormalization", 1, 3, 3, instanceNormalization);

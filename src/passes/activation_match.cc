@@ -1,86 +1,151 @@
 #include "passes/activation_match.h"
 
-#include <cstring>
+#include <cmath>
 #include <limits>
+#include <string>
 
-#include "passes/graph_edit.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {
 
-// The value of a one-element f32 initializer.
-std::optional<float> scalarConstant(const Graph& graph, ValueId id) {
-  if (id == kNoValue) return std::nullopt;
-  const ConstantPtr& c = graph.value(id).initializer;
-  if (!c || c->info.dtype != DType::kF32 || c->info.numElements() != 1) return std::nullopt;
-  float v;
-  std::memcpy(&v, c->bytes.data(), sizeof v);
-  return v;
-}
+// The graph, the pinned values and the queries the patterns need.
+struct Matcher {
+  const Graph& graph_;
+  const std::set<ValueId>& pinned_;
 
-std::optional<ActivationMatch> singleNode(const Graph& graph, NodeId id, ValueId value) {
-  const Node& node = graph.node(id);
-  if (!node.domain.empty() || node.outputs.size() != 1 || node.inputs.empty() || node.inputs[0] != value) {
-    return std::nullopt;
+  bool isOp(NodeId id, std::string_view op) const { return kiln::isOp(graph_, id, op); }
+  std::optional<NodeId> onlyReader(ValueId value, std::string_view op) const {
+    return kiln::onlyReader(graph_, pinned_, value, op);
   }
-  ActivationMatch m{.kind = node.op_type, .output = node.outputs[0], .nodes = {id}};
+  ValueId otherOperand(NodeId id, ValueId value) const { return kiln::otherOperand(graph_, id, value); }
+  const std::vector<Dim>& shapeOf(ValueId id) const { return *graph_.value(id).type.shape; }
+  std::optional<float> scalar(ValueId id, size_t rank) const { return scalarConstant(graph_, id, rank); }
+  bool isScalar(ValueId id, double expected, size_t rank) const {
+    const std::optional<float> v = scalar(id, rank);
+    return v && std::abs(*v - expected) <= 1e-6 * std::abs(expected);
+  }
+  // Binary `op` node `id` reading `value` and a scalar `expected`.
+  bool isBinaryWithScalar(NodeId id, std::string_view op, ValueId value, double expected) const {
+    return isOp(id, op) && isScalar(otherOperand(id, value), expected, shapeOf(value).size());
+  }
+
+  std::optional<ActivationMatch> matchActivation(ValueId x) const;
+  std::optional<ActivationMatch> matchSingleNodeActivation(NodeId id) const;
+  std::optional<ActivationMatch> matchGeluSubgraph(ValueId x) const;
+};
+
+std::optional<ActivationMatch> Matcher::matchSingleNodeActivation(NodeId id) const {
+  const Node& node = graph_.node(id);
+  if (!node.domain.empty() || node.outputs.size() != 1) return std::nullopt;
   const std::string& op = node.op_type;
-  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish") {
-    if (node.inputs.size() != 1) return std::nullopt;
+  ActivationMatch match{FusedActivation::kNone, 0, 0, {id}, node.outputs[0]};
+  if (op == "Relu") {
+    match.kind = FusedActivation::kRelu;
   } else if (op == "LeakyRelu") {
-    m.alpha = node.floatAttribute("alpha", 0.01f);
-  } else if (op == "Elu") {
-    m.alpha = node.floatAttribute("alpha", 1.0f);
-  } else if (op == "HardSigmoid") {
-    m.alpha = node.floatAttribute("alpha", 0.2f);
-    m.beta = node.floatAttribute("beta", 0.5f);
+    match.kind = FusedActivation::kLeakyRelu;
+    match.alpha = node.floatAttribute("alpha", 0.01f);
+  } else if (op == "Sigmoid") {
+    match.kind = FusedActivation::kSigmoid;
+  } else if (op == "Tanh") {
+    match.kind = FusedActivation::kTanh;
+  } else if (op == "HardSwish") {
+    match.kind = FusedActivation::kHardSwish;
   } else if (op == "Gelu") {
-    if (node.stringAttribute("approximate", "none") == "tanh") m.kind = "GeluTanh";
+    const std::string approximate = node.stringAttribute("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
+    match.kind = approximate == "none" ? FusedActivation::kGelu : FusedActivation::kGeluTanh;
   } else if (op == "Clip") {
-    // Opset 11+: bounds as optional inputs; before: attributes.
-    m.alpha = node.floatAttribute("min", std::numeric_limits<float>::lowest());
-    m.beta = node.floatAttribute("max", std::numeric_limits<float>::max());
-    for (size_t i = 1; i < node.inputs.size(); ++i) {
-      if (node.inputs[i] == kNoValue) continue;
-      const std::optional<float> bound = scalarConstant(graph, node.inputs[i]);
-      if (!bound) return std::nullopt;
-      (i == 1 ? m.alpha : m.beta) = *bound;
-    }
+    // Bounds are inputs from opset 11, attributes before; absent is unbounded.
+    auto bound = [&](size_t input, const char* attribute, float unbounded) -> std::optional<float> {
+      if (input < node.inputs.size() && node.inputs[input] != kNoValue) return scalar(node.inputs[input], 0);
+      return node.floatAttribute(attribute, unbounded);
+    };
+    const std::optional<float> low = bound(1, "min", std::numeric_limits<float>::lowest());
+    const std::optional<float> high = bound(2, "max", std::numeric_limits<float>::max());
+    if (!low || !high || !(*low <= *high)) return std::nullopt;
+    match = {FusedActivation::kClip, *low, *high, {id}, node.outputs[0]};
   } else {
     return std::nullopt;
   }
-  return m;
+  return match;
 }
 
-// x * Sigmoid(x), in either operand order: `value`'s two readers are a
-// Sigmoid and the Mul that reads both.
-std::optional<ActivationMatch> silu(const Graph& graph, ValueId value) {
-  const std::vector<Use>& users = graph.value(value).users;
-  if (users.size() != 2) return std::nullopt;
-  for (int first = 0; first < 2; ++first) {
-    const NodeId sigmoid_id = users[static_cast<size_t>(first)].node;
-    const NodeId mul_id = users[static_cast<size_t>(1 - first)].node;
-    const Node& sigmoid = graph.node(sigmoid_id);
-    const Node& mul = graph.node(mul_id);
-    if (sigmoid.op_type != "Sigmoid" || !sigmoid.domain.empty() || mul.op_type != "Mul" || !mul.domain.empty()) {
-      continue;
+// x * 0.5 * (1 + Erf(x / sqrt 2)) in the forms listed in the header; x has
+// exactly two readers, the first step and one of the products.
+std::optional<ActivationMatch> Matcher::matchGeluSubgraph(ValueId x) const {
+  const std::vector<Use>& users = graph_.value(x).users;
+  for (const Use& scale_use : users) {
+    const NodeId scale = scale_use.node;  // x / sqrt 2
+    const bool divides = isOp(scale, "Div") && graph_.node(scale).inputs[0] == x &&
+                         isScalar(graph_.node(scale).inputs[1], std::sqrt(2.0), shapeOf(x).size());
+    if (!divides && !isBinaryWithScalar(scale, "Mul", x, std::sqrt(0.5))) continue;
+    const auto erf = onlyReader(graph_.node(scale).outputs[0], "Erf");
+    if (!erf) continue;
+    const ValueId erf_out = graph_.node(*erf).outputs[0];
+    const auto plus_one = onlyReader(erf_out, "Add");
+    if (!plus_one || !isBinaryWithScalar(*plus_one, "Add", erf_out, 1.0)) continue;
+    const ValueId one_plus_erf = graph_.node(*plus_one).outputs[0];
+    const NodeId other = users[0].node == scale ? users[1].node : users[0].node;  // x's other reader
+    if (!isOp(other, "Mul")) continue;
+    const ValueId other_out = graph_.node(other).outputs[0];
+    const std::vector<NodeId> start = {scale, *erf, *plus_one};
+    auto matched = [&](NodeId a, NodeId b) {
+      std::vector<NodeId> nodes = start;
+      nodes.insert(nodes.end(), {a, b});
+      return ActivationMatch{FusedActivation::kGelu, 0, 0, nodes, graph_.node(b).outputs[0]};
+    };
+    // Mul(Mul(x, 1 + erf), 0.5)
+    if (otherOperand(other, x) == one_plus_erf && onlyReader(one_plus_erf, "Mul") == other) {
+      const auto half = onlyReader(other_out, "Mul");
+      if (half && isBinaryWithScalar(*half, "Mul", other_out, 0.5)) return matched(other, *half);
     }
-    const ValueId s = sigmoid.outputs[0];
-    if (mul.inputs.size() != 2 || graph.value(s).users.size() != 1 || isGraphOutput(graph, s)) continue;
-    const bool operands = (mul.inputs[0] == value && mul.inputs[1] == s) || (mul.inputs[0] == s && mul.inputs[1] == value);
-    if (!operands) continue;
-    return ActivationMatch{.kind = "Swish", .alpha = 1.0f, .output = mul.outputs[0], .nodes = {sigmoid_id, mul_id}};
+    // Mul(Mul(x, 0.5), 1 + erf)
+    if (isBinaryWithScalar(other, "Mul", x, 0.5)) {
+      const auto product = onlyReader(other_out, "Mul");
+      if (product && otherOperand(*product, other_out) == one_plus_erf && onlyReader(one_plus_erf, "Mul") == product) {
+        return matched(other, *product);
+      }
+    }
+    // Mul(x, Mul(1 + erf, 0.5))
+    const auto half = onlyReader(one_plus_erf, "Mul");
+    if (half && isBinaryWithScalar(*half, "Mul", one_plus_erf, 0.5) &&
+        otherOperand(other, x) == graph_.node(*half).outputs[0] &&
+        onlyReader(graph_.node(*half).outputs[0], "Mul") == other) {
+      return matched(*half, other);
+    }
   }
   return std::nullopt;
 }
 
+// The activation computed from `x` alone, if any; `x` itself must be free to
+// disappear (not pinned).
+std::optional<ActivationMatch> Matcher::matchActivation(ValueId x) const {
+  const std::vector<Use>& users = graph_.value(x).users;
+  if (pinned_.contains(x)) return std::nullopt;
+  if (users.size() == 1) {
+    const Node& node = graph_.node(users[0].node);
+    if (node.inputs.empty() || node.inputs[0] != x) return std::nullopt;  // x must be the operand, not a bound
+    return matchSingleNodeActivation(users[0].node);
+  }
+  if (users.size() != 2 || users[0].node == users[1].node) return std::nullopt;
+  // Swish: Mul(x, Sigmoid(x)).
+  for (const Use& use : users) {
+    const NodeId other = users[0].node == use.node ? users[1].node : users[0].node;
+    if (!isOp(use.node, "Sigmoid") || !isOp(other, "Mul")) continue;
+    const ValueId sigmoid = graph_.node(use.node).outputs[0];
+    if (onlyReader(sigmoid, "Mul") == other && otherOperand(other, x) == sigmoid) {
+      return ActivationMatch{FusedActivation::kSwish, 0, 0, {use.node, other}, graph_.node(other).outputs[0]};
+    }
+  }
+  return matchGeluSubgraph(x);
+}
+
 }  // namespace
 
-std::optional<ActivationMatch> matchActivation(const Graph& graph, ValueId value) {
-  const Value& v = graph.value(value);
-  if (isGraphOutput(graph, value) || v.type.dtype != DType::kF32) return std::nullopt;
-  if (v.users.size() == 1) return singleNode(graph, v.users[0].node, value);
-  return silu(graph, value);
+std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x) {
+  if (!graph.value(x).type.shape) return std::nullopt;
+  return Matcher{graph, pinned}.matchActivation(x);
 }
 
 }  // namespace kiln

@@ -1,32 +1,38 @@
-// Recognises the activation functions that oneDNN can apply as an eltwise
-// post-op of a convolution or matrix product, in the forms exporters write
-// them: single operators (Relu, LeakyRelu, Clip with constant bounds,
-// Sigmoid, Tanh, HardSigmoid, HardSwish, Elu, Gelu) and SiLU written as
-// x * Sigmoid(x).
+// Recognises the activation functions that a fused step applies as a oneDNN
+// eltwise post-op (core/fused_activation.h), in the forms exporters write
+// them:
+//   Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, Gelu (approximate none or tanh);
+//   Clip whose min and max are absent or f32 scalar initializers (attributes
+//     before opset 11), with min <= max;
+//   Swish: Mul(x, Sigmoid(x)), operands in either order;
+//   Gelu as x * 0.5 * (1 + Erf(x / sqrt 2)): Div(x, sqrt 2) or Mul(x, 1/sqrt 2),
+//     Erf, Add 1, then the two products grouped in any of the three ways
+//     exporters use: Mul(Mul(x, 1 + erf), 0.5), Mul(Mul(x, 0.5), 1 + erf),
+//     Mul(x, Mul(1 + erf, 0.5)); any operand order throughout. Its constants
+//     must be f32 initializers with one element and no more dimensions than
+//     x, within 1e-6 (relative) of their value.
+// Every intermediate value of a match is read only inside it and is not
+// pinned (pass_helpers.h), and neither is x: the match may be fused away.
 #pragma once
 
 #include <optional>
-#include <string>
+#include <set>
 #include <vector>
 
+#include "core/fused_activation.h"
 #include "kiln/graph.h"
 
 namespace kiln {
 
 struct ActivationMatch {
-  // The post-op: "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh",
-  // "HardSigmoid", "HardSwish", "Elu", "Gelu", "GeluTanh" or "Swish";
-  // `alpha` and `beta` as oneDNN's eltwise takes them (Clip: bounds).
-  std::string kind;
-  float alpha = 0;
-  float beta = 0;
-  ValueId output = kNoValue;   // the activation's result
-  std::vector<NodeId> nodes;   // the nodes it spans, to remove once fused
+  FusedActivation kind = FusedActivation::kNone;
+  float alpha = 0;  // LeakyRelu: slope; Clip: min
+  float beta = 0;   // Clip: max
+  std::vector<NodeId> nodes;  // producers first; the last one defines `end`
+  ValueId end = kNoValue;     // the activation's result
 };
 
-// The activation applied to `value`, when every node of it reads only
-// `value` and constants, and `value` has no reader outside the match and is
-// not a graph output; nullopt otherwise.
-std::optional<ActivationMatch> matchActivation(const Graph& graph, ValueId value);
+// The activation computed from `x` alone, if any. `x` must have a known shape.
+std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x);
 
 }  // namespace kiln

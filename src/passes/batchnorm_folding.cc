@@ -7,7 +7,7 @@
 #include <cstring>
 #include <optional>
 
-#include "passes/graph_edit.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {

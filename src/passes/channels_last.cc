@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "passes/graph_edit.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {

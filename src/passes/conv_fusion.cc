@@ -1,11 +1,13 @@
 #include "passes/conv_fusion.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "core/fused_activation.h"
 #include "passes/activation_match.h"
-#include "passes/graph_edit.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {
@@ -21,38 +23,37 @@ struct Chain {
 
 // An Add reading `value` (its only reader) and another tensor of the same
 // static type: the residual Add.
-bool matchResidualAdd(const Graph& graph, ValueId value, Chain& chain) {
-  const Value& v = graph.value(value);
-  if (v.users.size() != 1 || isGraphOutput(graph, value) || chain.residual != kNoValue) return false;
-  const NodeId add_id = v.users[0].node;
-  const Node& add = graph.node(add_id);
-  if (add.op_type != "Add" || !add.domain.empty() || add.inputs.size() != 2 || add.outputs.size() != 1) return false;
-  const ValueId other = add.inputs[0] == value ? add.inputs[1] : add.inputs[0];
-  if (other == value || other == kNoValue) return false;
+bool matchResidualAdd(const Graph& graph, const std::set<ValueId>& pinned, ValueId value, Chain& chain) {
+  if (chain.residual != kNoValue) return false;
+  const std::optional<NodeId> add_id = onlyReader(graph, pinned, value, "Add");
+  if (!add_id) return false;
+  const Node& add = graph.node(*add_id);
+  const ValueId other = otherOperand(graph, *add_id, value);
+  if (other == kNoValue) return false;
   const ValueType& other_type = graph.value(other).type;
-  if (other_type != v.type || !other_type.hasStaticShape()) return false;
+  if (other_type != graph.value(value).type || !other_type.hasStaticShape()) return false;
   chain.kinds.push_back("Add");
   chain.alphas.push_back(0);
   chain.betas.push_back(0);
   chain.residual = other;
-  chain.nodes.push_back(add_id);
+  chain.nodes.push_back(*add_id);
   chain.output = add.outputs[0];
   return true;
 }
 
-Chain followChain(const Graph& graph, ValueId start) {
+Chain followChain(const Graph& graph, const std::set<ValueId>& pinned, ValueId start) {
   Chain chain;
   chain.output = start;
   while (chain.kinds.size() < kMaxPostOps) {
-    if (const auto activation = matchActivation(graph, chain.output)) {
-      chain.kinds.push_back(activation->kind);
+    if (const auto activation = matchActivation(graph, pinned, chain.output)) {
+      chain.kinds.emplace_back(fusedActivationName(activation->kind));
       chain.alphas.push_back(activation->alpha);
       chain.betas.push_back(activation->beta);
       chain.nodes.insert(chain.nodes.end(), activation->nodes.begin(), activation->nodes.end());
-      chain.output = activation->output;
+      chain.output = activation->end;
       continue;
     }
-    if (!matchResidualAdd(graph, chain.output, chain)) break;
+    if (!matchResidualAdd(graph, pinned, chain.output, chain)) break;
   }
   return chain;
 }
@@ -66,13 +67,14 @@ std::string joined(const std::vector<std::string>& kinds) {
 }  // namespace
 
 size_t fuseConvPostOps(Graph& graph) {
+  const std::set<ValueId> pinned = pinnedValues(graph);
   size_t fused = 0;
   for (NodeId id : graph.nodeIds()) {
     const Node& conv = graph.node(id);
     if (conv.removed || conv.op_type != "NhwcConv" || conv.domain != "kiln" || conv.outputs.size() != 1) continue;
     if (conv.hasAttribute("post_ops")) continue;
     const ValueId conv_out = conv.outputs[0];
-    const Chain chain = followChain(graph, conv_out);
+    const Chain chain = followChain(graph, pinned, conv_out);
     if (chain.kinds.empty()) continue;
 
     // The chain's last value keeps its name and readers (graph outputs

@@ -1,18 +1,20 @@
 // Fuses into each kiln.NhwcConv the elementwise work that follows it, so
 // that oneDNN applies it to each output block while it is still in
 // registers (post-ops) instead of in another pass over memory:
-//   - activations (see activation_match.h): Relu, Clip, SiLU, ...;
+//   - activations (see activation_match.h): Relu, Clip, SiLU, Gelu, ...;
 //   - one Add of another tensor with the output's exact type, a residual
 //     connection, read through oneDNN's binary post-op.
-// In the order the graph applies them, up to kMaxPostOps. The fused Conv
-// records them in the attribute `post_ops`, a comma-separated list of kinds
-// ("Add,Relu"), with `post_op_alpha` and `post_op_beta` (floats, one per
-// post-op; see ActivationMatch), and reads the residual as its input 3. The
-// final value of the chain keeps its name and becomes the Conv's output.
+// In the order the graph applies them (ResNet adds, then applies Relu; YOLO
+// applies SiLU, then adds), up to kMaxPostOps. The fused Conv records them in
+// the attribute `post_ops`, a comma-separated list of kinds: "Add" or an
+// activation's name in core/fused_activation.h ("Add,Relu"), with
+// `post_op_alpha` and `post_op_beta` (floats, one per post-op; see
+// ActivationMatch), and reads the residual as its input 3. The final value of
+// the chain keeps its name and becomes the Conv's output.
 //
-// Each fused intermediate value must have no other reader and must not be a
-// graph output (matchActivation checks this for activations; the Add's input
-// from the chain likewise). Only channels-last convolutions are fused: the
+// Each fused intermediate value must have no other reader and must not be
+// pinned (pass_helpers.h); the residual has the Conv output's exact static
+// type. Only channels-last convolutions are fused: the
 // kiln domain is where extra attributes are ours to define.
 #pragma once
 

@@ -25,6 +25,9 @@ TAILS = {
     "residual_relu": [helper.make_node("Add", ["c", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
     "silu_residual": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
                       helper.make_node("Add", ["x", "m"], ["y"])],
+    "gelu_erf": [helper.make_node("Div", ["c", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["p"]), helper.make_node("Mul", ["c", "p"], ["q"]),
+                 helper.make_node("Mul", ["q", "half"], ["y"])],
     "clip_then_scale": [helper.make_node("Clip", ["c", "lo", "hi"], ["k"]), helper.make_node("Mul", ["k", "k"], ["y"])],
 }
 
@@ -37,16 +40,21 @@ def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
     nodes = [helper.make_node("Conv", conv_inputs, ["c"], pads=[1, 1, 1, 1])] + TAILS[tail]
     inits = [tensor("w", channels, channels, 3, 3), tensor("b", channels),
              numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
-             numpy_helper.from_array(np.array(0.8, np.float32), "hi")]
+             numpy_helper.from_array(np.array(0.8, np.float32), "hi"),
+             numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
     shape = [1, channels, 10, 12]
     save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits, tmp_path / "m.onnx")
     compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
-    # Everything after the Conv is fused: x to NHWC, the Conv, y back to NCHW
-    # (clip_then_scale's Mul is no activation and stays a step).
+    # Everything after the Conv is fused: x to NHWC, the Conv, y back to NCHW.
+    # Not fused, one more step: clip_then_scale's Mul (no activation), Elu and
+    # HardSigmoid (no oneDNN post-op in kiln's list).
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
     assert result.returncode == 0, result.stderr
-    assert f"{4 if tail == 'clip_then_scale' else 3} steps" in result.stdout
+    unfused = tail in ("clip_then_scale", "elu", "hard_sigmoid")
+    assert f"{4 if unfused else 3} steps" in result.stdout
 
 
 def test_activation_read_twice_is_not_fused(kiln, tmp_path):

@@ -115,24 +115,39 @@ TEST(KernelAllocations, MatMulLoopKernelRunsDoNotAllocate) {
 
 // What one bare dnnl_primitive_execute (plus stream wait) of a matmul with
 // `src`, `weights`, `dst` and the scratchpad allocates, kCalls times: no kiln
-// code involved.
-AllocationCount countBareOneDnnExecutes(int64_t m, int64_t k, int64_t n) {
+// code involved. With `fused`, the matmul also has a bias, a binary_add
+// post-op (a residual) and a gelu post-op, as kiln.FusedMatMul runs it.
+AllocationCount countBareOneDnnExecutes(int64_t m, int64_t k, int64_t n, bool fused = false) {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   using tag = dnnl::memory::format_tag;
   const dnnl::memory::desc src({m, k}, dnnl::memory::data_type::f32, tag::ab);
   const dnnl::memory::desc weights({k, n}, dnnl::memory::data_type::f32, tag::any);
   const dnnl::memory::desc dst({m, n}, dnnl::memory::data_type::f32, tag::ab);
+  const dnnl::memory::desc bias({1, n}, dnnl::memory::data_type::f32, tag::ab);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, engine);
+  if (fused) {
+    dnnl::post_ops post_ops;
+    post_ops.append_binary(dnnl::algorithm::binary_add, dst);
+    post_ops.append_eltwise(1, dnnl::algorithm::eltwise_gelu_erf, 0, 0);
+    attr.set_post_ops(post_ops);
+  }
+  const dnnl::matmul::primitive_desc pd(
+      fused ? dnnl::matmul::desc(src, weights, bias, dst) : dnnl::matmul::desc(src, weights, dst), attr, engine);
   const dnnl::matmul matmul(pd);
   dnnl::memory src_memory(pd.src_desc(), engine);
   dnnl::memory weights_memory(pd.weights_desc(), engine);
   dnnl::memory dst_memory(pd.dst_desc(), engine);
+  dnnl::memory bias_memory(bias, engine);
+  dnnl::memory residual_memory(dst, engine);
   dnnl::memory scratchpad(pd.scratchpad_desc(), engine);
   dnnl::stream stream(engine);
   std::vector<dnnl_exec_arg_t> args = {
       {DNNL_ARG_SRC, src_memory.get()}, {DNNL_ARG_WEIGHTS, weights_memory.get()}, {DNNL_ARG_DST, dst_memory.get()}};
+  if (fused) {
+    args.push_back({DNNL_ARG_BIAS, bias_memory.get()});
+    args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, residual_memory.get()});
+  }
   if (pd.scratchpad_desc().get_size() != 0) args.push_back({DNNL_ARG_SCRATCHPAD, scratchpad.get()});
   auto execute = [&] {
     EXPECT_EQ(dnnl_primitive_execute(matmul.get(), stream.get(), static_cast<int>(args.size()), args.data()),
@@ -169,6 +184,23 @@ TEST(KernelAllocations, MatMulOneDnnRunsAllocateOnlyInsideOneDnnExecute) {
             << " and " << static_cast<double>(bare.mallocs) / kCalls
             << (::kiln::testing::countsMallocs() ? "" : " (malloc not counted in this build)") << "\n";
   RecordProperty("onednn_news_per_call", std::to_string(static_cast<double>(kernel.news) / kCalls));
+  EXPECT_EQ(kernel.news, bare.news);
+  EXPECT_EQ(kernel.mallocs, bare.mallocs);
+}
+
+// The same for kiln.FusedMatMul with bias, residual and activation: the
+// post-ops' operands are set up at prepare like the others.
+TEST(KernelAllocations, FusedMatMulRunsAllocateOnlyInsideOneDnnExecute) {
+  const int64_t m = 64, k = 128, n = 96;
+  ParamMap params;
+  params.set("activation", std::string("Gelu"));
+  Case c{"kiln.FusedMatMul",
+         {operand<float>({m, k}, floats({m, k}, 1)), operand<float>({k, n}, floats({k, n}, 2), /*constant=*/true),
+          operand<float>({n}, floats({n}, 3), /*constant=*/true), operand<float>({m, n}, floats({m, n}, 4))},
+         {output(DType::kF32, {m, n})},
+         params};
+  const AllocationCount kernel = countRunAllocations(c);
+  const AllocationCount bare = countBareOneDnnExecutes(m, k, n, /*fused=*/true);
   EXPECT_EQ(kernel.news, bare.news);
   EXPECT_EQ(kernel.mallocs, bare.mallocs);
 }

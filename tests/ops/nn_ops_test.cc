@@ -248,6 +248,42 @@ TEST(Gemm, TransposesAndBroadcastsC) {
   EXPECT_TRUE(failsWith(rank, "input 0 must be 2-D, found [2, 3, 4]"));
 }
 
+// The kiln-domain fused forms (made by passes/matmul_fusion.cc) infer as the
+// MatMul or Gemm they contain and check what they add.
+TEST(FusedMatMul, InfersAsMatMulAndChecksBiasResidualAndActivation) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", parseType("f32[batch, seq, 64]"));
+  const ValueId w = weights(b, "w", {64, 32});
+  const ValueId residual = b.input("r", parseType("f32[batch, seq, 32]"));
+  const Attributes gelu = {{"activation", std::string("Gelu")}};
+  const ValueId y = b.op("FusedMatMul", {x, w, weights(b, "bias", {32}), residual}, gelu, "kiln");
+  const ValueId no_bias = b.op("FusedMatMul", {x, w, kNoValue, residual}, {}, "kiln");
+  const ValueId row_bias = b.op("FusedMatMul", {x, w, weights(b, "row", {1, 1, 32})}, {}, "kiln");
+  const ValueId fc = b.op("FusedGemm", {b.input("a", DType::kF32, {3, 64}), weights(b, "v", {32, 64})},
+                          {{"transB", int64_t{1}}, {"activation", std::string("Relu")}}, "kiln");
+  EXPECT_EQ(inferredTypes(b, {y, no_bias, row_bias, fc}),
+            (std::vector<std::string>{"f32[batch, seq, 32]", "f32[batch, seq, 32]", "f32[batch, seq, 32]", "f32[3, 32]"}));
+
+  auto fused = [](const Ints& a, const Ints& bias, const Ints& added, const std::string& activation) {
+    GraphBuilder g;
+    std::vector<ValueId> inputs = {g.input("a", DType::kF32, a), weights(g, "w", {4, 5})};
+    inputs.push_back(bias.empty() ? kNoValue : weights(g, "bias", bias));
+    if (!added.empty()) inputs.push_back(g.input("r", DType::kF32, added));
+    g.op("FusedMatMul", inputs, {{"activation", activation}}, "kiln");
+    return g;
+  };
+  GraphBuilder bad_bias = fused({2, 4}, {2, 5}, {}, "Relu");
+  EXPECT_TRUE(failsWith(bad_bias, "the bias [2, 5] must be [N] or [1, ..., N] for the output [2, 5]"));
+  GraphBuilder long_bias = fused({2, 4}, {1, 1, 5}, {}, "Relu");
+  EXPECT_TRUE(failsWith(long_bias, "the bias [1, 1, 5] must be [N] or [1, ..., N] for the output [2, 5]"));
+  GraphBuilder bad_residual = fused({2, 4}, {5}, {1, 5}, "Relu");
+  EXPECT_TRUE(failsWith(bad_residual, "the residual [1, 5] must have the output's shape [2, 5]"));
+  GraphBuilder vector = fused({4}, {5}, {}, "Relu");
+  EXPECT_TRUE(failsWith(vector, "input 0 must have rank 2 or more, found [4]"));
+  GraphBuilder activation = fused({2, 4}, {5}, {}, "Softplus");
+  EXPECT_TRUE(failsWith(activation, "activation 'Softplus' is not one kiln fuses"));
+}
+
 // ---------------------------------------------------------- Normalisation
 
 TEST(Normalization, BatchNormalization) {

@@ -8,7 +8,7 @@ namespace kiln {
 class KernelRegistry;
 
 void registerElementwiseKernels(KernelRegistry& registry);  // elementwise.cc: unary, binary with broadcasting
-void registerMatMulKernels(KernelRegistry& registry);       // matmul.cc: MatMul, Gemm
+void registerMatMulKernels(KernelRegistry& registry);       // matmul.cc: MatMul, Gemm, kiln.FusedMatMul, kiln.FusedGemm
 void registerCopyKernels(KernelRegistry& registry);         // copy.cc: kiln.Copy (byte copy for views)
 void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Cast, Pad, Resize
 void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Reduce*, ArgMax, ArgMin

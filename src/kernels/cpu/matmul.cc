@@ -11,6 +11,15 @@
 // bias shapes go to its reference implementation), otherwise run copies C into
 // Y and a sum post-op adds it scaled by beta.
 //
+// kiln.FusedMatMul and kiln.FusedGemm (made by passes/matmul_fusion.cc) are
+// the same products with more done by the same primitive: FusedMatMul's bias
+// [N] takes the path of a Gemm's one-row C; a residual of Y's shape is a
+// binary_add post-op; the activation (core/fused_activation.h) is an eltwise
+// post-op after everything else. The residual and the activation exist only as
+// post-ops: where oneDNN cannot run the product (K = 0, too many dimensions)
+// prepare refuses a step that has them, and the fusion pass does not make
+// such steps.
+//
 // Concurrency and allocation: execution slots (see onednn_support.h), made
 // at prepare. dnnl_primitive_execute itself still allocates a few small
 // objects on every call (6 allocations for 4 arguments in oneDNN 2.6);
@@ -23,10 +32,12 @@
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/fused_activation.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/onednn_support.h"
@@ -148,8 +159,21 @@ enum class CMode {
   kSum,   // Y = C before executing, then a sum post-op scaled by beta
 };
 
+// What a fused step does after the product and the bias or C: add a residual
+// (input 3 of FusedMatMul), then apply an activation.
+struct PostOps {
+  bool residual = false;
+  FusedActivation activation = FusedActivation::kNone;
+  float alpha = 0;  // the activation's parameters (core/fused_activation.h)
+  float beta = 0;
+
+  bool any() const { return residual || activation != FusedActivation::kNone; }
+};
+
 struct MatMulState final : KernelState {
   Product product;
+  PostOps post_ops;
+  int residual_arg = 0;  // the execute argument of the residual's binary post-op
   bool use_dnnl = false;
   dnnl::matmul primitive;
   bool weights_packed = false;
@@ -221,11 +245,15 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (p.alpha != 1) attr.set_output_scales(0, {p.alpha});
-  if (state.c_mode == CMode::kSum) {
-    dnnl::post_ops post_ops;
-    post_ops.append_sum(p.beta);
-    attr.set_post_ops(post_ops);
+  // Post-ops run in this order: beta * C (a sum), the residual, the activation.
+  dnnl::post_ops post_ops;
+  if (state.c_mode == CMode::kSum) post_ops.append_sum(p.beta);
+  if (state.post_ops.residual) {
+    state.residual_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.len()) | DNNL_ARG_SRC_1;
+    post_ops.append_binary(dnnl::algorithm::binary_add, dst);
   }
+  onednn::appendActivation(post_ops, state.post_ops.activation, state.post_ops.alpha, state.post_ops.beta);
+  if (post_ops.len() > 0) attr.set_post_ops(post_ops);
   const dnnl::matmul::desc desc = state.c_mode == CMode::kBias ? dnnl::matmul::desc(src, weights, bias, dst)
                                                                : dnnl::matmul::desc(src, weights, dst);
   const dnnl::matmul::primitive_desc pd(desc, attr, engine);
@@ -260,28 +288,38 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
       slot.bias =
           dnnl::memory(bias, engine, state.bias_from_call ? DNNL_MEMORY_NONE : state.constant_bias.get_data_handle());
     }
+    if (state.post_ops.residual) slot.binary = dnnl::memory(dst, engine, DNNL_MEMORY_NONE);
   }
   state.use_dnnl = true;
 }
 
 std::unique_ptr<KernelState> makeState(std::string_view op, const Product& p, const std::byte* b_constant,
-                                       const std::byte* c_constant) {
+                                       const std::byte* c_constant, const PostOps& post_ops = {}) {
   auto state = std::make_unique<MatMulState>();
   state->product = p;
-  bool empty = p.m == 0 || p.n == 0 || p.k == 0;
+  state->post_ops = post_ops;
+  bool empty = p.m == 0 || p.n == 0;
   for (uint32_t d = 0; d < p.batch_rank; ++d) empty = empty || p.batch[d] == 0;
-  if (empty) return state;  // oneDNN refuses zero dimensions; the loop kernel writes zeros or beta * C
-  if (p.batch_rank + 2 > DNNL_MAX_NDIMS) {
-    log::debug("{}: {} batch dimensions are more than oneDNN takes; using the loop kernel", op, p.batch_rank);
-    return state;
+  if (empty) return state;  // Y has no elements: nothing to compute
+  std::string refusal;
+  if (p.k == 0) {
+    refusal = "K is 0";  // oneDNN refuses zero dimensions; the loop kernel writes zeros or beta * C
+  } else if (p.batch_rank + 2 > DNNL_MAX_NDIMS) {
+    refusal = fmt::format("{} batch dimensions are more than oneDNN takes", p.batch_rank);
+  } else {
+    try {
+      prepareDnnl(*state, b_constant, c_constant);
+      return state;
+    } catch (const dnnl::error& e) {
+      refusal = fmt::format("oneDNN refused the product ({})", e.what());
+    }
   }
-  try {
-    prepareDnnl(*state, b_constant, c_constant);
-  } catch (const dnnl::error& e) {
-    log::debug("{}: oneDNN refused the product ({}); using the loop kernel", op, e.what());
-    state = std::make_unique<MatMulState>();
-    state->product = p;
+  if (post_ops.any()) {
+    throw UsageError(fmt::format("{}: {}; the fused residual and activation run only on oneDNN", op, refusal));
   }
+  if (p.k != 0) log::debug("{}: {}; using the loop kernel", op, refusal);
+  state = std::make_unique<MatMulState>();
+  state->product = p;
   return state;
 }
 
@@ -299,7 +337,7 @@ void runProduct(const KernelCall& call) {
   if (state.c_mode == CMode::kSum) copyBroadcastC(c, y, p);
 
   ExecutionSlot& slot = state.slots.claim();
-  dnnl_exec_arg_t args[5];
+  dnnl_exec_arg_t args[6];
   int count = 0;
   onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
@@ -310,6 +348,10 @@ void runProduct(const KernelCall& call) {
   if (state.c_mode == CMode::kBias) {
     if (state.bias_from_call) onednn::setHandle(kKernel, slot.bias, call.inputs[2].data);
     args[count++] = {DNNL_ARG_BIAS, slot.bias.get()};
+  }
+  if (state.post_ops.residual) {
+    onednn::setHandle(kKernel, slot.binary, call.inputs[3].data);
+    args[count++] = {state.residual_arg, slot.binary.get()};
   }
   onednn::execute(kKernel, state.primitive, state.slots, slot, args, count);
 }
@@ -359,13 +401,14 @@ void expectOutput(std::string_view op, const KernelSetup& setup, const std::vect
   }
 }
 
-std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
-  expectF32Inputs("MatMul", setup, 2, 2);
+// The product of inputs 0 and 1 with numpy.matmul semantics; checks the
+// output's shape. Input counts and types are checked already.
+Product describeMatMul(std::string_view op, const KernelSetup& setup) {
   const std::vector<int64_t>& a = setup.inputs[0].shape;
   const std::vector<int64_t>& b = setup.inputs[1].shape;
   for (size_t i = 0; i < 2; ++i) {
     if (setup.inputs[i].shape.empty()) {
-      throw UsageError(fmt::format("MatMul: input {} is a scalar; MatMul needs at least one dimension", i));
+      throw UsageError(fmt::format("{}: input {} is a scalar; MatMul needs at least one dimension", op, i));
     }
   }
   // A 1-D A is a row [1, K] and a 1-D B a column [K, 1]; the promoted
@@ -378,7 +421,7 @@ std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
   const int64_t k_of_b = b_vector ? b[0] : b[b.size() - 2];
   p.n = b_vector ? 1 : b.back();
   if (p.k != k_of_b) {
-    throw UsageError(fmt::format("MatMul: {} x {}: the inner dimensions differ ({} and {})",
+    throw UsageError(fmt::format("{}: {} x {}: the inner dimensions differ ({} and {})", op,
                                  typeString(setup.inputs[0]), typeString(setup.inputs[1]), p.k, k_of_b));
   }
 
@@ -397,7 +440,7 @@ std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
     const int64_t ad = d + a_batch.size() >= rank ? a_batch[d + a_batch.size() - rank] : 1;
     const int64_t bd = d + b_batch.size() >= rank ? b_batch[d + b_batch.size() - rank] : 1;
     if (ad != bd && ad != 1 && bd != 1) {
-      throw UsageError(fmt::format("MatMul: the batch dimensions of {} and {} do not broadcast ({} and {})",
+      throw UsageError(fmt::format("{}: the batch dimensions of {} and {} do not broadcast ({} and {})", op,
                                    shapeString(a), shapeString(b), ad, bd));
     }
     const int64_t size = ad == 1 ? bd : ad;
@@ -413,7 +456,7 @@ std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
   }
   if (!a_vector) out.push_back(p.m);
   if (!b_vector) out.push_back(p.n);
-  expectOutput("MatMul", setup, out);
+  expectOutput(op, setup, out);
 
   p.a_m = p.k;
   p.a_k = 1;
@@ -440,16 +483,22 @@ std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
       if (collapsed[d].b_full) b_outer *= collapsed[d].size;
     }
   }
-  return makeState("MatMul", p, constantInput(setup, 1), nullptr);
+  return p;
 }
 
-std::unique_ptr<KernelState> prepareGemm(const KernelSetup& setup) {
-  expectF32Inputs("Gemm", setup, 2, 3);
+std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
+  expectF32Inputs("MatMul", setup, 2, 2);
+  return makeState("MatMul", describeMatMul("MatMul", setup), constantInput(setup, 1), nullptr);
+}
+
+// Gemm, or FusedGemm with `post_ops`.
+std::unique_ptr<KernelState> prepareGemmAs(std::string_view op, const KernelSetup& setup, const PostOps& post_ops) {
+  expectF32Inputs(op, setup, 2, 3);
   const TensorInfo& a = setup.inputs[0];
   const TensorInfo& b = setup.inputs[1];
   for (size_t i = 0; i < 2; ++i) {
     if (setup.inputs[i].shape.size() != 2) {
-      throw UsageError(fmt::format("Gemm: input {} must be 2-D, got {}", i, typeString(setup.inputs[i])));
+      throw UsageError(fmt::format("{}: input {} must be 2-D, got {}", op, i, typeString(setup.inputs[i])));
     }
   }
   const bool trans_a = setup.params.getInt("transA", 0) != 0;
@@ -460,7 +509,7 @@ std::unique_ptr<KernelState> prepareGemm(const KernelSetup& setup) {
   const int64_t k_of_b = trans_b ? b.shape[1] : b.shape[0];
   p.n = trans_b ? b.shape[0] : b.shape[1];
   if (p.k != k_of_b) {
-    throw UsageError(fmt::format("Gemm: A {} (transA {}) and B {} (transB {}) give K = {} and {}", a.shapeString(),
+    throw UsageError(fmt::format("{}: A {} (transA {}) and B {} (transB {}) give K = {} and {}", op, a.shapeString(),
                                  trans_a ? 1 : 0, b.shapeString(), trans_b ? 1 : 0, p.k, k_of_b));
   }
   p.a_m = trans_a ? 1 : p.k;
@@ -478,7 +527,7 @@ std::unique_ptr<KernelState> prepareGemm(const KernelSetup& setup) {
                       (c.size() < 2 || c[0] == 1 || c[0] == p.m);
     if (!fits) {
       throw UsageError(
-          fmt::format("Gemm: C {} does not broadcast to [M, N] = [{}, {}]", typeString(setup.inputs[2]), p.m, p.n));
+          fmt::format("{}: C {} does not broadcast to [M, N] = [{}, {}]", op, typeString(setup.inputs[2]), p.m, p.n));
     }
     p.c_rows = c.size() == 2 ? c[0] : 1;
     p.c_cols = c.empty() ? 1 : c.back();
@@ -488,15 +537,82 @@ std::unique_ptr<KernelState> prepareGemm(const KernelSetup& setup) {
       p.c_n = p.c_cols == 1 ? 0 : 1;
     }
   }
-  expectOutput("Gemm", setup, {p.m, p.n});
-  return makeState("Gemm", p, constantInput(setup, 1), has_c ? constantInput(setup, 2) : nullptr);
+  expectOutput(op, setup, {p.m, p.n});
+  return makeState(op, p, constantInput(setup, 1), has_c ? constantInput(setup, 2) : nullptr, post_ops);
 }
+
+std::unique_ptr<KernelState> prepareGemm(const KernelSetup& setup) { return prepareGemmAs("Gemm", setup, {}); }
+
+// ------------------------------------------------------------ fused forms
+
+bool hasInput(const KernelSetup& setup, size_t index) {
+  return index < setup.inputs.size() && setup.inputs[index].dtype != DType::kUndefined;
+}
+
+// The activation and its parameters (core/fused_activation.h).
+PostOps readPostOps(std::string_view op, const ParamMap& params) {
+  const std::string name = params.getString(std::string(kActivationAttribute), "");
+  const std::optional<FusedActivation> activation = parseFusedActivation(name);
+  if (!activation) throw UsageError(fmt::format("{}: activation '{}' is not one kiln fuses", op, name));
+  PostOps post;
+  post.activation = *activation;
+  post.alpha = static_cast<float>(params.getFloat(std::string(kActivationAlphaAttribute), 0.0));
+  post.beta = static_cast<float>(params.getFloat(std::string(kActivationBetaAttribute), 0.0));
+  if (post.activation == FusedActivation::kClip && !(post.alpha <= post.beta)) {
+    throw UsageError(fmt::format("{}: Clip's min {} is not at most its max {}", op, post.alpha, post.beta));
+  }
+  return post;
+}
+
+std::unique_ptr<KernelState> prepareFusedGemm(const KernelSetup& setup) {
+  return prepareGemmAs("kiln.FusedGemm", setup, readPostOps("kiln.FusedGemm", setup.params));
+}
+
+// act(MatMul(A, B) + bias + residual); see nn_ops.cc for the operator.
+std::unique_ptr<KernelState> prepareFusedMatMul(const KernelSetup& setup) {
+  constexpr std::string_view op = "kiln.FusedMatMul";
+  expectF32Inputs(op, setup, 2, 4);
+  for (size_t i = 0; i < 2; ++i) {
+    if (setup.inputs[i].shape.size() < 2) {
+      throw UsageError(fmt::format("{}: input {} must have rank 2 or more, got {}", op, i, typeString(setup.inputs[i])));
+    }
+  }
+  Product p = describeMatMul(op, setup);
+  const std::vector<int64_t>& y = setup.outputs[0].shape;
+  if (hasInput(setup, 2)) {
+    const std::vector<int64_t>& bias = setup.inputs[2].shape;
+    bool fits = !bias.empty() && bias.size() <= y.size() && bias.back() == p.n;
+    for (size_t d = 0; fits && d + 1 < bias.size(); ++d) fits = bias[d] == 1;
+    if (!fits) {
+      throw UsageError(fmt::format("{}: the bias {} must be [N] or [1, ..., N] with N = {} (the output is {})", op,
+                                   typeString(setup.inputs[2]), p.n, shapeString(y)));
+    }
+    // The bias is what a Gemm's one-row C with beta 1 is, in every matrix.
+    p.has_c = true;
+    p.beta = 1;
+    p.c_rows = 1;
+    p.c_cols = p.n;
+    p.c_m = 0;
+    p.c_n = 1;
+  }
+  PostOps post = readPostOps(op, setup.params);
+  post.residual = hasInput(setup, 3);
+  if (post.residual && setup.inputs[3].shape != y) {
+    throw UsageError(fmt::format("{}: the residual {} must have the output's shape {}", op, typeString(setup.inputs[3]),
+                                 shapeString(y)));
+  }
+  return makeState(op, p, constantInput(setup, 1), hasInput(setup, 2) ? constantInput(setup, 2) : nullptr, post);
+}
+
+
 
 }  // namespace
 
 void registerMatMulKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"MatMul", &prepareMatMul, &runProduct});
   registry.add(KernelDef{"Gemm", &prepareGemm, &runProduct});
+  registry.add(KernelDef{"kiln.FusedMatMul", &prepareFusedMatMul, &runProduct});
+  registry.add(KernelDef{"kiln.FusedGemm", &prepareFusedGemm, &runProduct});
 }
 
 }  // namespace kiln

@@ -38,6 +38,22 @@ dnnl::memory reorderConstant(const dnnl::memory::desc& from, const std::byte* da
   return packed;
 }
 
+void appendActivation(dnnl::post_ops& ops, FusedActivation activation, float alpha, float beta) {
+  using dnnl::algorithm;
+  switch (activation) {
+    case FusedActivation::kNone: return;
+    case FusedActivation::kRelu: return ops.append_eltwise(1, algorithm::eltwise_relu, 0, 0);
+    case FusedActivation::kLeakyRelu: return ops.append_eltwise(1, algorithm::eltwise_relu, alpha, 0);
+    case FusedActivation::kSigmoid: return ops.append_eltwise(1, algorithm::eltwise_logistic, 0, 0);
+    case FusedActivation::kTanh: return ops.append_eltwise(1, algorithm::eltwise_tanh, 0, 0);
+    case FusedActivation::kClip: return ops.append_eltwise(1, algorithm::eltwise_clip, alpha, beta);
+    case FusedActivation::kGelu: return ops.append_eltwise(1, algorithm::eltwise_gelu_erf, 0, 0);
+    case FusedActivation::kGeluTanh: return ops.append_eltwise(1, algorithm::eltwise_gelu_tanh, 0, 0);
+    case FusedActivation::kHardSwish: return ops.append_eltwise(1, algorithm::eltwise_hardswish, 0, 0);
+    case FusedActivation::kSwish: return ops.append_eltwise(1, algorithm::eltwise_swish, 1, 0);  // x * sigmoid(1 * x)
+  }
+}
+
 dnnl::post_ops fusedPostOps(std::string_view op, const ParamMap& params, const dnnl::memory::desc& dst,
                             int& binary_index) {
   binary_index = -1;
@@ -51,39 +67,17 @@ dnnl::post_ops fusedPostOps(std::string_view op, const ParamMap& params, const d
     const size_t end = std::min(kinds.find(',', start), kinds.size());
     const std::string kind = kinds.substr(start, end - start);
     start = end + 1;
-    const auto alpha = static_cast<float>(index < alphas.size() ? alphas[index] : 0.0);
-    const auto beta = static_cast<float>(index < betas.size() ? betas[index] : 0.0);
-    using A = dnnl::algorithm;
-    auto eltwise = [&](A algorithm, float a, float b) { post_ops.append_eltwise(1.0f, algorithm, a, b); };
     if (kind == "Add") {
       binary_index = post_ops.len();
-      post_ops.append_binary(A::binary_add, dst);
-    } else if (kind == "Relu") {
-      eltwise(A::eltwise_relu, 0, 0);
-    } else if (kind == "LeakyRelu") {
-      eltwise(A::eltwise_relu, alpha, 0);
-    } else if (kind == "Clip") {
-      eltwise(A::eltwise_clip, alpha, beta);
-    } else if (kind == "Sigmoid") {
-      eltwise(A::eltwise_logistic, 0, 0);
-    } else if (kind == "Tanh") {
-      eltwise(A::eltwise_tanh, 0, 0);
-    } else if (kind == "HardSwish") {
-      eltwise(A::eltwise_hardswish, 0, 0);
-    } else if (kind == "HardSigmoid") {  // max(0, min(1, alpha * x + beta))
-      eltwise(A::eltwise_linear, alpha, beta);
-      eltwise(A::eltwise_clip, 0, 1);
-    } else if (kind == "Elu") {
-      eltwise(A::eltwise_elu, alpha, 0);
-    } else if (kind == "Gelu") {
-      eltwise(A::eltwise_gelu_erf, 0, 0);
-    } else if (kind == "GeluTanh") {
-      eltwise(A::eltwise_gelu_tanh, 0, 0);
-    } else if (kind == "Swish") {
-      eltwise(A::eltwise_swish, alpha, 0);
-    } else {
+      post_ops.append_binary(dnnl::algorithm::binary_add, dst);
+      continue;
+    }
+    const std::optional<FusedActivation> activation = parseFusedActivation(kind);
+    if (!activation || *activation == FusedActivation::kNone) {
       throw UsageError(fmt::format("{}: unknown post-op '{}' in post_ops '{}'", op, kind, kinds));
     }
+    appendActivation(post_ops, *activation, static_cast<float>(index < alphas.size() ? alphas[index] : 0.0),
+                     static_cast<float>(index < betas.size() ? betas[index] : 0.0));
   }
   return post_ops;
 }

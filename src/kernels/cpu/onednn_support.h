@@ -33,6 +33,7 @@
 #include <memory>
 #include <string_view>
 
+#include "core/fused_activation.h"
 #include "core/param_map.h"
 
 namespace kiln::onednn {
@@ -75,12 +76,15 @@ struct ExecutionSlot {
   dnnl::memory scratchpad;
 };
 
-// The post-ops of a fused step, from its attributes `post_ops` (kinds,
+// Appends the eltwise post-op that computes `activation` (with its
+// parameters, see core/fused_activation.h); nothing for kNone.
+void appendActivation(dnnl::post_ops& ops, FusedActivation activation, float alpha, float beta);
+
+// The post-ops of a fused Conv, from its attributes `post_ops` (kinds,
 // comma-separated), `post_op_alpha` and `post_op_beta` (see
-// src/passes/conv_fusion.h and activation_match.h). An "Add" becomes a
-// binary add of a tensor described by `dst`; `binary_index` receives its
-// position among the oneDNN post-ops (-1 without one). Throws UsageError
-// naming `op` on an unknown kind.
+// src/passes/conv_fusion.h). An "Add" becomes a binary add of a tensor
+// described by `dst`; `binary_index` receives its position among the oneDNN
+// post-ops (-1 without one). Throws UsageError naming `op` on an unknown kind.
 dnnl::post_ops fusedPostOps(std::string_view op, const ParamMap& params, const dnnl::memory::desc& dst,
                             int& binary_index);
 

@@ -1,0 +1,73 @@
+#include "passes/pass_helpers.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln {
+namespace {
+
+void collectCapturedNames(const Graph& graph, std::set<std::string>& names) {
+  for (NodeId id : graph.nodeIds()) {
+    for (const Graph* subgraph : graph.node(id).subgraphs()) {
+      for (ValueId captured : subgraph->outerScopeValues()) names.insert(subgraph->value(captured).name);
+      collectCapturedNames(*subgraph, names);
+    }
+  }
+}
+
+}  // namespace
+
+std::set<ValueId> pinnedValues(const Graph& graph) {
+  std::set<ValueId> pinned(graph.outputs().begin(), graph.outputs().end());
+  std::set<std::string> captured;
+  collectCapturedNames(graph, captured);
+  for (const std::string& name : captured) {
+    if (const auto id = graph.findValue(name)) pinned.insert(*id);
+  }
+  return pinned;
+}
+
+bool isGraphOutput(const Graph& graph, ValueId id) {
+  return std::find(graph.outputs().begin(), graph.outputs().end(), id) != graph.outputs().end();
+}
+
+std::string uniqueName(const Graph& graph, const std::string& base) {
+  std::string name = base;
+  for (int i = 1; graph.findValue(name); ++i) name = fmt::format("{}_{}", base, i);
+  return name;
+}
+
+bool isOp(const Graph& graph, NodeId id, std::string_view op) {
+  const Node& node = graph.node(id);
+  return node.domain.empty() && node.op_type == op && node.outputs.size() == 1;
+}
+
+std::optional<NodeId> onlyReader(const Graph& graph, const std::set<ValueId>& pinned, ValueId value,
+                                 std::string_view op) {
+  const Value& v = graph.value(value);
+  if (pinned.contains(value) || v.users.size() != 1 || !isOp(graph, v.users[0].node, op)) return std::nullopt;
+  return v.users[0].node;
+}
+
+ValueId otherOperand(const Graph& graph, NodeId id, ValueId value) {
+  const std::vector<ValueId>& in = graph.node(id).inputs;
+  if (in.size() != 2) return kNoValue;
+  if (in[0] == value && in[1] != value) return in[1];
+  if (in[1] == value && in[0] != value) return in[0];
+  return kNoValue;
+}
+
+std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank) {
+  if (id == kNoValue) return std::nullopt;
+  const ConstantPtr& c = graph.value(id).initializer;
+  if (!c || c->info.dtype != DType::kF32 || c->info.numElements() != 1 || c->info.shape.size() > rank) {
+    return std::nullopt;
+  }
+  float v;
+  std::memcpy(&v, c->bytes.data(), sizeof v);
+  return v;
+}
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+// Queries about a graph that several passes ask, and small editing helpers.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+// Values whose names a pass must keep: the graph's outputs (the model's output
+// names) and the values that subgraphs of its nodes read by name, at any
+// depth (those reads have no entry in Value::users).
+std::set<ValueId> pinnedValues(const Graph& graph);
+
+// Whether `id` is one of the graph's outputs.
+bool isGraphOutput(const Graph& graph, ValueId id);
+
+// `base`, or `base` with a numeric suffix, that no value of `graph` is named.
+std::string uniqueName(const Graph& graph, const std::string& base);
+
+// Whether node `id` is `op` of the default domain with one output.
+bool isOp(const Graph& graph, NodeId id, std::string_view op);
+
+// The node that is the only reader of `value`, if it is `op` and `value` may
+// disappear into a fused node (it is not in `pinned`).
+std::optional<NodeId> onlyReader(const Graph& graph, const std::set<ValueId>& pinned, ValueId value,
+                                 std::string_view op);
+
+// The other input of binary node `id` when exactly one input is `value`;
+// kNoValue otherwise.
+ValueId otherOperand(const Graph& graph, NodeId id, ValueId value);
+
+// The value of a one-element f32 initializer of at most `rank` dimensions.
+std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank);
+
+}  // namespace kiln
