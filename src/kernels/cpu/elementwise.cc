@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
@@ -550,91 +551,6 @@ void runIdentity(const KernelCall& call) {
   if (x != y && bytes != 0) std::memcpy(y, x, bytes);
 }
 
-// ------------------------------------------------------------- broadcasting
-
-// How a binary loop walks its output: `rank` collapsed dimensions and, per
-// input, the stride in elements of each (0 along a broadcast dimension).
-//
-// Adjacent dimensions merge whenever every input walks them as one (both
-// contiguous, or both broadcast), so the common cases come out as one or two
-// dimensions: same shapes and scalars as [n]; a bias over the last dimension
-// as [rows, n] with strides [n, 1] / [0, 1]; a per-channel NCHW operand as
-// [N, C, H*W] with strides [C*H*W, H*W, 1] / [0, 1, 0]. The innermost stride
-// of every input is then 1 or 0, which picks one of four tight row loops.
-struct BroadcastPlan {
-  uint32_t rank = 1;
-  std::array<int64_t, kMaxRank> dims{};
-  std::array<std::array<int64_t, kMaxRank>, 2> strides{};
-};
-
-// The numpy broadcast of the inputs' shapes; throws naming `op` when they do
-// not broadcast.
-std::vector<int64_t> broadcastShapes(std::string_view op, std::span<const TensorInfo> inputs) {
-  size_t rank = 0;
-  for (const TensorInfo& input : inputs) rank = std::max(rank, input.shape.size());
-  std::vector<int64_t> out(rank, 1);
-  for (const TensorInfo& input : inputs) {
-    const size_t offset = rank - input.shape.size();
-    for (size_t d = 0; d < input.shape.size(); ++d) {
-      int64_t& target = out[offset + d];
-      const int64_t dim = input.shape[d];
-      if (dim == target || dim == 1) continue;
-      if (target != 1) {
-        std::string shapes;
-        for (const TensorInfo& other : inputs) shapes += (shapes.empty() ? "" : " and ") + other.shapeString();
-        throw UsageError(
-            fmt::format("{}: input shapes {} do not broadcast: output dimension {} would be both {} and {}", op, shapes,
-                        offset + d, target, dim));
-      }
-      target = dim;
-    }
-  }
-  return out;
-}
-
-BroadcastPlan planBroadcast(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
-                            const std::vector<int64_t>& b) {
-  BroadcastPlan plan;
-  const size_t rank = out.size();
-  uint64_t elements = 1;
-  for (int64_t dim : out) elements *= static_cast<uint64_t>(dim);
-  if (elements <= 1) {
-    plan.dims[0] = static_cast<int64_t>(elements);  // a scalar, or nothing to do
-    return plan;
-  }
-  // Strides of each input over the output's dimensions, right-aligned.
-  std::array<std::array<int64_t, kMaxRank>, 2> full{};
-  const std::vector<int64_t>* inputs[2] = {&a, &b};
-  for (size_t k = 0; k < 2; ++k) {
-    const std::vector<int64_t>& shape = *inputs[k];
-    const size_t offset = rank - shape.size();
-    int64_t stride = 1;
-    for (size_t d = rank; d-- > 0;) {
-      const int64_t dim = d >= offset ? shape[d - offset] : 1;
-      full[k][d] = dim == 1 ? 0 : stride;
-      stride *= dim;
-    }
-  }
-  plan.rank = 0;
-  for (size_t d = 0; d < rank; ++d) {
-    if (out[d] == 1) continue;
-    if (plan.rank > 0) {
-      const uint32_t last = plan.rank - 1;
-      bool mergeable = true;
-      for (size_t k = 0; k < 2; ++k) mergeable = mergeable && plan.strides[k][last] == full[k][d] * out[d];
-      if (mergeable) {
-        plan.dims[last] *= out[d];
-        for (size_t k = 0; k < 2; ++k) plan.strides[k][last] = full[k][d];
-        continue;
-      }
-    }
-    plan.dims[plan.rank] = out[d];
-    for (size_t k = 0; k < 2; ++k) plan.strides[k][plan.rank] = full[k][d];
-    ++plan.rank;
-  }
-  return plan;
-}
-
 // ---------------------------------------------------------------- binary ops
 
 struct Add {
@@ -842,42 +758,23 @@ BinaryRow binaryRowFor(DType dtype) {
   return nullptr;
 }
 
-// Output elements [begin, end) of one binary op: the plan's outer dimensions
-// as an odometer that moves both input offsets, a row call per (part of a)
-// row. Element sizes in bytes: `in` for the inputs, `out` for the output.
+// Output elements [begin, end) of one binary op: a row call per (part of a)
+// row of the plan. Element sizes in bytes: `in` for the inputs, `out` for
+// the output.
 void binaryRange(BinaryRow row, const BroadcastPlan& plan, size_t in, size_t out, const std::byte* a,
                  const std::byte* b, std::byte* y, int64_t begin, int64_t end) {
-  const uint32_t last = plan.rank - 1;
-  const int64_t n = plan.dims[last];
-  const int64_t sa = plan.strides[0][last];
-  const int64_t sb = plan.strides[1][last];
+  const int64_t n = plan.rowLength();
+  const int64_t sa = plan.innerStride(0);
+  const int64_t sb = plan.innerStride(1);
   if (n == 0 || begin >= end) return;  // an empty output: the inputs may not even have an element to read
-  // The odometer at the row holding `begin`.
-  std::array<int64_t, kMaxRank> index{};
-  int64_t ao = 0;
-  int64_t bo = 0;
-  int64_t rest = begin / n;
-  for (uint32_t d = last; d-- > 0;) {
-    index[d] = rest % plan.dims[d];
-    rest /= plan.dims[d];
-    ao += index[d] * plan.strides[0][d];
-    bo += index[d] * plan.strides[1][d];
-  }
+  BroadcastRows rows(plan, begin);
   int64_t column = begin % n;
-  for (int64_t at = begin; at < end;) {
+  for (int64_t at = begin; at < end; rows.next()) {
     const int64_t count = std::min(n - column, end - at);
-    row(a + static_cast<size_t>(ao + column * sa) * in, sa, b + static_cast<size_t>(bo + column * sb) * in, sb,
-        y + static_cast<size_t>(at) * out, count);
+    row(a + static_cast<size_t>(rows.offset(0) + column * sa) * in, sa,
+        b + static_cast<size_t>(rows.offset(1) + column * sb) * in, sb, y + static_cast<size_t>(at) * out, count);
     at += count;
     column = 0;
-    for (uint32_t d = last; d-- > 0;) {
-      ao += plan.strides[0][d];
-      bo += plan.strides[1][d];
-      if (++index[d] < plan.dims[d]) break;
-      ao -= plan.strides[0][d] * plan.dims[d];
-      bo -= plan.strides[1][d] * plan.dims[d];
-      index[d] = 0;
-    }
   }
 }
 
@@ -954,7 +851,8 @@ std::unique_ptr<KernelState> prepareBinary(const KernelSetup& setup) {
     BinaryStep step;
     step.a = i == 1 ? 0 : kFromOutput;
     step.b = i;
-    step.plan = planBroadcast(out, i == 1 ? setup.inputs[0].shape : out, setup.inputs[i].shape);
+    const std::array<std::vector<int64_t>, 2> operands = {i == 1 ? setup.inputs[0].shape : out, setup.inputs[i].shape};
+    step.plan = planBroadcast(out, operands);
     state->steps.push_back(step);
   }
   return state;
