@@ -19,6 +19,7 @@ const KernelRegistry& KernelRegistry::cpu() {
   static const KernelRegistry registry = [] {
     KernelRegistry r;
     registerElementwiseKernels(r);
+    registerFusedElementwiseKernels(r);
     registerMatMulKernels(r);
     registerCopyKernels(r);
     registerDataMovementKernels(r);

@@ -1,5 +1,9 @@
 // Elementwise operators: unary maps, broadcasting binary and variadic
-// operators, comparisons and logic, Where, Clip, Cast.
+// operators, comparisons and logic, Where, Clip, Cast; and
+// kiln.FusedElementwise, a group of them as one node.
+#include <limits>
+
+#include "core/elementwise_program.h"
 #include "ops/op_families.h"
 #include "ops/shape_helpers.h"
 
@@ -79,6 +83,36 @@ void predicate(InferenceContext& context) {
   context.output(0) = ValueType{DType::kBool, context.inputType(0).shape};
 }
 
+// kiln.FusedElementwise(inputs...): the program of core/elementwise_program.h
+// over f32 inputs (made by passes/elementwise_fusion.h; kernel in
+// kernels/cpu/fused_elementwise.cc). The output is the broadcast of the
+// inputs, f32.
+void fusedElementwise(InferenceContext& context) {
+  const Node& node = context.node();
+  ElementwiseProgram program;
+  program.input_count = context.inputCount();
+  const std::string ops = node.stringAttribute(std::string(kProgramOpsAttribute), "");
+  const auto parsed = parseElementwiseOps(ops);
+  if (!parsed) context.fail("ops '{}' names an op that is not in the list", ops);
+  program.ops = *parsed;
+  program.operands = node.intsAttribute(std::string(kProgramOperandsAttribute), {});
+  auto floats = [&](std::string_view key) {
+    const auto it = node.attributes.find(std::string(key));
+    const auto* values = it == node.attributes.end() ? nullptr : std::get_if<std::vector<float>>(&it->second);
+    return values ? *values : std::vector<float>{};
+  };
+  program.alpha = floats(kProgramAlphaAttribute);
+  program.beta = floats(kProgramBetaAttribute);
+  program.immediates = floats(kProgramImmediatesAttribute);
+  if (const std::string problem = checkElementwiseProgram(program); !problem.empty()) context.fail("{}", problem);
+  for (size_t i = 0; i < context.inputCount(); ++i) {
+    if (context.inputType(i).dtype != DType::kF32) {
+      context.fail("input {} is {}; the fused program takes f32 only", i, dtypeName(context.inputType(i).dtype));
+    }
+  }
+  broadcasting(context);
+}
+
 void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_inputs, size_t max_inputs,
          InferFunction infer, size_t max_outputs = 1) {
   registry.add(OpSchema{"", op, since, min_inputs, max_inputs, 1, max_outputs, std::move(infer)});
@@ -120,6 +154,7 @@ void registerElementwiseOps(OpRegistry& registry) {
   add(registry, "Clip", 1, 1, 3, unary);
   add(registry, "Cast", 1, 1, 1, cast);
   add(registry, "CastLike", 15, 2, 2, castLike);
+  registry.add(OpSchema{"kiln", "FusedElementwise", 1, 1, std::numeric_limits<size_t>::max(), 1, 1, fusedElementwise});
 }
 
 }  // namespace kiln

@@ -8,6 +8,7 @@ namespace kiln {
 class KernelRegistry;
 
 void registerElementwiseKernels(KernelRegistry& registry);  // elementwise.cc: unary, binary with broadcasting
+void registerFusedElementwiseKernels(KernelRegistry& registry);  // fused_elementwise.cc: kiln.FusedElementwise
 void registerMatMulKernels(KernelRegistry& registry);       // matmul.cc: MatMul, Gemm, kiln.FusedMatMul, kiln.FusedGemm
 void registerCopyKernels(KernelRegistry& registry);         // copy.cc: kiln.Copy (byte copy for views)
 void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Cast, Pad, Resize

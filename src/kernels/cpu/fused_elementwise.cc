@@ -1,0 +1,276 @@
+// kiln.FusedElementwise: a group of f32 elementwise ops (the program of
+// core/elementwise_program.h, made by passes/elementwise_fusion.h) computed in
+// one pass over memory.
+//
+// Unfused, each op of a chain reads its operands from memory and writes its
+// whole result back, and each is a step of its own. Here the output is
+// computed a block of a few hundred elements at a time: every instruction of
+// the program runs on the block, its result staying in a small buffer (a
+// "register", on the stack: L1-resident) for the instructions that read it,
+// and only the last one stores into the output. Inputs are read where they
+// lie, by the same vector kernels (vector_kernels.h) that the unfused ops
+// call, so a fused result is bit for bit the unfused one.
+//
+// Blocks follow the rows of a BroadcastPlan (broadcast.h): within a row every
+// input is a contiguous array or one repeated element (a scalar: the vector
+// kernels' kScalarA/kScalarB forms), and immediates are scalars too.
+//
+// prepare resolves the program once: a vector-kernel function, operand
+// sources and a register per instruction; run only loops. run allocates
+// nothing: the registers are one stack array, shared out by prepare's block
+// length. The output may be an input of the output's shape (in place): each
+// block reads all its operands before its last instruction stores it.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/elementwise_program.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vector_kernels.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kOp = "kiln.FusedElementwise";
+
+// The registers share one stack array of this many floats (16 KiB, well
+// inside L1 with the inputs' blocks); a block is at most kMaxBlock elements,
+// a multiple of 16 (one AVX-512 vector) so that every register is aligned.
+constexpr int64_t kScratchFloats = 4096;
+constexpr int64_t kMaxBlock = 512;
+static_assert(kScratchFloats / kMaxProgramRegisters >= 16, "a register must hold at least one vector");
+
+// Where an operand comes from, resolved at prepare.
+struct Source {
+  enum Kind : uint8_t { kInput, kImmediate, kRegister } kind = kInput;
+  uint32_t index = 0;  // input, immediate or register number
+};
+
+struct Instruction {
+  // Unary ops call `unary`; binary ones (and Square, PowHalf: Pow with a
+  // constant exponent, which the vector kernels have as binary maps that
+  // ignore b) call binary[operands form].
+  vec::UnaryFn unary = nullptr;
+  std::array<vec::BinaryFn, static_cast<size_t>(vec::Operands::kCount)> binary{};
+  Source a;
+  Source b;
+  float alpha = 0;
+  float beta = 0;
+  uint32_t result = kOutputRegister;  // a register, or the output for the last instruction
+};
+
+struct FusedElementwiseState final : KernelState {
+  std::vector<Instruction> program;
+  std::vector<float> immediates;
+  BroadcastPlan plan;  // of the output over the inputs
+  int64_t elements = 0;
+  int64_t block = 0;  // elements per register
+};
+
+// --------------------------------------------------------------- prepare
+
+std::optional<vec::Unary> vectorUnary(ElementwiseOp op) {
+  switch (op) {
+    case ElementwiseOp::kRelu: return vec::Unary::kRelu;
+    case ElementwiseOp::kLeakyRelu: return vec::Unary::kLeakyRelu;
+    case ElementwiseOp::kElu: return vec::Unary::kElu;
+    case ElementwiseOp::kSigmoid: return vec::Unary::kSigmoid;
+    case ElementwiseOp::kHardSigmoid: return vec::Unary::kHardSigmoid;
+    case ElementwiseOp::kHardSwish: return vec::Unary::kHardSwish;
+    case ElementwiseOp::kSoftplus: return vec::Unary::kSoftplus;
+    case ElementwiseOp::kTanh: return vec::Unary::kTanh;
+    case ElementwiseOp::kGelu: return vec::Unary::kGelu;
+    case ElementwiseOp::kGeluTanh: return vec::Unary::kGeluTanh;
+    case ElementwiseOp::kExp: return vec::Unary::kExp;
+    case ElementwiseOp::kLog: return vec::Unary::kLog;
+    case ElementwiseOp::kSqrt: return vec::Unary::kSqrt;
+    case ElementwiseOp::kErf: return vec::Unary::kErf;
+    case ElementwiseOp::kAbs: return vec::Unary::kAbs;
+    case ElementwiseOp::kNeg: return vec::Unary::kNeg;
+    case ElementwiseOp::kReciprocal: return vec::Unary::kReciprocal;
+    case ElementwiseOp::kFloor: return vec::Unary::kFloor;
+    case ElementwiseOp::kCeil: return vec::Unary::kCeil;
+    case ElementwiseOp::kClip: return vec::Unary::kClip;
+    default: return std::nullopt;
+  }
+}
+
+vec::Binary vectorBinary(ElementwiseOp op) {
+  switch (op) {
+    case ElementwiseOp::kSquare: return vec::Binary::kSquare;
+    case ElementwiseOp::kPowHalf: return vec::Binary::kSqrt;
+    case ElementwiseOp::kAdd: return vec::Binary::kAdd;
+    case ElementwiseOp::kSub: return vec::Binary::kSub;
+    case ElementwiseOp::kMul: return vec::Binary::kMul;
+    case ElementwiseOp::kDiv: return vec::Binary::kDiv;
+    case ElementwiseOp::kMax: return vec::Binary::kMax;
+    default: return vec::Binary::kMin;
+  }
+}
+
+ElementwiseProgram readProgram(const KernelSetup& setup) {
+  ElementwiseProgram program;
+  program.input_count = setup.inputs.size();
+  const std::string ops = setup.params.getString(std::string(kProgramOpsAttribute), "");
+  const auto parsed = parseElementwiseOps(ops);
+  if (!parsed) throw UsageError(fmt::format("{}: ops '{}' names an op that is not in the list", kOp, ops));
+  program.ops = *parsed;
+  program.operands = setup.params.getInts(std::string(kProgramOperandsAttribute), {});
+  auto floats = [&](std::string_view key) {
+    const std::vector<double> values = setup.params.getFloats(std::string(key), {});
+    return std::vector<float>(values.begin(), values.end());
+  };
+  program.alpha = floats(kProgramAlphaAttribute);
+  program.beta = floats(kProgramBetaAttribute);
+  program.immediates = floats(kProgramImmediatesAttribute);
+  if (const std::string problem = checkElementwiseProgram(program); !problem.empty()) {
+    throw UsageError(fmt::format("{}: {}", kOp, problem));
+  }
+  return program;
+}
+
+std::vector<int64_t> checkTypes(const KernelSetup& setup) {
+  if (setup.inputs.empty()) throw UsageError(fmt::format("{}: expects at least 1 input, got 0", kOp));
+  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", kOp, setup.outputs.size()));
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    const TensorInfo& input = setup.inputs[i];
+    if (input.dtype != DType::kF32 || !input.isStatic()) {
+      throw UsageError(fmt::format("{}: input {} is {}{}; the kernel takes f32 inputs of static shape", kOp, i,
+                                   dtypeName(input.dtype), input.shapeString()));
+    }
+  }
+  const std::vector<int64_t> out = broadcastShapes(kOp, setup.inputs);
+  const TensorInfo expected{DType::kF32, out};
+  if (setup.outputs[0] != expected) {
+    throw UsageError(fmt::format("{}: output is {}{} but the inputs give f32{}", kOp,
+                                 dtypeName(setup.outputs[0].dtype), setup.outputs[0].shapeString(),
+                                 expected.shapeString()));
+  }
+  return out;
+}
+
+std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
+  const std::vector<int64_t> out = checkTypes(setup);
+  const ElementwiseProgram program = readProgram(setup);
+  const RegisterAssignment registers = assignRegisters(program);
+  if (registers.count > kMaxProgramRegisters) {
+    throw UsageError(fmt::format("{}: the program needs {} registers; the kernel has {}", kOp, registers.count,
+                                 kMaxProgramRegisters));
+  }
+
+  auto state = std::make_unique<FusedElementwiseState>();
+  state->immediates = program.immediates;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const TensorInfo& input : setup.inputs) shapes.push_back(input.shape);
+  state->plan = planBroadcast(out, shapes);
+  state->elements = static_cast<int64_t>(setup.outputs[0].numElements());
+  // Registers split the scratch array evenly, in whole vectors.
+  state->block = std::min(kMaxBlock, kScratchFloats / std::max<int64_t>(registers.count, 1) / 16 * 16);
+
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  auto source = [&](int64_t slot) {
+    if (slot < program.immediateSlot(0)) return Source{Source::kInput, static_cast<uint32_t>(slot)};
+    if (slot < program.resultSlot(0)) {
+      return Source{Source::kImmediate, static_cast<uint32_t>(slot - program.immediateSlot(0))};
+    }
+    const auto producer = static_cast<size_t>(slot - program.resultSlot(0));
+    return Source{Source::kRegister, registers.result_register[producer]};
+  };
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const ElementwiseOp op = program.ops[i];
+    Instruction instruction;
+    instruction.a = source(program.operands[2 * i]);
+    instruction.b = isBinary(op) ? source(program.operands[2 * i + 1]) : instruction.a;
+    if (const auto unary = vectorUnary(op)) {
+      instruction.unary = kernels.unaryFn(*unary);
+    } else {
+      for (size_t form = 0; form < instruction.binary.size(); ++form) {
+        instruction.binary[form] = kernels.binaryFn(vectorBinary(op), static_cast<vec::Operands>(form));
+      }
+    }
+    instruction.alpha = program.alpha[i];
+    instruction.beta = program.beta[i];
+    instruction.result = registers.result_register[i];
+    state->program.push_back(instruction);
+  }
+  return state;
+}
+
+// ------------------------------------------------------------------- run
+
+// An operand over the current block: `count` elements, or one element that
+// stands for all of them.
+struct Operand {
+  const float* data;
+  bool scalar;
+};
+
+// Runs `instruction` over one block, writing `count` elements to `y`.
+void runInstruction(const Instruction& instruction, Operand a, Operand b, float* y, int64_t count) {
+  using vec::Operands;
+  auto form = [&](Operands operands) { return instruction.binary[static_cast<size_t>(operands)]; };
+  const bool all_scalar = a.scalar && (instruction.unary != nullptr || b.scalar);
+  // An op of scalars gives one value: computed once, then repeated.
+  const int64_t n = all_scalar ? 1 : count;
+  if (instruction.unary != nullptr) {
+    instruction.unary(a.data, y, n, instruction.alpha, instruction.beta);
+  } else if (!a.scalar && !b.scalar) {
+    form(Operands::kBoth)(a.data, b.data, y, n);
+  } else if (b.scalar) {
+    form(Operands::kScalarB)(a.data, b.data, y, n);
+  } else {
+    form(Operands::kScalarA)(a.data, b.data, y, n);
+  }
+  if (all_scalar) std::fill(y + 1, y + count, y[0]);
+}
+
+void runFusedElementwise(const KernelCall& call) {
+  const auto& state = static_cast<const FusedElementwiseState&>(*call.state);
+  if (state.elements == 0) return;
+  alignas(64) float scratch[kScratchFloats];
+  float* y = call.outputs[0].as<float>();
+  const BroadcastPlan& plan = state.plan;
+  const int64_t row_length = plan.rowLength();
+  BroadcastRows rows(plan, 0);
+  for (int64_t row = 0; row < state.elements; row += row_length, rows.next()) {
+    for (int64_t column = 0; column < row_length; column += state.block) {
+      const int64_t count = std::min(state.block, row_length - column);
+      auto operand = [&](const Source& source) -> Operand {
+        switch (source.kind) {
+          case Source::kInput: {
+            const float* data = call.inputs[source.index].as<const float>() + rows.offset(source.index);
+            if (plan.innerStride(source.index) == 0) return {data, true};
+            return {data + column, false};
+          }
+          case Source::kImmediate:
+            return {&state.immediates[source.index], true};
+          case Source::kRegister:
+            break;
+        }
+        return {scratch + source.index * state.block, false};
+      };
+      for (const Instruction& instruction : state.program) {
+        float* result = instruction.result == kOutputRegister ? y + row + column
+                                                              : scratch + instruction.result * state.block;
+        const Operand a = operand(instruction.a);
+        const Operand b = instruction.unary != nullptr ? a : operand(instruction.b);
+        runInstruction(instruction, a, b, result, count);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void registerFusedElementwiseKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{kOp, &prepareFusedElementwise, &runFusedElementwise});
+}
+
+}  // namespace kiln
