@@ -138,22 +138,11 @@ bool MatMulFusion::fuseGemm(NodeId id) {
   return true;
 }
 
-// The chain's last node becomes the fused node, so that the chain's output
-// keeps its value (name, type, graph-output slot); then the other nodes,
-// whose outputs nothing reads any more, go, consumers before producers.
+// The chain's last node becomes the fused node, named after the MatMul or
+// Gemm (for profiles).
 void MatMulFusion::rewrite(const std::vector<NodeId>& chain, const std::string& op, Attributes attributes,
                            const std::vector<ValueId>& inputs) {
-  const NodeId last = chain.back();
-  const std::string name = graph_.node(chain.front()).name;
-  for (uint32_t i = 0; i < graph_.node(last).inputs.size(); ++i) graph_.setNodeInput(last, i, kNoValue);
-  Node& node = graph_.node(last);
-  node.inputs.assign(inputs.size(), kNoValue);
-  for (uint32_t i = 0; i < inputs.size(); ++i) graph_.setNodeInput(last, i, inputs[i]);
-  node.op_type = op;
-  node.domain = "kiln";
-  node.name = name;
-  node.attributes = std::move(attributes);
-  for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it) graph_.removeNode(*it);
+  replaceByFusedNode(graph_, chain, op, std::move(attributes), inputs, graph_.node(chain.front()).name);
 }
 
 }  // namespace

@@ -70,4 +70,20 @@ std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank)
   return v;
 }
 
+void replaceByFusedNode(Graph& graph, const std::vector<NodeId>& nodes, const std::string& op, Attributes attributes,
+                        const std::vector<ValueId>& inputs, std::string name) {
+  const NodeId last = nodes.back();
+  for (uint32_t i = 0; i < graph.node(last).inputs.size(); ++i) graph.setNodeInput(last, i, kNoValue);
+  Node& node = graph.node(last);
+  node.inputs.assign(inputs.size(), kNoValue);
+  for (uint32_t i = 0; i < inputs.size(); ++i) graph.setNodeInput(last, i, inputs[i]);
+  node.op_type = op;
+  node.domain = "kiln";
+  node.name = std::move(name);
+  node.attributes = std::move(attributes);
+  // Consumers before producers, so that each output is unread when its
+  // node goes.
+  for (auto it = nodes.rbegin() + 1; it != nodes.rend(); ++it) graph.removeNode(*it);
+}
+
 }  // namespace kiln

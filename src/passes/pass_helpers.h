@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/graph.h"
 
@@ -35,5 +36,12 @@ ValueId otherOperand(const Graph& graph, NodeId id, ValueId value);
 
 // The value of a one-element f32 initializer of at most `rank` dimensions.
 std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank);
+
+// Replaces `nodes`, in graph order, by one node of the kiln domain: the last
+// node becomes `op` reading `inputs`, with `attributes` and the name `name`,
+// so that its output keeps its value (name, type, graph-output slot); the
+// others go. Every output of the others must be read only by `nodes`.
+void replaceByFusedNode(Graph& graph, const std::vector<NodeId>& nodes, const std::string& op, Attributes attributes,
+                        const std::vector<ValueId>& inputs, std::string name);
 
 }  // namespace kiln
