@@ -15,6 +15,7 @@
 #include "passes/conv_fusion.h"
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
+#include "passes/elementwise_fusion.h"
 #include "passes/matmul_fusion.h"
 
 namespace kiln {
@@ -272,6 +273,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.
   fuseConvPostOps(graph);
+  // What elementwise work is left, in connected groups, as single steps that
+  // make one pass over memory each.
+  if (fuseElementwise(graph) > 0) inferTypes(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 
