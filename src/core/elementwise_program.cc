@@ -17,14 +17,15 @@ std::string joinElementwiseOps(const std::vector<ElementwiseOp>& ops) {
 
 std::optional<std::vector<ElementwiseOp>> parseElementwiseOps(std::string_view text) {
   std::vector<ElementwiseOp> ops;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    const std::optional<ElementwiseOp> op = parseElementwiseOp(text.substr(0, comma));
+  if (text.empty()) return ops;
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    const std::optional<ElementwiseOp> op = parseElementwiseOp(text.substr(start, comma - start));
     if (!op) return std::nullopt;
     ops.push_back(*op);
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (comma == std::string_view::npos) return ops;
+    start = comma + 1;
   }
-  return ops;
 }
 
 std::string checkElementwiseProgram(const ElementwiseProgram& program) {
