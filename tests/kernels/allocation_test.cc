@@ -86,6 +86,23 @@ TEST(KernelAllocations, ElementwiseRunsDoNotAllocate) {
   }
 }
 
+TEST(KernelAllocations, FusedElementwiseRunsDoNotAllocate) {
+  // (x + b) * sigmoid(x + b) / 2 over broadcast inputs, rows longer than a block.
+  ParamMap params;
+  params.set("ops", std::string("Add,Sigmoid,Mul,Div"));
+  params.set("operands", std::vector<int64_t>{0, 1, 3, -1, 3, 4, 5, 2});
+  params.set("alpha", std::vector<double>(4, 0.0));
+  params.set("beta", std::vector<double>(4, 0.0));
+  params.set("immediates", std::vector<double>{2.0});
+  Case c{"kiln.FusedElementwise",
+         {operand<float>({3, 1500}, floats({3, 1500}, 1)), operand<float>({1500}, floats({1500}, 2))},
+         {output(DType::kF32, {3, 1500})},
+         params};
+  const AllocationCount count = countRunAllocations(c);
+  EXPECT_EQ(count.news, 0u);
+  EXPECT_EQ(count.mallocs, 0u);
+}
+
 TEST(KernelAllocations, MatMulLoopKernelRunsDoNotAllocate) {
   // Shapes oneDNN does not take, so the loop kernel runs: 15 dimensions, and K = 0.
   std::vector<int64_t> a_shape, b_shape;

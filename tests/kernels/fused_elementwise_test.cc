@@ -1,0 +1,285 @@
+// kiln.FusedElementwise against the unfused kernels: each program is also run
+// one op at a time through the registry's Add, Sigmoid, Clip, ... on the same
+// inputs, and the fused result must be the same bits (both call the same
+// vector kernels on the same values), NaN for NaN. Inputs include special
+// values and broadcast shapes of every kind the row plan distinguishes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/elementwise_program.h"
+#include "kernels/kernel.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kiln {
+namespace {
+
+using ::kiln::testing::broadcastShape;
+using ::kiln::testing::elementCount;
+using ::kiln::testing::Operand;
+using ::kiln::testing::operand;
+using ::kiln::testing::output;
+using ::kiln::testing::PreparedKernel;
+using ::kiln::testing::prepareError;
+using ::kiln::testing::randomValues;
+using ::kiln::testing::shapeText;
+using ::testing::HasSubstr;
+using Op = ElementwiseOp;
+
+constexpr const char* kFused = "kiln.FusedElementwise";
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// Writes a program: immediates are declared up front, since results' slots
+// come after theirs.
+class ProgramBuilder {
+ public:
+  ProgramBuilder(size_t inputs, std::vector<float> immediates = {}) {
+    program_.input_count = inputs;
+    program_.immediates = std::move(immediates);
+  }
+  int64_t immediate(size_t index) const { return program_.immediateSlot(index); }
+  // Appends an instruction; returns its result's slot.
+  int64_t op(Op op, int64_t a, int64_t b = kNoOperand, float alpha = 0, float beta = 0) {
+    program_.ops.push_back(op);
+    program_.operands.insert(program_.operands.end(), {a, b});
+    program_.alpha.push_back(alpha);
+    program_.beta.push_back(beta);
+    return program_.resultSlot(program_.ops.size() - 1);
+  }
+  const ElementwiseProgram& program() const { return program_; }
+
+  ParamMap params() const {
+    ParamMap params;
+    params.set(std::string(kProgramOpsAttribute), joinElementwiseOps(program_.ops));
+    params.set(std::string(kProgramOperandsAttribute), program_.operands);
+    auto doubles = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    params.set(std::string(kProgramAlphaAttribute), doubles(program_.alpha));
+    params.set(std::string(kProgramBetaAttribute), doubles(program_.beta));
+    if (!program_.immediates.empty()) params.set(std::string(kProgramImmediatesAttribute), doubles(program_.immediates));
+    return params;
+  }
+
+ private:
+  ElementwiseProgram program_;
+};
+
+Operand scalarConstant(float value) { return operand<float>({}, {value}, /*constant=*/true); }
+
+// Runs instruction `i` of `program` with the unfused kernel of its op.
+Operand runUnfused(const ElementwiseProgram& program, size_t i, const Operand& a, const Operand& b) {
+  const Op op = program.ops[i];
+  const float alpha = program.alpha[i];
+  const float beta = program.beta[i];
+  std::string name(elementwiseOpName(op));
+  ParamMap params;
+  std::vector<Operand> inputs = {a};
+  if (isBinary(op)) inputs.push_back(b);
+  switch (op) {
+    case Op::kLeakyRelu:
+    case Op::kElu:
+      params.set("alpha", static_cast<double>(alpha));
+      break;
+    case Op::kHardSigmoid:
+      params.set("alpha", static_cast<double>(alpha));
+      params.set("beta", static_cast<double>(beta));
+      break;
+    case Op::kGeluTanh:
+      name = "Gelu";
+      params.set("approximate", std::string("tanh"));
+      break;
+    case Op::kClip:
+      inputs.push_back(scalarConstant(alpha));
+      inputs.push_back(scalarConstant(beta));
+      break;
+    case Op::kSquare:
+    case Op::kPowHalf:
+      name = "Pow";
+      inputs.push_back(scalarConstant(op == Op::kSquare ? 2.0f : 0.5f));
+      break;
+    default:
+      break;
+  }
+  const std::vector<int64_t> shape = isBinary(op) ? broadcastShape(a.info.shape, b.info.shape) : a.info.shape;
+  std::vector<Operand> outputs = {output(DType::kF32, shape)};
+  PreparedKernel(name, inputs, outputs, params).run(inputs, outputs);
+  return outputs[0];
+}
+
+// The program run one op at a time.
+Operand runOneOpAtATime(const ElementwiseProgram& program, const std::vector<Operand>& inputs) {
+  std::vector<Operand> slots = inputs;
+  for (float immediate : program.immediates) slots.push_back(operand<float>({}, {immediate}));
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const int64_t a = program.operands[2 * i];
+    const int64_t b = program.operands[2 * i + 1];
+    slots.push_back(runUnfused(program, i, slots[static_cast<size_t>(a)], slots[static_cast<size_t>(b < 0 ? a : b)]));
+  }
+  return slots.back();
+}
+
+// Same bits, or NaN where the reference is NaN (the NaN's payload may differ).
+::testing::AssertionResult sameValues(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+    if (!same) return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << want[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Random values in [-4, 4] with special values sprinkled in.
+std::vector<float> values(const std::vector<int64_t>& shape, uint32_t seed) {
+  std::vector<float> v = randomValues<float>(elementCount(shape), seed, -4, 4);
+  const float specials[] = {kNan, kInf, -kInf, 0.0f, -0.0f, 1e30f, -1e30f, 1e-40f, 88.8f, -104.0f, 0.5f, 1.0f};
+  for (size_t i = seed % 7; i < v.size(); i += 5) v[i] = specials[(i / 5 + seed) % std::size(specials)];
+  return v;
+}
+
+// Runs `builder`'s program fused on inputs of `shapes` and compares it with
+// the one-op-at-a-time result.
+void checkFused(const ProgramBuilder& builder, const std::vector<std::vector<int64_t>>& shapes,
+                const std::string& what) {
+  std::vector<Operand> inputs;
+  uint32_t seed = 1;
+  for (const auto& shape : shapes) inputs.push_back(operand<float>(shape, values(shape, seed++)));
+  const Operand want = runOneOpAtATime(builder.program(), inputs);
+  std::vector<Operand> outputs = {output(DType::kF32, want.info.shape)};
+  PreparedKernel(kFused, inputs, outputs, builder.params()).run(inputs, outputs);
+  EXPECT_TRUE(sameValues(outputs[0].values<float>(), want.values<float>()))
+      << what << ": " << joinElementwiseOps(builder.program().ops) << " over " << shapeText(shapes[0]);
+}
+
+TEST(FusedElementwiseKernel, EveryUnaryOpMatchesItsKernel) {
+  // (x + b) -> op -> * x: the op reads a register and writes one.
+  struct Case {
+    Op op;
+    float alpha, beta;
+  };
+  const std::vector<Case> cases = {
+      {Op::kRelu, 0, 0},      {Op::kLeakyRelu, 0.1f, 0}, {Op::kElu, 0.7f, 0},     {Op::kSigmoid, 0, 0},
+      {Op::kHardSigmoid, 0.3f, 0.4f}, {Op::kHardSwish, 0, 0}, {Op::kSoftplus, 0, 0}, {Op::kTanh, 0, 0},
+      {Op::kGelu, 0, 0},      {Op::kGeluTanh, 0, 0},     {Op::kExp, 0, 0},       {Op::kLog, 0, 0},
+      {Op::kSqrt, 0, 0},      {Op::kErf, 0, 0},          {Op::kAbs, 0, 0},       {Op::kNeg, 0, 0},
+      {Op::kReciprocal, 0, 0}, {Op::kFloor, 0, 0},       {Op::kCeil, 0, 0},      {Op::kClip, -1.5f, 2.0f},
+      {Op::kClip, 1.0f, -1.0f}, {Op::kSquare, 0, 0},      {Op::kPowHalf, 0, 0}};
+  for (const Case& c : cases) {
+    ProgramBuilder p(2);
+    p.op(Op::kMul, p.op(c.op, p.op(Op::kAdd, 0, 1), kNoOperand, c.alpha, c.beta), 0);
+    checkFused(p, {{3, 37}, {37}}, "unary in the middle");
+    ProgramBuilder last(1);
+    last.op(c.op, 0, kNoOperand, c.alpha, c.beta);
+    checkFused(last, {{1000}}, "unary alone");
+  }
+}
+
+TEST(FusedElementwiseKernel, EveryBinaryOpMatchesItsKernelInEveryOperandForm) {
+  for (Op op : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMax, Op::kMin}) {
+    ProgramBuilder p(2, {0.75f});
+    const int64_t s = p.op(Op::kSigmoid, 0);
+    const int64_t both = p.op(op, s, 0);                    // two registers' worth: arrays
+    const int64_t row = p.op(op, 1, both);                  // a broadcast row first
+    const int64_t scalar_b = p.op(op, row, p.immediate(0));  // an immediate second
+    p.op(op, p.immediate(0), scalar_b);                     // an immediate first
+    checkFused(p, {{5, 41}, {41}}, "operand forms");
+  }
+}
+
+TEST(FusedElementwiseKernel, BroadcastInputsOfEveryKind) {
+  // out [2, 3, 4, 5]: rows of 5 with [2, 1, 4, 1] one element per row, [5]
+  // the whole row, [3, 1, 1] per channel, [] a scalar input.
+  ProgramBuilder p(5, {2.0f});
+  int64_t h = p.op(Op::kAdd, 0, 1);
+  h = p.op(Op::kMul, h, 2);
+  h = p.op(Op::kSub, 3, h);
+  h = p.op(Op::kDiv, h, 4);
+  p.op(Op::kMax, h, p.immediate(0));
+  checkFused(p, {{2, 3, 4, 5}, {2, 1, 4, 1}, {5}, {3, 1, 1}, {}}, "broadcast kinds");
+  // The output a broadcast of inputs none of which has its shape.
+  ProgramBuilder outer(2);
+  outer.op(Op::kTanh, outer.op(Op::kAdd, 0, 1));
+  checkFused(outer, {{4, 1}, {1, 300}}, "outer sum");
+}
+
+TEST(FusedElementwiseKernel, OpsOfOneRepeatedElementAreComputedOnceAndRepeated) {
+  // m [2, 3, 1] is one element per row of x [2, 3, 7]: Sigmoid(m) and m + m
+  // have only scalar operands.
+  ProgramBuilder p(2);
+  const int64_t s = p.op(Op::kSigmoid, 1);
+  const int64_t twice = p.op(Op::kAdd, 1, 1);
+  const int64_t square = p.op(Op::kSquare, 1);
+  p.op(Op::kSub, p.op(Op::kMul, 0, s), p.op(Op::kAdd, twice, square));
+  checkFused(p, {{2, 3, 7}, {2, 3, 1}}, "scalar ops");
+}
+
+TEST(FusedElementwiseKernel, LongRowsAndManyLiveResults) {
+  // Rows longer than a block, and a program keeping 20 results live (the
+  // blocks shrink to fit their registers).
+  ProgramBuilder p(2);
+  std::vector<int64_t> live;
+  for (int i = 0; i < 20; ++i) live.push_back(p.op(i % 2 == 0 ? Op::kSigmoid : Op::kTanh, i % 3 == 0 ? 0 : 1));
+  int64_t sum = live[0];
+  for (size_t i = 1; i < live.size(); ++i) sum = p.op(Op::kAdd, sum, live[i]);
+  checkFused(p, {{3, 2000}, {2000}}, "long rows");
+  checkFused(p, {{5000}, {}}, "one long row");
+}
+
+TEST(FusedElementwiseKernel, OutputMayBeAnInputOfItsShape) {
+  ProgramBuilder p(2, {3.0f});
+  p.op(Op::kMul, p.op(Op::kRelu, p.op(Op::kAdd, 0, 1)), p.immediate(0));
+  std::vector<Operand> inputs = {operand<float>({4, 700}, values({4, 700}, 3)), operand<float>({700}, values({700}, 4))};
+  const Operand want = runOneOpAtATime(p.program(), inputs);
+  std::vector<Operand> outputs = {output(DType::kF32, {4, 700})};
+  const PreparedKernel kernel(kFused, inputs, outputs, p.params());
+  auto bound = kernel.bind(inputs, outputs);
+  bound->outputs[0].data = bound->inputs[0].data;  // in place
+  kernel.run(bound->call);
+  EXPECT_TRUE(sameValues(inputs[0].values<float>(), want.values<float>()));
+}
+
+TEST(FusedElementwiseKernel, AnEmptyOutputTouchesNothing) {
+  ProgramBuilder p(2);
+  p.op(Op::kExp, p.op(Op::kAdd, 0, 1));
+  std::vector<Operand> inputs = {operand<float>({0, 5}, {}), operand<float>({5}, values({5}, 1))};
+  std::vector<Operand> outputs = {output(DType::kF32, {0, 5})};
+  PreparedKernel(kFused, inputs, outputs, p.params()).run(inputs, outputs);
+}
+
+TEST(FusedElementwiseKernel, PrepareRefusesWhatItCannotRun) {
+  ProgramBuilder p(2);
+  p.op(Op::kRelu, p.op(Op::kAdd, 0, 1));
+  const std::string op = kFused;
+  std::vector<Operand> inputs = {operand<float>({2, 3}, values({2, 3}, 1)), operand<float>({3}, values({3}, 2))};
+  std::vector<Operand> outputs = {output(DType::kF32, {2, 3})};
+  EXPECT_EQ(prepareError(op, inputs, outputs, p.params()), "(no error)");
+
+  ParamMap bad_name = p.params();
+  bad_name.set("ops", std::string("Add,Frobnicate"));
+  EXPECT_THAT(prepareError(op, inputs, outputs, bad_name), HasSubstr("'Add,Frobnicate' names an op"));
+  ParamMap bad_slot = p.params();
+  bad_slot.set("operands", std::vector<int64_t>{0, 1, 3, -1});
+  EXPECT_THAT(prepareError(op, inputs, outputs, bad_slot), HasSubstr("instruction 1 (Relu) reads slot 3"));
+  std::vector<Operand> wrong_output = {output(DType::kF32, {3})};
+  EXPECT_THAT(prepareError(op, inputs, wrong_output, p.params()), HasSubstr("output is f32[3] but the inputs give f32[2, 3]"));
+  std::vector<Operand> ints = {operand<int32_t>({2, 3}, std::vector<int32_t>(6, 1)), inputs[1]};
+  EXPECT_THAT(prepareError(op, ints, outputs, p.params()), HasSubstr("input 0 is i32[2, 3]"));
+  std::vector<Operand> unbroadcastable = {inputs[0], operand<float>({2}, {1.0f, 2.0f})};
+  EXPECT_THAT(prepareError(op, unbroadcastable, outputs, p.params()), HasSubstr("do not broadcast"));
+
+  // 33 results live at once.
+  ProgramBuilder wide(1);
+  std::vector<int64_t> live;
+  for (int i = 0; i < 33; ++i) live.push_back(wide.op(Op::kExp, 0));
+  int64_t sum = live[0];
+  for (size_t i = 1; i < live.size(); ++i) sum = wide.op(Op::kAdd, sum, live[i]);
+  std::vector<Operand> one = {inputs[0]};
+  EXPECT_THAT(prepareError(op, one, outputs, wide.params()), HasSubstr("needs 33 registers; the kernel has 32"));
+}
+
+}  // namespace
+}  // namespace kiln
