@@ -27,9 +27,12 @@ def save(nodes, inputs, outputs, inits, path, opset=17):
 
 
 def compile_and_compare(kiln, tmp_path, feeds, rtol=1e-4, atol=1e-5):
+    """Compiles tmp_path/m.onnx, runs it on `feeds` beside onnxruntime and
+    compares every output; returns the compile's result (its stdout says how
+    many steps)."""
     onnx_path, kiln_path = tmp_path / "m.onnx", tmp_path / "m.kiln"
-    result = kiln("compile", onnx_path, "-o", kiln_path, "--plan-report")
-    assert result.returncode == 0, result.stderr
+    compiled = kiln("compile", onnx_path, "-o", kiln_path, "--plan-report")
+    assert compiled.returncode == 0, compiled.stderr
     args = []
     for name, value in feeds.items():
         np.save(tmp_path / f"{name}.npy", value)
@@ -41,7 +44,7 @@ def compile_and_compare(kiln, tmp_path, feeds, rtol=1e-4, atol=1e-5):
     for output, want in zip(session.get_outputs(), expected):
         got = np.load(tmp_path / "out" / f"{output.name}.npy")
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=output.name)
-    return result
+    return compiled
 
 
 def test_small_cnn_matches_onnxruntime(kiln, tmp_path):
