@@ -126,5 +126,38 @@ TEST(Elementwise, OpsAreFoundByOpsetVersion) {
   EXPECT_THROW(inferTypes(*graph, kOpset17), GraphError);  // Gelu is opset 20
 }
 
+// kiln.FusedElementwise(x, b) = Relu(x + b): what passes/elementwise_fusion.h writes.
+Attributes fusedProgram(const std::string& ops, std::vector<int64_t> operands) {
+  const size_t count = operands.size() / 2;
+  return {{"ops", ops}, {"operands", std::move(operands)}, {"alpha", std::vector<float>(count, 0.0f)},
+          {"beta", std::vector<float>(count, 0.0f)}};
+}
+
+TEST(Elementwise, FusedElementwiseIsTheBroadcastOfItsInputs) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", symbolic(DType::kF32, {Dim::symbolic("n"), Dim::known(1), Dim::known(8)}));
+  const ValueId bias = b.input("b", DType::kF32, {3, 1});
+  EXPECT_EQ(inferredType(b, b.op("FusedElementwise", {x, bias}, fusedProgram("Add,Relu", {0, 1, 2, -1}), "kiln")),
+            "f32[n, 3, 8]");
+}
+
+TEST(Elementwise, FusedElementwiseChecksItsProgramAndTypes) {
+  GraphBuilder bad_op;
+  const ValueId x = bad_op.input("x", DType::kF32, {4});
+  EXPECT_NE(inferenceError(bad_op, bad_op.op("FusedElementwise", {x}, fusedProgram("Pow", {0, -1}), "kiln"))
+                .find("ops 'Pow' names an op that is not in the list"),
+            std::string::npos);
+  GraphBuilder bad_slot;
+  const ValueId y = bad_slot.input("y", DType::kF32, {4});
+  EXPECT_NE(inferenceError(bad_slot, bad_slot.op("FusedElementwise", {y}, fusedProgram("Exp", {1, -1}), "kiln"))
+                .find("instruction 0 (Exp) reads slot 1"),
+            std::string::npos);
+  GraphBuilder ints;
+  const ValueId i = ints.input("i", DType::kI32, {4});
+  EXPECT_NE(inferenceError(ints, ints.op("FusedElementwise", {i}, fusedProgram("Neg", {0, -1}), "kiln"))
+                .find("input 0 is i32; the fused program takes f32 only"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln
