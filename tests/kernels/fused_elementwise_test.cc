@@ -61,7 +61,9 @@ class ProgramBuilder {
     auto doubles = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
     params.set(std::string(kProgramAlphaAttribute), doubles(program_.alpha));
     params.set(std::string(kProgramBetaAttribute), doubles(program_.beta));
-    if (!program_.immediates.empty()) params.set(std::string(kProgramImmediatesAttribute), doubles(program_.immediates));
+    if (!program_.immediates.empty()) {
+      params.set(std::string(kProgramImmediatesAttribute), doubles(program_.immediates));
+    }
     return params;
   }
 
@@ -232,7 +234,8 @@ TEST(FusedElementwiseKernel, LongRowsAndManyLiveResults) {
 TEST(FusedElementwiseKernel, OutputMayBeAnInputOfItsShape) {
   ProgramBuilder p(2, {3.0f});
   p.op(Op::kMul, p.op(Op::kRelu, p.op(Op::kAdd, 0, 1)), p.immediate(0));
-  std::vector<Operand> inputs = {operand<float>({4, 700}, values({4, 700}, 3)), operand<float>({700}, values({700}, 4))};
+  std::vector<Operand> inputs = {operand<float>({4, 700}, values({4, 700}, 3)),
+                                 operand<float>({700}, values({700}, 4))};
   const Operand want = runOneOpAtATime(p.program(), inputs);
   std::vector<Operand> outputs = {output(DType::kF32, {4, 700})};
   const PreparedKernel kernel(kFused, inputs, outputs, p.params());
@@ -265,7 +268,8 @@ TEST(FusedElementwiseKernel, PrepareRefusesWhatItCannotRun) {
   bad_slot.set("operands", std::vector<int64_t>{0, 1, 3, -1});
   EXPECT_THAT(prepareError(op, inputs, outputs, bad_slot), HasSubstr("instruction 1 (Relu) reads slot 3"));
   std::vector<Operand> wrong_output = {output(DType::kF32, {3})};
-  EXPECT_THAT(prepareError(op, inputs, wrong_output, p.params()), HasSubstr("output is f32[3] but the inputs give f32[2, 3]"));
+  EXPECT_THAT(prepareError(op, inputs, wrong_output, p.params()),
+              HasSubstr("output is f32[3] but the inputs give f32[2, 3]"));
   std::vector<Operand> ints = {operand<int32_t>({2, 3}, std::vector<int32_t>(6, 1)), inputs[1]};
   EXPECT_THAT(prepareError(op, ints, outputs, p.params()), HasSubstr("input 0 is i32[2, 3]"));
   std::vector<Operand> unbroadcastable = {inputs[0], operand<float>({2}, {1.0f, 2.0f})};

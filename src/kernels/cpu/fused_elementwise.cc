@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,43 +77,48 @@ struct FusedElementwiseState final : KernelState {
 
 // --------------------------------------------------------------- prepare
 
-std::optional<vec::Unary> vectorUnary(ElementwiseOp op) {
-  switch (op) {
-    case ElementwiseOp::kRelu: return vec::Unary::kRelu;
-    case ElementwiseOp::kLeakyRelu: return vec::Unary::kLeakyRelu;
-    case ElementwiseOp::kElu: return vec::Unary::kElu;
-    case ElementwiseOp::kSigmoid: return vec::Unary::kSigmoid;
-    case ElementwiseOp::kHardSigmoid: return vec::Unary::kHardSigmoid;
-    case ElementwiseOp::kHardSwish: return vec::Unary::kHardSwish;
-    case ElementwiseOp::kSoftplus: return vec::Unary::kSoftplus;
-    case ElementwiseOp::kTanh: return vec::Unary::kTanh;
-    case ElementwiseOp::kGelu: return vec::Unary::kGelu;
-    case ElementwiseOp::kGeluTanh: return vec::Unary::kGeluTanh;
-    case ElementwiseOp::kExp: return vec::Unary::kExp;
-    case ElementwiseOp::kLog: return vec::Unary::kLog;
-    case ElementwiseOp::kSqrt: return vec::Unary::kSqrt;
-    case ElementwiseOp::kErf: return vec::Unary::kErf;
-    case ElementwiseOp::kAbs: return vec::Unary::kAbs;
-    case ElementwiseOp::kNeg: return vec::Unary::kNeg;
-    case ElementwiseOp::kReciprocal: return vec::Unary::kReciprocal;
-    case ElementwiseOp::kFloor: return vec::Unary::kFloor;
-    case ElementwiseOp::kCeil: return vec::Unary::kCeil;
-    case ElementwiseOp::kClip: return vec::Unary::kClip;
-    default: return std::nullopt;
-  }
-}
+// The vector kernel that computes `op`: a unary map, or else a binary one.
+struct VectorOp {
+  std::optional<vec::Unary> unary;
+  vec::Binary binary = vec::Binary::kAdd;
+};
 
-vec::Binary vectorBinary(ElementwiseOp op) {
+VectorOp vectorOp(ElementwiseOp op) {
+  using E = ElementwiseOp;
+  using U = vec::Unary;
+  using B = vec::Binary;
   switch (op) {
-    case ElementwiseOp::kSquare: return vec::Binary::kSquare;
-    case ElementwiseOp::kPowHalf: return vec::Binary::kSqrt;
-    case ElementwiseOp::kAdd: return vec::Binary::kAdd;
-    case ElementwiseOp::kSub: return vec::Binary::kSub;
-    case ElementwiseOp::kMul: return vec::Binary::kMul;
-    case ElementwiseOp::kDiv: return vec::Binary::kDiv;
-    case ElementwiseOp::kMax: return vec::Binary::kMax;
-    default: return vec::Binary::kMin;
+    case E::kRelu: return {U::kRelu};
+    case E::kLeakyRelu: return {U::kLeakyRelu};
+    case E::kElu: return {U::kElu};
+    case E::kSigmoid: return {U::kSigmoid};
+    case E::kHardSigmoid: return {U::kHardSigmoid};
+    case E::kHardSwish: return {U::kHardSwish};
+    case E::kSoftplus: return {U::kSoftplus};
+    case E::kTanh: return {U::kTanh};
+    case E::kGelu: return {U::kGelu};
+    case E::kGeluTanh: return {U::kGeluTanh};
+    case E::kExp: return {U::kExp};
+    case E::kLog: return {U::kLog};
+    case E::kSqrt: return {U::kSqrt};
+    case E::kErf: return {U::kErf};
+    case E::kAbs: return {U::kAbs};
+    case E::kNeg: return {U::kNeg};
+    case E::kReciprocal: return {U::kReciprocal};
+    case E::kFloor: return {U::kFloor};
+    case E::kCeil: return {U::kCeil};
+    case E::kClip: return {U::kClip};
+    case E::kSquare: return {std::nullopt, B::kSquare};
+    case E::kPowHalf: return {std::nullopt, B::kSqrt};
+    case E::kAdd: return {std::nullopt, B::kAdd};
+    case E::kSub: return {std::nullopt, B::kSub};
+    case E::kMul: return {std::nullopt, B::kMul};
+    case E::kDiv: return {std::nullopt, B::kDiv};
+    case E::kMax: return {std::nullopt, B::kMax};
+    case E::kMin: return {std::nullopt, B::kMin};
+    case E::kCount: break;
   }
+  return {};  // not reached: readProgram admits only the ops above
 }
 
 ElementwiseProgram readProgram(const KernelSetup& setup) {
@@ -138,7 +144,9 @@ ElementwiseProgram readProgram(const KernelSetup& setup) {
 
 std::vector<int64_t> checkTypes(const KernelSetup& setup) {
   if (setup.inputs.empty()) throw UsageError(fmt::format("{}: expects at least 1 input, got 0", kOp));
-  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", kOp, setup.outputs.size()));
+  if (setup.outputs.size() != 1) {
+    throw UsageError(fmt::format("{}: expects 1 output, got {}", kOp, setup.outputs.size()));
+  }
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
     const TensorInfo& input = setup.inputs[i];
     if (input.dtype != DType::kF32 || !input.isStatic()) {
@@ -188,11 +196,12 @@ std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
     Instruction instruction;
     instruction.a = source(program.operands[2 * i]);
     instruction.b = isBinary(op) ? source(program.operands[2 * i + 1]) : instruction.a;
-    if (const auto unary = vectorUnary(op)) {
-      instruction.unary = kernels.unaryFn(*unary);
+    const VectorOp vector = vectorOp(op);
+    if (vector.unary) {
+      instruction.unary = kernels.unaryFn(*vector.unary);
     } else {
       for (size_t form = 0; form < instruction.binary.size(); ++form) {
-        instruction.binary[form] = kernels.binaryFn(vectorBinary(op), static_cast<vec::Operands>(form));
+        instruction.binary[form] = kernels.binaryFn(vector.binary, static_cast<vec::Operands>(form));
       }
     }
     instruction.alpha = program.alpha[i];
