@@ -85,15 +85,20 @@ inline F32 sqrt(F32 x) {
   return r;
 }
 // Round toward -inf / +inf. From 2^23 on every float is an integer (and NaN
-// and inf fail the test), so they stay; copySign keeps floor(-0) = -0 and
-// ceil(-0.5) = -0.
+// and inf fail the test), so they stay, and only the others go through int
+// (whose range they fit); copySign keeps floor(-0) = -0 and ceil(-0.5) = -0.
+inline F32 truncateSmall(F32 x, I32 small) {
+  return toFloat(__builtin_convertvector(select(small, x, F32{}), I32));
+}
 inline F32 floor(F32 x) {
-  const F32 t = toFloat(__builtin_convertvector(x, I32));  // toward 0
-  return select(abs(x) < 8388608.0f, copySign(t - select(t > x, splat(1.0f), F32{}), x), x);
+  const I32 small = abs(x) < 8388608.0f;
+  const F32 t = truncateSmall(x, small);
+  return select(small, copySign(t - select(t > x, splat(1.0f), F32{}), x), x);
 }
 inline F32 ceil(F32 x) {
-  const F32 t = toFloat(__builtin_convertvector(x, I32));
-  return select(abs(x) < 8388608.0f, copySign(t + select(t < x, splat(1.0f), F32{}), x), x);
+  const I32 small = abs(x) < 8388608.0f;
+  const F32 t = truncateSmall(x, small);
+  return select(small, copySign(t + select(t < x, splat(1.0f), F32{}), x), x);
 }
 
 // c0 + x (c1 + x (c2 + ...)); coefficients lowest degree first.
@@ -185,8 +190,10 @@ inline F32 log(F32 x) {
   const I32 subnormal = x < 1.17549435e-38f;
   const F32 xn = select(subnormal, x * 8388608.0f, x);  // 2^23
   // x = 2^e m with m in [0.75, 1.5): subtracting the bits of 0.75 moves the
-  // exponent's boundary from 1 there; f = m - 1 is then exact.
-  const I32 bits = toBits(xn) - 0x3f400000;
+  // exponent's boundary from 1 there; f = m - 1 is then exact. (The bits of
+  // |x|: a sign bit would overflow the subtraction, and x < 0 gives NaN
+  // below anyway.)
+  const I32 bits = toBits(abs(xn)) - 0x3f400000;
   const I32 e = (bits >> 23) - (subnormal & 23);
   const F32 m = fromBits((bits & 0x007fffff) + 0x3f400000);
   const F32 y = logReduced(toFloat(e), m - 1.0f);
