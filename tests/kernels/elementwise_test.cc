@@ -454,6 +454,36 @@ TEST(BinaryKernels, PowWithConstantTwoSquares) {
   EXPECT_EQ(outputs[0].values<float>(), (std::vector<float>{8, 27, 0.125f}));
 }
 
+TEST(BinaryKernels, PowWithConstantHalfIsPowNotJustSqrt) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = randomValues<float>(37, 4, 0, 9);
+  x[0] = -0.0f;  // pow: +0 (sqrt: -0)
+  x[1] = -inf;   // pow: +inf (sqrt: NaN)
+  x[2] = -4.0f;  // NaN
+  x[3] = inf;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    std::vector<Operand> inputs;
+    if (dtype == DType::kF32) {
+      inputs = {operand<float>({37}, x), operand<float>({}, {0.5f}, /*constant=*/true)};
+    } else {
+      inputs = {operand<double>({37}, std::vector<double>(x.begin(), x.end())),
+                operand<double>({1}, {0.5}, /*constant=*/true)};
+    }
+    std::vector<Operand> outputs = {output(dtype, {37})};
+    PreparedKernel("Pow", inputs, outputs).run(inputs, outputs);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double got = dtype == DType::kF32 ? outputs[0].values<float>()[i] : outputs[0].values<double>()[i];
+      const double want = dtype == DType::kF32 ? std::pow(x[i], 0.5f) : std::pow(static_cast<double>(x[i]), 0.5);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << i;
+      } else {
+        EXPECT_EQ(got, want) << dtypeName(dtype) << " element " << i;
+        EXPECT_EQ(std::signbit(got), std::signbit(want)) << dtypeName(dtype) << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(BinaryKernels, VariadicMaxAndMin) {
   const std::vector<int64_t> s0 = {2, 1, 5}, s1 = {3, 1}, s2 = {5};
   const std::vector<int64_t> out_shape = {2, 3, 5};

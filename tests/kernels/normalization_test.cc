@@ -162,6 +162,34 @@ TEST(LayerNormKernel, Shapes) {
   checkLayerNorm({6}, 0, {6}, true, true, seed += 10);
 }
 
+TEST(LayerNormKernel, ScaleAndBiasOfOneValueMixWithWholeOnes) {
+  const Ints xs = {3, 40};
+  const std::vector<float> x = randomValues<float>(120, 21, -3, 3);
+  const std::vector<float> full = randomValues<float>(40, 22, -2, 2);
+  const float one = 0.75f;
+  for (bool scale_is_one : {true, false}) {
+    std::vector<double> want(x.size());
+    for (int64_t r = 0; r < 3; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < 40; ++i) mean += x[static_cast<size_t>(r * 40 + i)];
+      mean /= 40;
+      for (int64_t i = 0; i < 40; ++i) var += std::pow(x[static_cast<size_t>(r * 40 + i)] - mean, 2);
+      const double inv = 1 / std::sqrt(var / 40 + 1e-5);
+      for (int64_t i = 0; i < 40; ++i) {
+        const size_t k = static_cast<size_t>(r * 40 + i);
+        const double scale = scale_is_one ? one : full[static_cast<size_t>(i)];
+        const double bias = scale_is_one ? full[static_cast<size_t>(i)] : one;
+        want[k] = (x[k] - mean) * inv * scale + bias;
+      }
+    }
+    std::vector<Operand> inputs = {operand(xs, x), scale_is_one ? operand<float>({1}, {one}) : operand<float>({40}, full),
+                                   scale_is_one ? operand<float>({40}, full) : operand<float>({1}, {one})};
+    std::vector<Operand> outputs = {output(DType::kF32, xs)};
+    PreparedKernel("LayerNormalization", inputs, outputs).run(inputs, outputs);
+    EXPECT_TRUE(near(outputs[0].values<float>(), want, 2e-5)) << (scale_is_one ? "one scale" : "one bias");
+  }
+}
+
 TEST(LayerNormKernel, LargeMeanKeepsVariance) {
   // Values around 1000 with a spread of 1: a one-pass E[x^2] - E[x]^2 in f32 would lose it.
   std::vector<float> x = randomValues<float>(256, 5, 999, 1001);
@@ -264,6 +292,24 @@ TEST(SoftmaxKernel, InPlace) {
     std::vector<Operand> inputs = {operand(xs, x)};
     std::vector<Operand> outputs = {output(DType::kF32, xs)};
     const PreparedKernel kernel(op, inputs, outputs);
+    auto bound = kernel.bind(inputs, outputs);
+    bound->outputs[0].data = bound->inputs[0].data;
+    kernel.run(bound->call);
+    EXPECT_TRUE(near(inputs[0].values<float>(), softmaxReference(xs, x, 1, std::string(op) == "LogSoftmax"), 1e-5))
+        << op;
+  }
+}
+
+TEST(SoftmaxKernel, InPlaceDownColumns) {
+  // Softmax over axis 1 of [2, 7, 300]: 300 columns, more than one chunk.
+  const Ints xs = {2, 7, 300};
+  const std::vector<float> x = randomValues<float>(elementCount(xs), 4, -3, 3);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    std::vector<Operand> inputs = {operand(xs, x)};
+    std::vector<Operand> outputs = {output(DType::kF32, xs)};
+    ParamMap p;
+    p.set("axis", int64_t{1});
+    const PreparedKernel kernel(op, inputs, outputs, p);
     auto bound = kernel.bind(inputs, outputs);
     bound->outputs[0].data = bound->inputs[0].data;
     kernel.run(bound->call);

@@ -2,12 +2,14 @@
 // binary arithmetic and comparisons with numpy broadcasting.
 //
 // prepare picks one loop (op x element type) and stores its address in the
-// state; run makes one indirect call into it. Inside a loop the op is a
-// template parameter, so nothing is dispatched per element. Every loop writes
-// through mapBlocked so that it vectorises at -O2.
-//
-// Transcendental functions are the std:: ones for now (correct to a few ulp,
-// but not vectorised); a vector math library can replace them later.
+// state; run makes one indirect call into it. f32, what models use, runs the
+// vector kernels (vector_kernels.h: AVX-512, AVX2 or SSE2 code chosen for
+// the CPU, with vector exp, erf, ...); each op names its vector kernel as
+// kVector. f64 and the integer types run the loops here, where the op is a
+// template parameter (nothing is dispatched per element) and every loop
+// writes through mapBlocked so that it vectorises at -O2; their
+// transcendental functions are the std:: ones. Large calls split their
+// output across threads (parallel.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,12 +17,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -146,6 +151,7 @@ struct UnaryArgs {
 struct Relu {
   static constexpr std::string_view kName = "Relu";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kRelu;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return x < T(0) ? T(0) : x;
@@ -154,6 +160,7 @@ struct Relu {
 struct Sigmoid {
   static constexpr std::string_view kName = "Sigmoid";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kSigmoid;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return sigmoid(x);
@@ -162,6 +169,7 @@ struct Sigmoid {
 struct Tanh {
   static constexpr std::string_view kName = "Tanh";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kTanh;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::tanh(x);
@@ -170,6 +178,7 @@ struct Tanh {
 struct Exp {
   static constexpr std::string_view kName = "Exp";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kExp;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::exp(x);
@@ -178,6 +187,7 @@ struct Exp {
 struct Log {
   static constexpr std::string_view kName = "Log";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kLog;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::log(x);
@@ -186,6 +196,7 @@ struct Log {
 struct Sqrt {
   static constexpr std::string_view kName = "Sqrt";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kSqrt;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::sqrt(x);
@@ -194,6 +205,7 @@ struct Sqrt {
 struct Erf {
   static constexpr std::string_view kName = "Erf";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kErf;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::erf(x);
@@ -202,6 +214,7 @@ struct Erf {
 struct Abs {
   static constexpr std::string_view kName = "Abs";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Unary kVector = vec::Unary::kAbs;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     if constexpr (std::is_integral_v<T>) {
@@ -214,6 +227,7 @@ struct Abs {
 struct Neg {
   static constexpr std::string_view kName = "Neg";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Unary kVector = vec::Unary::kNeg;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     if constexpr (std::is_integral_v<T>) {
@@ -226,6 +240,7 @@ struct Neg {
 struct Reciprocal {
   static constexpr std::string_view kName = "Reciprocal";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kReciprocal;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return T(1) / x;
@@ -234,6 +249,7 @@ struct Reciprocal {
 struct Floor {
   static constexpr std::string_view kName = "Floor";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kFloor;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::floor(x);
@@ -242,6 +258,7 @@ struct Floor {
 struct Ceil {
   static constexpr std::string_view kName = "Ceil";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kCeil;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     return std::ceil(x);
@@ -250,6 +267,7 @@ struct Ceil {
 struct LeakyRelu {
   static constexpr std::string_view kName = "LeakyRelu";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kLeakyRelu;
   static constexpr double kAlpha = 0.01;
   template <typename T>
   static T apply(T x, UnaryArgs<T> args) {
@@ -260,6 +278,7 @@ struct LeakyRelu {
 struct Elu {
   static constexpr std::string_view kName = "Elu";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kElu;
   static constexpr double kAlpha = 1.0;
   template <typename T>
   static T apply(T x, UnaryArgs<T> args) {
@@ -269,6 +288,7 @@ struct Elu {
 struct HardSigmoid {
   static constexpr std::string_view kName = "HardSigmoid";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kHardSigmoid;
   static constexpr double kAlpha = 0.2;
   static constexpr double kBeta = 0.5;
   template <typename T>
@@ -280,6 +300,7 @@ struct HardSigmoid {
 struct HardSwish {
   static constexpr std::string_view kName = "HardSwish";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kHardSwish;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     const T v = x * (T(1) / T(6)) + T(0.5);
@@ -289,6 +310,7 @@ struct HardSwish {
 struct Softplus {
   static constexpr std::string_view kName = "Softplus";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kSoftplus;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     // log(1 + e^x) = max(x, 0) + log1p(e^-|x|): neither overflows nor loses
@@ -296,41 +318,35 @@ struct Softplus {
     return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::abs(x)));
   }
 };
-// Gelu's f32 kernels compute in double: erfc and exp are ill-conditioned in
-// the negative tail (a relative error e in their argument u becomes about
-// 2u^2 e in the result), so the f32 rounding of x / sqrt(2) alone would cost
-// up to ~2e-6 relative at x = -5.
-template <typename T>
-using GeluCompute = std::conditional_t<std::is_same_v<T, float>, double, T>;
-
+// Gelu's scalar forms serve f64 (the f32 kernels are vector_math.h's).
 struct Gelu {
   static constexpr std::string_view kName = "Gelu";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kGelu;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
-    // 0.5 x (1 + erf(x / sqrt 2)) written with erfc, which keeps its
+    // 0.5 x (1 + erf(x / sqrt(2))) written with erfc, which keeps its
     // precision for negative x where 1 + erf cancels.
-    using C = GeluCompute<T>;
-    const C xc = x;
-    return static_cast<T>(C(0.5) * xc * std::erfc(-xc * C(0.70710678118654752440)));
+    return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440));
   }
 };
 struct GeluTanh {
   static constexpr std::string_view kName = "Gelu";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Unary kVector = vec::Unary::kGeluTanh;
   template <typename T>
   static T apply(T x, UnaryArgs<T>) {
     // 0.5 x (1 + tanh(u)) = x sigmoid(2u), without the cancellation of 1 + tanh.
-    using C = GeluCompute<T>;
-    const C xc = x;
-    const C u = C(0.79788456080286535588) * (xc + C(0.044715) * xc * xc * xc);
-    return static_cast<T>(xc * sigmoid(C(2) * u));
+    const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return x * sigmoid(T(2) * u);
   }
 };
 
 struct UnaryState final : KernelState {
   using Loop = void (*)(const std::byte* x, std::byte* y, int64_t n, double alpha, double beta);
-  Loop loop = nullptr;
+  vec::UnaryFn vector = nullptr;  // f32
+  Loop loop = nullptr;            // the other types
+  size_t element_size = 0;
   double alpha = 0;
   double beta = 0;
 };
@@ -343,10 +359,10 @@ void unaryLoop(const std::byte* x_bytes, std::byte* y_bytes, int64_t n, double a
   mapBlocked(y, n, [&](int64_t i) { return Op::apply(x[i], args); });
 }
 
+// The scalar loop for the types other than f32.
 template <typename Op>
 UnaryState::Loop unaryLoopFor(DType dtype) {
   if constexpr ((Op::kTypes & kFloats) != 0) {
-    if (dtype == DType::kF32) return &unaryLoop<Op, float>;
     if (dtype == DType::kF64) return &unaryLoop<Op, double>;
   }
   if constexpr ((Op::kTypes & kIntegers) != 0) {
@@ -369,7 +385,12 @@ template <typename Op>
 std::unique_ptr<KernelState> prepareUnaryAs(const KernelSetup& setup) {
   const DType dtype = prepareSameTypeUnary(Op::kName, setup, Op::kTypes);
   auto state = std::make_unique<UnaryState>();
-  state->loop = unaryLoopFor<Op>(dtype);
+  if (dtype == DType::kF32) {
+    state->vector = vec::vectorKernels().unaryFn(Op::kVector);
+  } else {
+    state->loop = unaryLoopFor<Op>(dtype);
+  }
+  state->element_size = dtypeSize(dtype);
   if constexpr (requires { Op::kAlpha; }) state->alpha = setup.params.getFloat("alpha", Op::kAlpha);
   if constexpr (requires { Op::kBeta; }) state->beta = setup.params.getFloat("beta", Op::kBeta);
   return state;
@@ -385,8 +406,17 @@ std::unique_ptr<KernelState> prepareGelu(const KernelSetup& setup) {
 // The element count comes from the call's view, so a dynamic shape works too.
 void runUnary(const KernelCall& call) {
   const auto& state = static_cast<const UnaryState&>(*call.state);
-  state.loop(call.inputs[0].data, call.outputs[0].data, static_cast<int64_t>(call.outputs[0].numElements()),
-             state.alpha, state.beta);
+  const std::byte* x = call.inputs[0].data;
+  std::byte* y = call.outputs[0].data;
+  parallelForElements(static_cast<int64_t>(call.outputs[0].numElements()), [&](int64_t begin, int64_t end) {
+    if (state.vector != nullptr) {
+      state.vector(reinterpret_cast<const float*>(x) + begin, reinterpret_cast<float*>(y) + begin, end - begin,
+                   static_cast<float>(state.alpha), static_cast<float>(state.beta));
+    } else {
+      const size_t offset = static_cast<size_t>(begin) * state.element_size;
+      state.loop(x + offset, y + offset, end - begin, state.alpha, state.beta);
+    }
+  });
 }
 
 // --------------------------------------------------------------------- Clip
@@ -396,7 +426,9 @@ void runUnary(const KernelCall& call) {
 // bytes; the others are read from the call's inputs.
 struct ClipState final : KernelState {
   using Loop = void (*)(const std::byte* x, std::byte* y, int64_t n, const std::byte* lo, const std::byte* hi);
-  Loop loop = nullptr;
+  vec::UnaryFn vector = nullptr;  // f32
+  Loop loop = nullptr;            // the other types
+  size_t element_size = 0;
   std::array<std::byte, 8> lo{};
   std::array<std::byte, 8> hi{};
   bool lo_from_call = false;
@@ -460,7 +492,12 @@ bool prepareBound(const KernelSetup& setup, size_t input, std::array<std::byte, 
 template <typename T>
 std::unique_ptr<KernelState> prepareClipAs(const KernelSetup& setup) {
   auto state = std::make_unique<ClipState>();
-  state->loop = &clipLoop<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    state->vector = vec::vectorKernels().unaryFn(vec::Unary::kClip);
+  } else {
+    state->loop = &clipLoop<T>;
+  }
+  state->element_size = sizeof(T);
   state->lo_from_call = prepareBound<T>(setup, 1, state->lo);
   state->hi_from_call = prepareBound<T>(setup, 2, state->hi);
   return state;
@@ -487,7 +524,23 @@ void runClip(const KernelCall& call) {
   const auto& state = static_cast<const ClipState&>(*call.state);
   const std::byte* lo = state.lo_from_call ? call.inputs[1].data : state.lo.data();
   const std::byte* hi = state.hi_from_call ? call.inputs[2].data : state.hi.data();
-  state.loop(call.inputs[0].data, call.outputs[0].data, static_cast<int64_t>(call.outputs[0].numElements()), lo, hi);
+  const std::byte* x = call.inputs[0].data;
+  std::byte* y = call.outputs[0].data;
+  float lo_value = 0;
+  float hi_value = 0;
+  if (state.vector != nullptr) {
+    std::memcpy(&lo_value, lo, sizeof lo_value);
+    std::memcpy(&hi_value, hi, sizeof hi_value);
+  }
+  parallelForElements(static_cast<int64_t>(call.outputs[0].numElements()), [&](int64_t begin, int64_t end) {
+    if (state.vector != nullptr) {
+      state.vector(reinterpret_cast<const float*>(x) + begin, reinterpret_cast<float*>(y) + begin, end - begin,
+                   lo_value, hi_value);
+    } else {
+      const size_t offset = static_cast<size_t>(begin) * state.element_size;
+      state.loop(x + offset, y + offset, end - begin, lo, hi);
+    }
+  });
 }
 
 // ----------------------------------------------------------------- Identity
@@ -604,6 +657,7 @@ BroadcastPlan planBroadcast(const std::vector<int64_t>& out, const std::vector<i
 struct Add {
   static constexpr std::string_view kName = "Add";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Binary kVector = vec::Binary::kAdd;
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -616,6 +670,7 @@ struct Add {
 struct Sub {
   static constexpr std::string_view kName = "Sub";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Binary kVector = vec::Binary::kSub;
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -628,6 +683,7 @@ struct Sub {
 struct Mul {
   static constexpr std::string_view kName = "Mul";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Binary kVector = vec::Binary::kMul;
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -640,6 +696,7 @@ struct Mul {
 struct Div {
   static constexpr std::string_view kName = "Div";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Binary kVector = vec::Binary::kDiv;
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -662,19 +719,32 @@ struct Pow {
     return std::pow(a, b);
   }
 };
-// Pow with a constant exponent of 2 (x ** 2 is common); pow(x, 2) is exactly x * x.
+// Pow with a constant exponent of 2 or 0.5 (x ** 2 and x ** 0.5 are common).
 struct PowSquare {
   static constexpr std::string_view kName = "Pow";
   static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Binary kVector = vec::Binary::kSquare;
   template <typename T>
   static T apply(T a, T) {
-    return a * a;
+    return a * a;  // pow(x, 2) is exactly x * x
+  }
+};
+struct PowSqrt {
+  static constexpr std::string_view kName = "Pow";
+  static constexpr TypeSet kTypes = kFloats;
+  static constexpr vec::Binary kVector = vec::Binary::kSqrt;
+  template <typename T>
+  static T apply(T a, T) {
+    // pow(x, 0.5) is sqrt(x) (correctly rounded both) except at -0 (+0; the
+    // + 0 makes it so) and -inf (+inf).
+    return a == -std::numeric_limits<T>::infinity() ? -a : std::sqrt(a) + T(0);
   }
 };
 // Max and Min propagate NaN, as numpy's maximum and minimum do.
 struct Max {
   static constexpr std::string_view kName = "Max";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Binary kVector = vec::Binary::kMax;
   static constexpr bool kVariadic = true;
   template <typename T>
   static T apply(T a, T b) {
@@ -688,6 +758,7 @@ struct Max {
 struct Min {
   static constexpr std::string_view kName = "Min";
   static constexpr TypeSet kTypes = kNumbers;
+  static constexpr vec::Binary kVector = vec::Binary::kMin;
   static constexpr bool kVariadic = true;
   template <typename T>
   static T apply(T a, T b) {
@@ -729,8 +800,15 @@ using ResultOf = decltype(Op::apply(T{}, T{}));
 
 // One output row of n elements; sa and sb (0 or 1) say whether each input
 // walks the row or repeats one element.
-template <typename Op, typename T, typename R>
-inline void binaryRow(const T* a, int64_t sa, const T* b, int64_t sb, R* y, int64_t n) {
+using BinaryRow = void (*)(const std::byte* a, int64_t sa, const std::byte* b, int64_t sb, std::byte* y, int64_t n);
+
+template <typename Op, typename T>
+void binaryRow(const std::byte* a_bytes, int64_t sa, const std::byte* b_bytes, int64_t sb, std::byte* y_bytes,
+               int64_t n) {
+  using R = ResultOf<Op, T>;
+  const T* a = reinterpret_cast<const T*>(a_bytes);
+  const T* b = reinterpret_cast<const T*>(b_bytes);
+  R* y = reinterpret_cast<R*>(y_bytes);
   if (sa != 0 && sb != 0) {
     mapBlocked(y, n, [&](int64_t i) { return Op::apply(a[i], b[i]); });
   } else if (sa != 0) {
@@ -745,25 +823,70 @@ inline void binaryRow(const T* a, int64_t sa, const T* b, int64_t sb, R* y, int6
   }
 }
 
-template <typename Op, typename T>
-void binaryLoop(const std::byte* a_bytes, const std::byte* b_bytes, std::byte* y_bytes, const BroadcastPlan& plan) {
-  using R = ResultOf<Op, T>;
-  const T* a = reinterpret_cast<const T*>(a_bytes);
-  const T* b = reinterpret_cast<const T*>(b_bytes);
-  R* y = reinterpret_cast<R*>(y_bytes);
+// The f32 row: one of the vector kernel's three, by which operand walks.
+template <vec::Binary kOp>
+void vectorRow(const std::byte* a_bytes, int64_t sa, const std::byte* b_bytes, int64_t sb, std::byte* y_bytes,
+               int64_t n) {
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  const auto* a = reinterpret_cast<const float*>(a_bytes);
+  const auto* b = reinterpret_cast<const float*>(b_bytes);
+  auto* y = reinterpret_cast<float*>(y_bytes);
+  if (sa != 0 && sb != 0) {
+    kernels.binaryFn(kOp, vec::Operands::kBoth)(a, b, y, n);
+  } else if (sa != 0) {
+    kernels.binaryFn(kOp, vec::Operands::kScalarB)(a, b, y, n);
+  } else if (sb != 0) {
+    kernels.binaryFn(kOp, vec::Operands::kScalarA)(a, b, y, n);
+  } else if (n > 0) {
+    kernels.binaryFn(kOp, vec::Operands::kScalarB)(a, b, y, 1);
+    std::fill(y + 1, y + n, y[0]);
+  }
+}
+
+template <typename Op>
+BinaryRow binaryRowFor(DType dtype) {
+  if constexpr (requires { Op::kVector; }) {
+    if (dtype == DType::kF32) return &vectorRow<Op::kVector>;
+  }
+  if constexpr ((Op::kTypes & kFloats) != 0) {
+    if (dtype == DType::kF32) return &binaryRow<Op, float>;
+    if (dtype == DType::kF64) return &binaryRow<Op, double>;
+  }
+  if constexpr ((Op::kTypes & kIntegers) != 0) {
+    if (dtype == DType::kI32) return &binaryRow<Op, int32_t>;
+    if (dtype == DType::kI64) return &binaryRow<Op, int64_t>;
+  }
+  return nullptr;
+}
+
+// Output elements [begin, end) of one binary op: the plan's outer dimensions
+// as an odometer that moves both input offsets, a row call per (part of a)
+// row. Element sizes in bytes: `in` for the inputs, `out` for the output.
+void binaryRange(BinaryRow row, const BroadcastPlan& plan, size_t in, size_t out, const std::byte* a,
+                 const std::byte* b, std::byte* y, int64_t begin, int64_t end) {
   const uint32_t last = plan.rank - 1;
   const int64_t n = plan.dims[last];
   const int64_t sa = plan.strides[0][last];
   const int64_t sb = plan.strides[1][last];
-  if (n == 0) return;  // an empty output: the inputs may not even have an element to read
-  int64_t rows = 1;
-  for (uint32_t d = 0; d < last; ++d) rows *= plan.dims[d];
-  // Odometer over the outer dimensions, moving both input offsets with it.
+  if (n == 0 || begin >= end) return;  // an empty output: the inputs may not even have an element to read
+  // The odometer at the row holding `begin`.
   std::array<int64_t, kMaxRank> index{};
   int64_t ao = 0;
   int64_t bo = 0;
-  for (int64_t row = 0; row < rows; ++row) {
-    binaryRow<Op, T, R>(a + ao, sa, b + bo, sb, y + row * n, n);
+  int64_t rest = begin / n;
+  for (uint32_t d = last; d-- > 0;) {
+    index[d] = rest % plan.dims[d];
+    rest /= plan.dims[d];
+    ao += index[d] * plan.strides[0][d];
+    bo += index[d] * plan.strides[1][d];
+  }
+  int64_t column = begin % n;
+  for (int64_t at = begin; at < end;) {
+    const int64_t count = std::min(n - column, end - at);
+    row(a + static_cast<size_t>(ao + column * sa) * in, sa, b + static_cast<size_t>(bo + column * sb) * in, sb,
+        y + static_cast<size_t>(at) * out, count);
+    at += count;
+    column = 0;
     for (uint32_t d = last; d-- > 0;) {
       ao += plan.strides[0][d];
       bo += plan.strides[1][d];
@@ -786,30 +909,19 @@ struct BinaryStep {
 };
 
 struct BinaryState final : KernelState {
-  using Loop = void (*)(const std::byte* a, const std::byte* b, std::byte* y, const BroadcastPlan& plan);
-  Loop loop = nullptr;
-  size_t element_size = 0;
+  BinaryRow row = nullptr;
+  size_t element_size = 0;  // of the inputs
+  size_t result_size = 0;   // of the output
   std::vector<BinaryStep> steps;  // empty: copy input 0 (Max or Min of one input)
 };
 
-template <typename Op>
-BinaryState::Loop binaryLoopFor(DType dtype) {
-  if constexpr ((Op::kTypes & kFloats) != 0) {
-    if (dtype == DType::kF32) return &binaryLoop<Op, float>;
-    if (dtype == DType::kF64) return &binaryLoop<Op, double>;
-  }
-  if constexpr ((Op::kTypes & kIntegers) != 0) {
-    if (dtype == DType::kI32) return &binaryLoop<Op, int32_t>;
-    if (dtype == DType::kI64) return &binaryLoop<Op, int64_t>;
-  }
-  return nullptr;
-}
-
-// True when input `index` is a constant whose every element is 2.
-bool isConstantTwo(const KernelSetup& setup, size_t index) {
+// The value of every element of input `index` when it is a constant whose
+// elements are all equal, else nothing.
+std::optional<double> uniformConstant(const KernelSetup& setup, size_t index) {
   const std::byte* bytes = constantInput(setup, index);
   const TensorInfo& info = setup.inputs[index];
-  if (bytes == nullptr || !info.isStatic()) return false;
+  if (bytes == nullptr || !info.isStatic() || info.numElements() == 0) return std::nullopt;
+  std::optional<double> uniform;
   for (uint64_t i = 0; i < info.numElements(); ++i) {
     double value = 0;
     if (info.dtype == DType::kF32) {
@@ -819,9 +931,10 @@ bool isConstantTwo(const KernelSetup& setup, size_t index) {
     } else {
       std::memcpy(&value, bytes + i * sizeof value, sizeof value);
     }
-    if (value != 2.0) return false;
+    if (uniform.has_value() && *uniform != value) return std::nullopt;
+    uniform = value;
   }
-  return true;
+  return uniform;
 }
 
 template <typename Op>
@@ -846,11 +959,14 @@ std::unique_ptr<KernelState> prepareBinary(const KernelSetup& setup) {
   expectOutput(op, setup, result, out);
 
   auto state = std::make_unique<BinaryState>();
-  state->loop = binaryLoopFor<Op>(dtype);
+  state->row = binaryRowFor<Op>(dtype);
   if constexpr (std::is_same_v<Op, Pow>) {
-    if (isConstantTwo(setup, 1)) state->loop = binaryLoopFor<PowSquare>(dtype);
+    const std::optional<double> exponent = uniformConstant(setup, 1);
+    if (exponent == 2.0) state->row = binaryRowFor<PowSquare>(dtype);
+    if (exponent == 0.5) state->row = binaryRowFor<PowSqrt>(dtype);
   }
   state->element_size = dtypeSize(dtype);
+  state->result_size = dtypeSize(result);
   for (uint32_t i = 1; i < setup.inputs.size(); ++i) {
     BinaryStep step;
     step.a = i == 1 ? 0 : kFromOutput;
@@ -864,15 +980,21 @@ std::unique_ptr<KernelState> prepareBinary(const KernelSetup& setup) {
 void runBinary(const KernelCall& call) {
   const auto& state = static_cast<const BinaryState&>(*call.state);
   std::byte* y = call.outputs[0].data;
+  const auto count = static_cast<int64_t>(call.outputs[0].numElements());
   if (state.steps.empty()) {
-    const size_t bytes = call.outputs[0].numElements() * state.element_size;
+    const size_t bytes = static_cast<size_t>(count) * state.element_size;
     if (call.inputs[0].data != y && bytes != 0) std::memcpy(y, call.inputs[0].data, bytes);
     return;
   }
-  for (const BinaryStep& step : state.steps) {
-    const std::byte* a = step.a == kFromOutput ? y : call.inputs[step.a].data;
-    state.loop(a, call.inputs[step.b].data, y, step.plan);
-  }
+  // Each thread runs every step over its own range: a variadic step reads
+  // only the output elements of that range.
+  parallelForElements(count, [&](int64_t begin, int64_t end) {
+    for (const BinaryStep& step : state.steps) {
+      const std::byte* a = step.a == kFromOutput ? y : call.inputs[step.a].data;
+      binaryRange(state.row, step.plan, state.element_size, state.result_size, a, call.inputs[step.b].data, y,
+                  begin, end);
+    }
+  });
 }
 
 template <typename Op>

@@ -2,17 +2,18 @@
 // (inference), LayerNormalization, Softmax and LogSoftmax (opset-13
 // semantics: along one axis).
 //
-// All are loops of our own over fixed-size blocks (see mapBlocked in
-// elementwise.cc: a block of kBlock lanes computed into a local array
-// vectorises at -O2, the tail runs scalar). Each loop reads an element before
-// it writes the same index, so in-place execution (Y aliasing X) is right.
+// Their loops are the vector kernels' row helpers (vector_kernels.h: sums,
+// max, exp-and-sum, affine maps, written for AVX-512, AVX2 and SSE2). Each
+// reads an element before it writes the same index, so in-place execution
+// (Y aliasing X) is right.
 //
 // BatchNormalization folds scale, B, mean and var into y = a * x + b per
 // channel; when all four are constants that happens once at prepare,
 // otherwise per call (one sqrt per channel). LayerNormalization takes two
 // passes per row (mean, then the variance of x - mean), which keeps the
 // variance exact for rows with a large mean. Softmax subtracts the row
-// maximum before exp. None of them allocates while running.
+// maximum before exp. Large calls split their rows (or channels, or column
+// blocks) across threads (parallel.h). None of them allocates while running.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,13 +26,13 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
 namespace kiln {
 namespace {
-
-constexpr int64_t kBlock = 16;
 
 using Ints = std::vector<int64_t>;
 
@@ -89,30 +90,6 @@ float loadFloat(const std::byte* bytes, int64_t index) {
   float v;
   std::memcpy(&v, bytes + static_cast<size_t>(index) * sizeof(float), sizeof v);
   return v;
-}
-
-// y[i] = a * x[i] + b for i in [0, n).
-inline void affine(const float* x, float* y, int64_t n, float a, float b) {
-  int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    float block[kBlock];
-    for (int64_t j = 0; j < kBlock; ++j) block[j] = a * x[i + j] + b;
-    for (int64_t j = 0; j < kBlock; ++j) y[i + j] = block[j];
-  }
-  for (; i < n; ++i) y[i] = a * x[i] + b;
-}
-
-// Sum of x[0, n).
-inline float sum(const float* x, int64_t n) {
-  float acc[kBlock] = {};
-  int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    for (int64_t j = 0; j < kBlock; ++j) acc[j] += x[i + j];
-  }
-  float total = 0;
-  for (; i < n; ++i) total += x[i];
-  for (int64_t j = 0; j < kBlock; ++j) total += acc[j];
-  return total;
 }
 
 // ------------------------------------------------------ BatchNormalization
@@ -188,8 +165,11 @@ void runBatchNorm(const KernelCall& call) {
   const float* bias = call.inputs[2].as<const float>();
   const float* mean = call.inputs[3].as<const float>();
   const float* var = call.inputs[4].as<const float>();
-  for (int64_t n = 0; n < s.batch; ++n) {
-    for (int64_t c = 0; c < s.channels; ++c) {
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  // One item per (batch index, channel).
+  parallelForItems(s.batch * s.channels, s.inner, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t c = item % s.channels;
       float a;
       float b;
       if (s.folded) {
@@ -199,10 +179,9 @@ void runBatchNorm(const KernelCall& call) {
         a = scale[c] / std::sqrt(var[c] + s.epsilon);
         b = bias[c] - a * mean[c];
       }
-      const int64_t offset = (n * s.channels + c) * s.inner;
-      affine(x + offset, y + offset, s.inner, a, b);
+      kernels.affine(x + item * s.inner, y + item * s.inner, s.inner, a, b);
     }
-  }
+  });
 }
 
 // ------------------------------------------------------ LayerNormalization
@@ -273,6 +252,34 @@ std::unique_ptr<KernelState> prepareLayerNorm(const KernelSetup& setup) {
   return state;
 }
 
+// One row of n elements: (x - mean) * inv_std * scale + bias.
+void layerNormRow(const LayerNormState& s, const vec::VectorKernels& kernels, const float* x, const float* scale,
+                  const float* bias, float* y, float* mean_out, float* inv_out) {
+  const int64_t n = s.size;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const float mean = kernels.sum(x, n) * inv_n;
+  const float var = kernels.sumSquares(x, n, mean) * inv_n;
+  const float inv_std = 1.0f / std::sqrt(var + s.epsilon);
+  if (mean_out != nullptr) *mean_out = mean;
+  if (inv_out != nullptr) *inv_out = inv_std;
+  // A scale or bias of one value is applied in a second pass over the row:
+  // subtracting the mean first keeps the precision that folding it into one
+  // affine map would lose.
+  if (!s.scale_scalar) {
+    kernels.normalize(x, scale, s.bias_scalar ? nullptr : bias, y, n, mean, inv_std);
+    if (s.bias_scalar) kernels.affine(y, y, n, 1.0f, bias[0]);
+    return;
+  }
+  kernels.affine(x, y, n, 1.0f, -mean);
+  const float a = inv_std * scale[0];
+  if (bias == nullptr || s.bias_scalar) {
+    kernels.affine(y, y, n, a, bias == nullptr ? 0.0f : bias[0]);
+  } else {
+    kernels.binaryFn(vec::Binary::kMul, vec::Operands::kScalarB)(y, &a, y, n);
+    kernels.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(y, bias, y, n);
+  }
+}
+
 void runLayerNorm(const KernelCall& call) {
   const auto& s = static_cast<const LayerNormState&>(*call.state);
   const float* x = call.inputs[0].as<const float>();
@@ -281,40 +288,13 @@ void runLayerNorm(const KernelCall& call) {
   float* y = call.outputs[0].as<float>();
   float* mean_out = s.mean_output ? call.outputs[1].as<float>() : nullptr;
   float* inv_out = s.inv_std_output ? call.outputs[2].as<float>() : nullptr;
-  const int64_t n = s.size;
-  const float inv_n = 1.0f / static_cast<float>(n);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    const float mean = sum(xr, n) * inv_n;
-    float acc[kBlock] = {};
-    int64_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) {
-      for (int64_t j = 0; j < kBlock; ++j) {
-        const float d = xr[i + j] - mean;
-        acc[j] += d * d;
-      }
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  parallelForItems(s.rows, s.size, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      layerNormRow(s, kernels, x + r * s.size, scale, bias, y + r * s.size,
+                   mean_out == nullptr ? nullptr : mean_out + r, inv_out == nullptr ? nullptr : inv_out + r);
     }
-    float var = 0;
-    for (; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    for (int64_t j = 0; j < kBlock; ++j) var += acc[j];
-    var *= inv_n;
-    const float inv_std = 1.0f / std::sqrt(var + s.epsilon);
-    if (mean_out != nullptr) mean_out[r] = mean;
-    if (inv_out != nullptr) inv_out[r] = inv_std;
-    const auto value = [&](int64_t k) {
-      const float sc = s.scale_scalar ? scale[0] : scale[k];
-      const float b = bias == nullptr ? 0.0f : s.bias_scalar ? bias[0] : bias[k];
-      return (xr[k] - mean) * inv_std * sc + b;
-    };
-    i = 0;
-    for (; i + kBlock <= n; i += kBlock) {
-      float block[kBlock];
-      for (int64_t j = 0; j < kBlock; ++j) block[j] = value(i + j);
-      for (int64_t j = 0; j < kBlock; ++j) yr[i + j] = block[j];
-    }
-    for (; i < n; ++i) yr[i] = value(i);
-  }
+  });
 }
 
 // ------------------------------------------------------ Softmax, LogSoftmax
@@ -347,68 +327,54 @@ std::unique_ptr<KernelState> prepareSoftmaxLike(std::string_view op, const Kerne
 }
 
 // One contiguous row of n elements.
-void softmaxRow(const float* x, float* y, int64_t n, bool log) {
-  float mx[kBlock];
-  for (int64_t j = 0; j < kBlock; ++j) mx[j] = -std::numeric_limits<float>::infinity();
-  int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    for (int64_t j = 0; j < kBlock; ++j) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];
-  }
-  float m = -std::numeric_limits<float>::infinity();
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  for (int64_t j = 0; j < kBlock; ++j) m = mx[j] > m ? mx[j] : m;
-  float total = 0;
+void softmaxRow(const vec::VectorKernels& kernels, const float* x, float* y, int64_t n, bool log) {
+  const float m = kernels.max(x, n);
   if (log) {
-    for (i = 0; i < n; ++i) total += std::exp(x[i] - m);
-    const float shift = m + std::log(total);
-    affine(x, y, n, 1.0f, -shift);
+    const float total = kernels.expSum(x, nullptr, n, m);
+    kernels.affine(x, y, n, 1.0f, -(m + std::log(total)));
   } else {
-    for (i = 0; i < n; ++i) {
-      const float e = std::exp(x[i] - m);
-      y[i] = e;
-      total += e;
-    }
-    const float inv = 1.0f / total;
-    affine(y, y, n, inv, 0.0f);
+    const float total = kernels.expSum(x, y, n, m);
+    kernels.affine(y, y, n, 1.0f / total, 0.0f);
   }
 }
 
-// Columns [0, width) of a [n, stride] block: softmax down each column.
-template <bool kFull>
-void softmaxColumns(const float* x, float* y, int64_t n, int64_t stride, int64_t width_in, bool log) {
-  const int64_t width = kFull ? kBlock : width_in;
-  float m[kBlock];
-  float total[kBlock];
-  for (int64_t j = 0; j < kBlock; ++j) {
-    m[j] = -std::numeric_limits<float>::infinity();
-    total[j] = 0;
-  }
+// Columns are softmaxed kColumns at a time, with their running maxima and
+// sums on the stack.
+constexpr int64_t kColumns = 256;
+
+// Columns [0, width) of a [n, stride] block, width <= kColumns: softmax
+// down each column, a row of the block at a time (vector rows across the
+// columns).
+void softmaxColumns(const vec::VectorKernels& kernels, const float* x, float* y, int64_t n, int64_t stride,
+                    int64_t width, bool log) {
+  using vec::Binary;
+  using vec::Operands;
+  const vec::BinaryFn max = kernels.binaryFn(Binary::kMax, Operands::kBoth);
+  const vec::BinaryFn add = kernels.binaryFn(Binary::kAdd, Operands::kBoth);
+  const vec::BinaryFn sub = kernels.binaryFn(Binary::kSub, Operands::kBoth);
+  const vec::BinaryFn mul = kernels.binaryFn(Binary::kMul, Operands::kBoth);
+  const vec::UnaryFn exp = kernels.unaryFn(vec::Unary::kExp);
+  float m[kColumns];
+  float total[kColumns];
+  float e[kColumns];
+  std::fill(m, m + width, -std::numeric_limits<float>::infinity());
+  std::fill(total, total + width, 0.0f);
+  for (int64_t a = 0; a < n; ++a) max(m, x + a * stride, m, width);
   for (int64_t a = 0; a < n; ++a) {
-    const float* row = x + a * stride;
-    for (int64_t j = 0; j < width; ++j) m[j] = row[j] > m[j] ? row[j] : m[j];
-  }
-  for (int64_t a = 0; a < n; ++a) {
-    const float* row = x + a * stride;
-    float* out = y + a * stride;
-    for (int64_t j = 0; j < width; ++j) {
-      const float e = std::exp(row[j] - m[j]);
-      if (!log) out[j] = e;
-      total[j] += e;
-    }
+    // LogSoftmax reads x again at the end, so its exps go to the stack, not
+    // to y (which may be x).
+    float* out = log ? e : y + a * stride;
+    sub(x + a * stride, m, out, width);
+    exp(out, out, width, 0, 0);
+    add(total, out, total, width);
   }
   if (log) {
-    for (int64_t j = 0; j < width; ++j) total[j] = m[j] + std::log(total[j]);
-    for (int64_t a = 0; a < n; ++a) {
-      const float* row = x + a * stride;
-      float* out = y + a * stride;
-      for (int64_t j = 0; j < width; ++j) out[j] = row[j] - total[j];
-    }
+    kernels.unaryFn(vec::Unary::kLog)(total, total, width, 0, 0);
+    add(total, m, total, width);
+    for (int64_t a = 0; a < n; ++a) sub(x + a * stride, total, y + a * stride, width);
   } else {
-    for (int64_t j = 0; j < width; ++j) total[j] = 1.0f / total[j];
-    for (int64_t a = 0; a < n; ++a) {
-      float* out = y + a * stride;
-      for (int64_t j = 0; j < width; ++j) out[j] *= total[j];
-    }
+    kernels.unaryFn(vec::Unary::kReciprocal)(total, total, width, 0, 0);
+    for (int64_t a = 0; a < n; ++a) mul(y + a * stride, total, y + a * stride, width);
   }
 }
 
@@ -417,17 +383,20 @@ void runSoftmax(const KernelCall& call) {
   const float* x = call.inputs[0].as<const float>();
   float* y = call.outputs[0].as<float>();
   if (s.axis == 0) return;
-  for (int64_t o = 0; o < s.outer; ++o) {
-    const float* xo = x + o * s.axis * s.inner;
-    float* yo = y + o * s.axis * s.inner;
-    if (s.inner == 1) {
-      softmaxRow(xo, yo, s.axis, s.log);
-      continue;
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  // One item per row (inner == 1) or per block of up to kColumns columns.
+  const int64_t blocks = (s.inner + kColumns - 1) / kColumns;
+  parallelForItems(s.outer * blocks, s.axis * std::min(s.inner, kColumns), [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t offset = item / blocks * s.axis * s.inner + item % blocks * kColumns;
+      if (s.inner == 1) {
+        softmaxRow(kernels, x + offset, y + offset, s.axis, s.log);
+      } else {
+        const int64_t width = std::min(kColumns, s.inner - item % blocks * kColumns);
+        softmaxColumns(kernels, x + offset, y + offset, s.axis, s.inner, width, s.log);
+      }
     }
-    int64_t j = 0;
-    for (; j + kBlock <= s.inner; j += kBlock) softmaxColumns<true>(xo + j, yo + j, s.axis, s.inner, kBlock, s.log);
-    if (j < s.inner) softmaxColumns<false>(xo + j, yo + j, s.axis, s.inner, s.inner - j, s.log);
-  }
+  });
 }
 
 std::unique_ptr<KernelState> prepareSoftmax(const KernelSetup& setup) {

@@ -10,7 +10,9 @@
 //                independent partial results (vectorises; more accurate sums);
 //   innermost K: each row folds elementwise into a row of the output.
 // The output starts at the op's identity and ends with its finishing step
-// (the mean's division, the L2's square root).
+// (the mean's division, the L2's square root). In f32 the common ops fold
+// with the vector kernels (vector_kernels.h) instead: see VectorForm. A
+// large [K R] input splits its rows across threads (parallel.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,12 +20,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -53,12 +58,19 @@ T wrapMul(T a, T b) {
   }
 }
 
+// Which f32 vector kernels fold an op: a reduced row with sum, sumSquares
+// (centred on 0), max or min, and a kept row with the binary Add, Max or Min
+// (none for sums of squares).
+enum class VectorForm { kNone, kSum, kSumSquares, kMax, kMin };
+
 // Each op: its name, whether it takes integers, its identity, the map applied
-// to each element, how two partial results combine, and the finishing step
-// (given how many elements each output folded).
+// to each element, how two partial results combine, the finishing step
+// (given how many elements each output folded), and its VectorForm. An op
+// deriving from another and changing its map or combine restates kVector.
 struct Sum {
   static constexpr std::string_view kName = "ReduceSum";
   static constexpr bool kIntegers = true;
+  static constexpr VectorForm kVector = VectorForm::kSum;
   template <typename T>
   static T identity() {
     return T(0);
@@ -87,6 +99,7 @@ struct Mean : Sum {
 struct SumSquare : Sum {
   static constexpr std::string_view kName = "ReduceSumSquare";
   static constexpr bool kIntegers = false;
+  static constexpr VectorForm kVector = VectorForm::kSumSquares;
   template <typename T>
   static T map(T x) {
     return x * x;
@@ -102,6 +115,7 @@ struct L2 : SumSquare {
 struct L1 : Sum {
   static constexpr std::string_view kName = "ReduceL1";
   static constexpr bool kIntegers = false;
+  static constexpr VectorForm kVector = VectorForm::kNone;
   template <typename T>
   static T map(T x) {
     return std::abs(x);
@@ -118,6 +132,7 @@ struct LogSum : Sum {
 struct Prod : Sum {
   static constexpr std::string_view kName = "ReduceProd";
   static constexpr bool kIntegers = true;
+  static constexpr VectorForm kVector = VectorForm::kNone;
   template <typename T>
   static T identity() {
     return T(1);
@@ -131,6 +146,7 @@ struct Prod : Sum {
 struct Max : Sum {
   static constexpr std::string_view kName = "ReduceMax";
   static constexpr bool kIntegers = true;
+  static constexpr VectorForm kVector = VectorForm::kMax;
   template <typename T>
   static T identity() {
     if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
@@ -148,6 +164,7 @@ struct Max : Sum {
 struct Min : Sum {
   static constexpr std::string_view kName = "ReduceMin";
   static constexpr bool kIntegers = true;
+  static constexpr VectorForm kVector = VectorForm::kMin;
   template <typename T>
   static T identity() {
     if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
@@ -185,6 +202,13 @@ struct ReduceState final : KernelState {
 
 template <typename Op, typename T>
 T reduceRow(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && Op::kVector != VectorForm::kNone) {
+    const vec::VectorKernels& kernels = vec::vectorKernels();
+    if constexpr (Op::kVector == VectorForm::kSum) return kernels.sum(x, n);
+    if constexpr (Op::kVector == VectorForm::kSumSquares) return kernels.sumSquares(x, n, 0.0f);
+    if constexpr (Op::kVector == VectorForm::kMax) return kernels.max(x, n);
+    if constexpr (Op::kVector == VectorForm::kMin) return kernels.min(x, n);
+  }
   int64_t i = 0;
   T acc = Op::template identity<T>();
   if (n >= kBlock) {
@@ -199,8 +223,21 @@ T reduceRow(const T* x, int64_t n) {
   return acc;
 }
 
+// The binary vector kernel that folds a kept f32 row, if any.
+template <typename Op>
+constexpr std::optional<vec::Binary> vectorFold() {
+  if (Op::kVector == VectorForm::kSum) return vec::Binary::kAdd;
+  if (Op::kVector == VectorForm::kMax) return vec::Binary::kMax;
+  if (Op::kVector == VectorForm::kMin) return vec::Binary::kMin;
+  return std::nullopt;
+}
+
 template <typename Op, typename T>
 void foldRow(T* __restrict y, const T* __restrict x, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && vectorFold<Op>().has_value()) {
+    vec::vectorKernels().binaryFn(*vectorFold<Op>(), vec::Operands::kBoth)(y, x, y, n);
+    return;
+  }
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     T block[kBlock];
@@ -216,7 +253,14 @@ void reduceLoop(const ReducePlan& plan, const std::byte* x_bytes, std::byte* y_b
   T* y = reinterpret_cast<T*>(y_bytes);
   const T identity = Op::template identity<T>();
   for (int64_t i = 0; i < plan.out_count; ++i) y[i] = identity;
-  if (!plan.empty_input && plan.rank > 0) {
+  if (!plan.empty_input && plan.rank == 2 && !plan.reduced[0] && plan.reduced[1]) {
+    // [K R]: each output folds a row of its own, so the rows split across
+    // threads.
+    const int64_t n = plan.dims[1];
+    parallelForItems(plan.dims[0], n, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) y[row] = Op::combine(y[row], reduceRow<Op>(x + row * n, n));
+    });
+  } else if (!plan.empty_input && plan.rank > 0) {
     const uint32_t last = plan.rank - 1;
     const int64_t n = plan.dims[last];
     const bool row_reduced = plan.reduced[last];

@@ -1,0 +1,126 @@
+// The f32 inner loops of the elementwise, normalisation and reduction kernels,
+// compiled once per x86 instruction set and chosen at run time.
+//
+// kiln itself is built for baseline x86-64 (SSE2), which leaves most of a
+// modern CPU's vector width unused and has no vector exp, log or erf at all.
+// vector_kernels_isa.cc holds these loops, written once with GCC vector types
+// (vector_math.h); CMake compiles it three times: for baseline x86-64, for
+// AVX2 + FMA and for AVX-512. Each compilation defines one VectorKernels
+// table, and vectorKernels() returns the best table this CPU can run.
+//
+// Contract of every function here: arrays hold n floats (n >= 0); outputs may
+// be the very array an input is (in place) but must not otherwise overlap an
+// input; nothing allocates, throws or keeps a pointer. Results are the same
+// on every path to within the documented accuracy (the paths differ in FMA
+// contraction and summation order, not in formulas).
+//
+// Thread safety: the tables are immutable; every function may run
+// concurrently on different arrays.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace kiln::vec {
+
+enum class Isa : uint8_t {
+  kGeneric,  // baseline x86-64: SSE2, 4 lanes
+  kAvx2,     // AVX2 + FMA, 8 lanes
+  kAvx512,   // AVX-512 F, 16 lanes
+};
+inline constexpr std::array<Isa, 3> kAllIsas = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+std::string_view isaName(Isa isa);  // "generic", "avx2", "avx512"
+
+// Unary maps y[i] = f(x[i]). Each function takes the op's two attributes:
+// LeakyRelu and Elu read alpha, HardSigmoid alpha and beta, Clip its bounds
+// (alpha = min, beta = max); the others ignore them.
+//
+// Accuracy against the exact result over the whole f32 range (dense sweeps
+// in tests/kernels/vector_math_test.cc, on every path): Exp and Log within
+// 1 ulp; Softplus and Elu within 2; Erf, Tanh, Sigmoid, Gelu and GeluTanh
+// within 3; all within 1e-6 relative wherever the result is a normal
+// number. Special values as std:: (exp(100) = inf, exp(-100) = 0, log(0) =
+// -inf, log(-1) = NaN, erf(±9) = ±1, tanh(±inf) = ±1, NaN in gives NaN out);
+// Gelu(-inf) is -0, its limit. The other ops are exact or correctly rounded.
+enum class Unary : uint8_t {
+  kRelu,
+  kLeakyRelu,
+  kElu,
+  kSigmoid,
+  kHardSigmoid,
+  kHardSwish,
+  kSoftplus,
+  kTanh,
+  kGelu,      // x Phi(x), Phi the standard normal distribution function
+  kGeluTanh,  // Gelu's tanh approximation
+  kExp,
+  kLog,
+  kSqrt,
+  kErf,
+  kAbs,
+  kNeg,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kClip,  // NaN passes through; min above max gives max
+  kCount
+};
+using UnaryFn = void (*)(const float* x, float* y, int64_t n, float alpha, float beta);
+
+// Binary maps y[i] = f(a[i], b[i]), where either operand may instead repeat
+// its first element (Operands). kSquare and kSqrt are Pow with a constant
+// exponent of 2 and 0.5 (they ignore b); kMax and kMin propagate NaN.
+enum class Binary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kSquare, kSqrt, kCount };
+enum class Operands : uint8_t {
+  kBoth,     // a[i] op b[i]
+  kScalarB,  // a[i] op b[0]
+  kScalarA,  // a[0] op b[i]
+  kCount
+};
+using BinaryFn = void (*)(const float* a, const float* b, float* y, int64_t n);
+
+struct VectorKernels {
+  Isa isa = Isa::kGeneric;
+  std::array<UnaryFn, static_cast<size_t>(Unary::kCount)> unary{};
+  std::array<std::array<BinaryFn, static_cast<size_t>(Operands::kCount)>, static_cast<size_t>(Binary::kCount)> binary{};
+
+  // Row helpers of the normalisation and reduction kernels. The sums keep
+  // several vectors of partial sums, so they are more accurate than a
+  // running sum (and differ from it in the last bits).
+  float (*sum)(const float* x, int64_t n) = nullptr;
+  float (*sumSquares)(const float* x, int64_t n, float center) = nullptr;  // sum of (x - center)^2
+  float (*max)(const float* x, int64_t n) = nullptr;  // -inf when n = 0; NaN when any x is NaN
+  float (*min)(const float* x, int64_t n) = nullptr;  // +inf when n = 0; NaN when any x is NaN
+  // y[i] = exp(x[i] - shift) (y may be nullptr: only the sum); returns the sum of them.
+  float (*expSum)(const float* x, float* y, int64_t n, float shift) = nullptr;
+  // y[i] = a * x[i] + b.
+  void (*affine)(const float* x, float* y, int64_t n, float a, float b) = nullptr;
+  // y[i] = (x[i] - mean) * inv_std * scale[i] + bias[i] (bias may be nullptr: 0).
+  void (*normalize)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
+                    float inv_std) = nullptr;
+
+  UnaryFn unaryFn(Unary op) const { return unary[static_cast<size_t>(op)]; }
+  BinaryFn binaryFn(Binary op, Operands operands) const {
+    return binary[static_cast<size_t>(op)][static_cast<size_t>(operands)];
+  }
+};
+
+// The best table for this CPU, chosen on first use. The environment variable
+// KILN_CPU_ISA (generic, avx2 or avx512) caps the choice, to measure or test
+// a narrower path on a wider CPU; a value this CPU cannot run is ignored.
+const VectorKernels& vectorKernels();
+
+// The table of `isa`, or nullptr when this CPU cannot run it (tests use this
+// to check every path the machine has).
+const VectorKernels* vectorKernelsFor(Isa isa);
+
+namespace detail {
+// Defined by the three compilations of vector_kernels_isa.cc.
+const VectorKernels& genericKernels();
+const VectorKernels& avx2Kernels();
+const VectorKernels& avx512Kernels();
+}  // namespace detail
+
+}  // namespace kiln::vec

@@ -1,0 +1,290 @@
+// One instruction set's VectorKernels table (see vector_kernels.h).
+//
+// CMake compiles this file three times, with the flags of baseline x86-64,
+// AVX2 + FMA and AVX-512 (src/kernels/CMakeLists.txt); vector_math.h derives
+// the vector width and the namespace from those flags. The AVX compilations
+// may only run after vectorKernelsFor has checked the CPU, so this file must
+// not define anything that other files could call by accident: everything is
+// in the instruction set's own namespace, and the table is a constant built at
+// compile time (no code runs at start-up).
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/vector_kernels.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace kiln::vec {
+namespace KILN_VECTOR_NS {
+namespace {
+
+constexpr Isa kIsa = kLanes == 16 ? Isa::kAvx512 : kLanes == 8 ? Isa::kAvx2 : Isa::kGeneric;
+
+// ------------------------------------------------------------------ loops
+
+// Operands of mapArrays: an array read a vector at a time (lanes past its end
+// hold `fill`), or one value in every lane.
+struct Stream {
+  const float* p;
+  float fill = 0;
+  F32 at(int64_t i) const { return load(p + i); }
+  F32 tail(int64_t i, int64_t count) const { return loadPartial(p + i, count, fill); }
+};
+struct Repeat {
+  F32 v;
+  F32 at(int64_t) const { return v; }
+  F32 tail(int64_t, int64_t) const { return v; }
+};
+
+// y[i] = f(in[i]...) for i in [0, n): whole vectors, then the last partial
+// one through padded lanes, so that a tail element is computed exactly as any
+// other. Every vector is read before it is written: y may be an input.
+template <typename F, typename... In>
+inline void mapArrays(float* y, int64_t n, F f, In... in) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store(y + i, f(in.at(i)...));
+  if (i < n) storePartial(y + i, f(in.tail(i, n - i)...), n - i);
+}
+
+// Combiners of foldArray, for vectors and for single floats. Max and Min
+// propagate NaN, as numpy's max and min do.
+struct Add {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct Max {
+  F32 operator()(F32 a, F32 b) const { return select((a > b) | (a != a), a, b); }
+  float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
+};
+struct Min {
+  F32 operator()(F32 a, F32 b) const { return select((a < b) | (a != a), a, b); }
+  float operator()(float a, float b) const { return (a < b || a != a) ? a : b; }
+};
+
+// The lanes of v folded with combine, pairwise: a short dependency chain
+// (log2 kLanes steps), and sums that round less than a running one.
+template <typename Combine>
+inline float foldLanes(F32 v, Combine combine) {
+  float lanes[kLanes];
+  store(lanes, v);
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    for (int i = 0; i < half; ++i) lanes[i] = combine(lanes[i], lanes[i + half]);
+  }
+  return lanes[0];
+}
+
+// map(x[i]) for i in [0, n) folded with combine, where lanes past the end
+// hold `fill` and map(fill) must be combine's identity. Four vectors of
+// partial results let the operations overlap, and a sum of 4 * kLanes partial
+// sums rounds less than a running sum.
+template <typename Map, typename Combine>
+inline float foldArray(const float* x, int64_t n, float fill, Map map, Combine combine) {
+  const F32 identity = map(splat(fill));
+  F32 acc[4] = {identity, identity, identity, identity};
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    for (int k = 0; k < 4; ++k) acc[k] = combine(acc[k], map(load(x + i + k * kLanes)));
+  }
+  for (; i + kLanes <= n; i += kLanes) acc[0] = combine(acc[0], map(load(x + i)));
+  if (i < n) acc[1] = combine(acc[1], map(loadPartial(x + i, n - i, fill)));
+  return foldLanes(combine(combine(acc[0], acc[1]), combine(acc[2], acc[3])), combine);
+}
+
+// ------------------------------------------------------------ unary maps
+
+template <F32 (*kF)(F32)>
+void unaryOf(const float* x, float* y, int64_t n, float, float) {
+  mapArrays(y, n, kF, Stream{x});
+}
+
+F32 relu(F32 v) { return select(v < 0.0f, F32{}, v); }
+F32 neg(F32 v) { return -v; }
+F32 reciprocal(F32 v) { return 1.0f / v; }
+F32 hardSwish(F32 v) {
+  const F32 w = v * (1.0f / 6.0f) + 0.5f;
+  return v * select(w < 0.0f, F32{}, select(w > 1.0f, splat(1.0f), w));
+}
+
+void leakyRelu(const float* x, float* y, int64_t n, float alpha, float) {
+  mapArrays(y, n, [alpha](F32 v) { return select(v < 0.0f, alpha * v, v); }, Stream{x});
+}
+void elu(const float* x, float* y, int64_t n, float alpha, float) {
+  mapArrays(y, n, [alpha](F32 v) { return select(v < 0.0f, alpha * expm1(v), v); }, Stream{x});
+}
+void hardSigmoid(const float* x, float* y, int64_t n, float alpha, float beta) {
+  mapArrays(
+      y, n,
+      [alpha, beta](F32 v) {
+        const F32 w = alpha * v + beta;
+        return select(w < 0.0f, F32{}, select(w > 1.0f, splat(1.0f), w));
+      },
+      Stream{x});
+}
+// As ONNX's Clip: min above max gives max; NaN passes through.
+void clip(const float* x, float* y, int64_t n, float lo, float hi) {
+  mapArrays(
+      y, n,
+      [lo, hi](F32 v) {
+        const F32 w = select(v < lo, splat(lo), v);
+        return select(w > hi, splat(hi), w);
+      },
+      Stream{x});
+}
+
+// ----------------------------------------------------------- binary maps
+
+struct AddOp {
+  static F32 apply(F32 a, F32 b) { return a + b; }
+};
+struct SubOp {
+  static F32 apply(F32 a, F32 b) { return a - b; }
+};
+struct MulOp {
+  static F32 apply(F32 a, F32 b) { return a * b; }
+};
+struct DivOp {
+  static F32 apply(F32 a, F32 b) { return a / b; }
+};
+struct MaxOp {
+  static F32 apply(F32 a, F32 b) { return Max{}(a, b); }
+};
+struct MinOp {
+  static F32 apply(F32 a, F32 b) { return Min{}(a, b); }
+};
+struct SquareOp {  // pow(a, 2) is exactly a * a
+  static F32 apply(F32 a, F32) { return a * a; }
+};
+struct SqrtOp {  // pow(a, 0.5): unlike sqrt, pow(-0, 0.5) = +0 (so + 0) and pow(-inf, 0.5) = +inf
+  static F32 apply(F32 a, F32) { return select(a == -kInf, splat(kInf), sqrt(a) + 0.0f); }
+};
+
+template <typename Op, Operands kOperands>
+void binaryRow(const float* a, const float* b, float* y, int64_t n) {
+  if (n == 0) return;  // a scalar operand may have no element to read then
+  if constexpr (kOperands == Operands::kBoth) {
+    mapArrays(y, n, Op::apply, Stream{a}, Stream{b});
+  } else if constexpr (kOperands == Operands::kScalarB) {
+    mapArrays(y, n, Op::apply, Stream{a}, Repeat{splat(*b)});
+  } else {
+    mapArrays(y, n, Op::apply, Repeat{splat(*a)}, Stream{b});
+  }
+}
+
+// ------------------------------------------------------------ row helpers
+
+float sum(const float* x, int64_t n) {
+  return foldArray(x, n, 0.0f, [](F32 v) { return v; }, Add{});
+}
+float sumSquares(const float* x, int64_t n, float center) {
+  return foldArray(
+      x, n, center,
+      [center](F32 v) {
+        const F32 d = v - center;
+        return d * d;
+      },
+      Add{});
+}
+float max(const float* x, int64_t n) {
+  return foldArray(x, n, -kInf, [](F32 v) { return v; }, Max{});
+}
+float min(const float* x, int64_t n) {
+  return foldArray(x, n, kInf, [](F32 v) { return v; }, Min{});
+}
+float expSum(const float* x, float* y, int64_t n, float shift) {
+  const auto shifted_exp = [shift](F32 v) { return exp(v - shift); };
+  if (y == nullptr) return foldArray(x, n, -kInf, shifted_exp, Add{});  // exp(-inf) = 0
+  F32 total{};
+  mapArrays(
+      y, n,
+      [&](F32 v) {
+        const F32 e = shifted_exp(v);
+        total += e;
+        return e;
+      },
+      Stream{x, -kInf});
+  return foldLanes(total, Add{});
+}
+void affine(const float* x, float* y, int64_t n, float a, float b) {
+  mapArrays(y, n, [a, b](F32 v) { return a * v + b; }, Stream{x});
+}
+void normalize(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
+               float inv_std) {
+  if (bias == nullptr) {
+    mapArrays(y, n, [=](F32 v, F32 s) { return (v - mean) * inv_std * s; }, Stream{x}, Stream{scale});
+  } else {
+    mapArrays(
+        y, n, [=](F32 v, F32 s, F32 b) { return (v - mean) * inv_std * s + b; }, Stream{x}, Stream{scale},
+        Stream{bias});
+  }
+}
+
+// ------------------------------------------------------------------ table
+
+template <typename Op>
+constexpr std::array<BinaryFn, static_cast<size_t>(Operands::kCount)> rowsOf() {
+  std::array<BinaryFn, static_cast<size_t>(Operands::kCount)> rows{};
+  rows[static_cast<size_t>(Operands::kBoth)] = &binaryRow<Op, Operands::kBoth>;
+  rows[static_cast<size_t>(Operands::kScalarB)] = &binaryRow<Op, Operands::kScalarB>;
+  rows[static_cast<size_t>(Operands::kScalarA)] = &binaryRow<Op, Operands::kScalarA>;
+  return rows;
+}
+
+constexpr VectorKernels makeKernels() {
+  VectorKernels k;
+  k.isa = kIsa;
+  const auto set = [&k](Unary op, UnaryFn f) { k.unary[static_cast<size_t>(op)] = f; };
+  set(Unary::kRelu, &unaryOf<relu>);
+  set(Unary::kLeakyRelu, &leakyRelu);
+  set(Unary::kElu, &elu);
+  set(Unary::kSigmoid, &unaryOf<sigmoid>);
+  set(Unary::kHardSigmoid, &hardSigmoid);
+  set(Unary::kHardSwish, &unaryOf<hardSwish>);
+  set(Unary::kSoftplus, &unaryOf<softplus>);
+  set(Unary::kTanh, &unaryOf<tanh>);
+  set(Unary::kGelu, &unaryOf<gelu>);
+  set(Unary::kGeluTanh, &unaryOf<geluTanh>);
+  set(Unary::kExp, &unaryOf<exp>);
+  set(Unary::kLog, &unaryOf<log>);
+  set(Unary::kSqrt, &unaryOf<sqrt>);
+  set(Unary::kErf, &unaryOf<erf>);
+  set(Unary::kAbs, &unaryOf<abs>);
+  set(Unary::kNeg, &unaryOf<neg>);
+  set(Unary::kReciprocal, &unaryOf<reciprocal>);
+  set(Unary::kFloor, &unaryOf<floor>);
+  set(Unary::kCeil, &unaryOf<ceil>);
+  set(Unary::kClip, &clip);
+  const auto rows = [&k](Binary op, std::array<BinaryFn, static_cast<size_t>(Operands::kCount)> fns) {
+    k.binary[static_cast<size_t>(op)] = fns;
+  };
+  rows(Binary::kAdd, rowsOf<AddOp>());
+  rows(Binary::kSub, rowsOf<SubOp>());
+  rows(Binary::kMul, rowsOf<MulOp>());
+  rows(Binary::kDiv, rowsOf<DivOp>());
+  rows(Binary::kMax, rowsOf<MaxOp>());
+  rows(Binary::kMin, rowsOf<MinOp>());
+  rows(Binary::kSquare, rowsOf<SquareOp>());
+  rows(Binary::kSqrt, rowsOf<SqrtOp>());
+  k.sum = &sum;
+  k.sumSquares = &sumSquares;
+  k.max = &max;
+  k.min = &min;
+  k.expSum = &expSum;
+  k.affine = &affine;
+  k.normalize = &normalize;
+  return k;
+}
+
+constexpr VectorKernels kKernels = makeKernels();
+
+}  // namespace
+}  // namespace KILN_VECTOR_NS
+
+namespace detail {
+// genericKernels, avx2Kernels or avx512Kernels.
+#define KILN_PASTE_INNER(a, b) a##b
+#define KILN_PASTE(a, b) KILN_PASTE_INNER(a, b)
+const VectorKernels& KILN_PASTE(KILN_VECTOR_NS, Kernels)() { return KILN_VECTOR_NS::kKernels; }
+}  // namespace detail
+
+}  // namespace kiln::vec
