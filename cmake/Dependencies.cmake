@@ -15,4 +15,8 @@ endif()
 find_package(Protobuf REQUIRED)
 find_package(ONNX REQUIRED)
 find_package(Threads REQUIRED)
+# Optional: the CPU kernels split large steps across OpenMP's threads, the
+# pool oneDNN runs on (src/kernels/cpu/parallel.h); without it they run on
+# the calling thread.
+find_package(OpenMP COMPONENTS CXX)
 find_package(dnnl CONFIG REQUIRED)

@@ -16,6 +16,7 @@
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
 #include "passes/elementwise_fusion.h"
+#include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
 
 namespace kiln {
@@ -268,6 +269,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
   // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
   eliminateCommonSubexpressions(graph);
+  const auto default_opset = opsets.find("");
+  if (fuseLayerNorms(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) inferTypes(graph, opsets);
   if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   // Activations and residual Adds after a channels-last Conv become its
@@ -281,7 +284,6 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
 
   CompileReport report;
   progress("planning memory", 0.1);
-  const auto default_opset = opsets.find("");
   const ExecutableSpec spec =
       Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second).lower(report);
 

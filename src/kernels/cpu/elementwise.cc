@@ -8,7 +8,8 @@
 // kVector. f64 and the integer types run the loops here, where the op is a
 // template parameter (nothing is dispatched per element) and every loop
 // writes through mapBlocked so that it vectorises at -O2; their
-// transcendental functions are the std:: ones.
+// transcendental functions are the std:: ones. Large calls split their
+// output across threads (parallel.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -345,6 +347,7 @@ struct UnaryState final : KernelState {
   using Loop = void (*)(const std::byte* x, std::byte* y, int64_t n, double alpha, double beta);
   vec::UnaryFn vector = nullptr;  // f32
   Loop loop = nullptr;            // the other types
+  size_t element_size = 0;
   double alpha = 0;
   double beta = 0;
 };
@@ -388,6 +391,7 @@ std::unique_ptr<KernelState> prepareUnaryAs(const KernelSetup& setup) {
   } else {
     state->loop = unaryLoopFor<Op>(dtype);
   }
+  state->element_size = dtypeSize(dtype);
   if constexpr (requires { Op::kAlpha; }) state->alpha = setup.params.getFloat("alpha", Op::kAlpha);
   if constexpr (requires { Op::kBeta; }) state->beta = setup.params.getFloat("beta", Op::kBeta);
   return state;
@@ -403,13 +407,17 @@ std::unique_ptr<KernelState> prepareGelu(const KernelSetup& setup) {
 // The element count comes from the call's view, so a dynamic shape works too.
 void runUnary(const KernelCall& call) {
   const auto& state = static_cast<const UnaryState&>(*call.state);
-  const auto n = static_cast<int64_t>(call.outputs[0].numElements());
-  if (state.vector != nullptr) {
-    state.vector(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), n, static_cast<float>(state.alpha),
-                 static_cast<float>(state.beta));
-  } else {
-    state.loop(call.inputs[0].data, call.outputs[0].data, n, state.alpha, state.beta);
-  }
+  const std::byte* x = call.inputs[0].data;
+  std::byte* y = call.outputs[0].data;
+  parallelForElements(static_cast<int64_t>(call.outputs[0].numElements()), [&](int64_t begin, int64_t end) {
+    if (state.vector != nullptr) {
+      state.vector(reinterpret_cast<const float*>(x) + begin, reinterpret_cast<float*>(y) + begin, end - begin,
+                   static_cast<float>(state.alpha), static_cast<float>(state.beta));
+    } else {
+      const size_t offset = static_cast<size_t>(begin) * state.element_size;
+      state.loop(x + offset, y + offset, end - begin, state.alpha, state.beta);
+    }
+  });
 }
 
 // --------------------------------------------------------------------- Clip
@@ -421,6 +429,7 @@ struct ClipState final : KernelState {
   using Loop = void (*)(const std::byte* x, std::byte* y, int64_t n, const std::byte* lo, const std::byte* hi);
   vec::UnaryFn vector = nullptr;  // f32
   Loop loop = nullptr;            // the other types
+  size_t element_size = 0;
   std::array<std::byte, 8> lo{};
   std::array<std::byte, 8> hi{};
   bool lo_from_call = false;
@@ -489,6 +498,7 @@ std::unique_ptr<KernelState> prepareClipAs(const KernelSetup& setup) {
   } else {
     state->loop = &clipLoop<T>;
   }
+  state->element_size = sizeof(T);
   state->lo_from_call = prepareBound<T>(setup, 1, state->lo);
   state->hi_from_call = prepareBound<T>(setup, 2, state->hi);
   return state;
@@ -515,16 +525,23 @@ void runClip(const KernelCall& call) {
   const auto& state = static_cast<const ClipState&>(*call.state);
   const std::byte* lo = state.lo_from_call ? call.inputs[1].data : state.lo.data();
   const std::byte* hi = state.hi_from_call ? call.inputs[2].data : state.hi.data();
-  const auto n = static_cast<int64_t>(call.outputs[0].numElements());
+  const std::byte* x = call.inputs[0].data;
+  std::byte* y = call.outputs[0].data;
+  float lo_value = 0;
+  float hi_value = 0;
   if (state.vector != nullptr) {
-    float lo_value;
-    float hi_value;
     std::memcpy(&lo_value, lo, sizeof lo_value);
     std::memcpy(&hi_value, hi, sizeof hi_value);
-    state.vector(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), n, lo_value, hi_value);
-  } else {
-    state.loop(call.inputs[0].data, call.outputs[0].data, n, lo, hi);
   }
+  parallelForElements(static_cast<int64_t>(call.outputs[0].numElements()), [&](int64_t begin, int64_t end) {
+    if (state.vector != nullptr) {
+      state.vector(reinterpret_cast<const float*>(x) + begin, reinterpret_cast<float*>(y) + begin, end - begin,
+                   lo_value, hi_value);
+    } else {
+      const size_t offset = static_cast<size_t>(begin) * state.element_size;
+      state.loop(x + offset, y + offset, end - begin, lo, hi);
+    }
+  });
 }
 
 // ----------------------------------------------------------------- Identity
@@ -867,11 +884,15 @@ void runBinary(const KernelCall& call) {
     if (call.inputs[0].data != y && bytes != 0) std::memcpy(y, call.inputs[0].data, bytes);
     return;
   }
-  for (const BinaryStep& step : state.steps) {
-    const std::byte* a = step.a == kFromOutput ? y : call.inputs[step.a].data;
-    binaryRange(state.row, step.plan, state.element_size, state.result_size, a, call.inputs[step.b].data, y, 0,
-                count);
-  }
+  // Each thread runs every step over its own range: a variadic step reads
+  // only the output elements of that range.
+  parallelForElements(count, [&](int64_t begin, int64_t end) {
+    for (const BinaryStep& step : state.steps) {
+      const std::byte* a = step.a == kFromOutput ? y : call.inputs[step.a].data;
+      binaryRange(state.row, step.plan, state.element_size, state.result_size, a, call.inputs[step.b].data, y,
+                  begin, end);
+    }
+  });
 }
 
 template <typename Op>

@@ -12,7 +12,8 @@
 // otherwise per call (one sqrt per channel). LayerNormalization takes two
 // passes per row (mean, then the variance of x - mean), which keeps the
 // variance exact for rows with a large mean. Softmax subtracts the row
-// maximum before exp. None of them allocates while running.
+// maximum before exp. Large calls split their rows (or channels, or column
+// blocks) across threads (parallel.h). None of them allocates while running.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -164,8 +166,10 @@ void runBatchNorm(const KernelCall& call) {
   const float* mean = call.inputs[3].as<const float>();
   const float* var = call.inputs[4].as<const float>();
   const vec::VectorKernels& kernels = vec::vectorKernels();
-  for (int64_t n = 0; n < s.batch; ++n) {
-    for (int64_t c = 0; c < s.channels; ++c) {
+  // One item per (batch index, channel).
+  parallelForItems(s.batch * s.channels, s.inner, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t c = item % s.channels;
       float a;
       float b;
       if (s.folded) {
@@ -175,10 +179,9 @@ void runBatchNorm(const KernelCall& call) {
         a = scale[c] / std::sqrt(var[c] + s.epsilon);
         b = bias[c] - a * mean[c];
       }
-      const int64_t offset = (n * s.channels + c) * s.inner;
-      kernels.affine(x + offset, y + offset, s.inner, a, b);
+      kernels.affine(x + item * s.inner, y + item * s.inner, s.inner, a, b);
     }
-  }
+  });
 }
 
 // ------------------------------------------------------ LayerNormalization
@@ -249,6 +252,34 @@ std::unique_ptr<KernelState> prepareLayerNorm(const KernelSetup& setup) {
   return state;
 }
 
+// One row of n elements: (x - mean) * inv_std * scale + bias.
+void layerNormRow(const LayerNormState& s, const vec::VectorKernels& kernels, const float* x, const float* scale,
+                  const float* bias, float* y, float* mean_out, float* inv_out) {
+  const int64_t n = s.size;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const float mean = kernels.sum(x, n) * inv_n;
+  const float var = kernels.sumSquares(x, n, mean) * inv_n;
+  const float inv_std = 1.0f / std::sqrt(var + s.epsilon);
+  if (mean_out != nullptr) *mean_out = mean;
+  if (inv_out != nullptr) *inv_out = inv_std;
+  // A scale or bias of one value is applied in a second pass over the row:
+  // subtracting the mean first keeps the precision that folding it into one
+  // affine map would lose.
+  if (!s.scale_scalar) {
+    kernels.normalize(x, scale, s.bias_scalar ? nullptr : bias, y, n, mean, inv_std);
+    if (s.bias_scalar) kernels.affine(y, y, n, 1.0f, bias[0]);
+    return;
+  }
+  kernels.affine(x, y, n, 1.0f, -mean);
+  const float a = inv_std * scale[0];
+  if (bias == nullptr || s.bias_scalar) {
+    kernels.affine(y, y, n, a, bias == nullptr ? 0.0f : bias[0]);
+  } else {
+    kernels.binaryFn(vec::Binary::kMul, vec::Operands::kScalarB)(y, &a, y, n);
+    kernels.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(y, bias, y, n);
+  }
+}
+
 void runLayerNorm(const KernelCall& call) {
   const auto& s = static_cast<const LayerNormState&>(*call.state);
   const float* x = call.inputs[0].as<const float>();
@@ -258,33 +289,12 @@ void runLayerNorm(const KernelCall& call) {
   float* mean_out = s.mean_output ? call.outputs[1].as<float>() : nullptr;
   float* inv_out = s.inv_std_output ? call.outputs[2].as<float>() : nullptr;
   const vec::VectorKernels& kernels = vec::vectorKernels();
-  const int64_t n = s.size;
-  const float inv_n = 1.0f / static_cast<float>(n);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    const float mean = kernels.sum(xr, n) * inv_n;
-    const float var = kernels.sumSquares(xr, n, mean) * inv_n;
-    const float inv_std = 1.0f / std::sqrt(var + s.epsilon);
-    if (mean_out != nullptr) mean_out[r] = mean;
-    if (inv_out != nullptr) inv_out[r] = inv_std;
-    // (x - mean) * inv_std * scale + bias. A scale or bias of one value is
-    // applied in a second pass over the row: subtracting the mean first
-    // keeps the precision that folding it into one affine map would lose.
-    if (!s.scale_scalar) {
-      kernels.normalize(xr, scale, s.bias_scalar ? nullptr : bias, yr, n, mean, inv_std);
-      if (s.bias_scalar) kernels.affine(yr, yr, n, 1.0f, bias[0]);
-    } else {
-      kernels.affine(xr, yr, n, 1.0f, -mean);
-      if (bias == nullptr || s.bias_scalar) {
-        kernels.affine(yr, yr, n, inv_std * scale[0], bias == nullptr ? 0.0f : bias[0]);
-      } else {
-        const float a = inv_std * scale[0];
-        kernels.binaryFn(vec::Binary::kMul, vec::Operands::kScalarB)(yr, &a, yr, n);
-        kernels.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(yr, bias, yr, n);
-      }
+  parallelForItems(s.rows, s.size, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      layerNormRow(s, kernels, x + r * s.size, scale, bias, y + r * s.size,
+                   mean_out == nullptr ? nullptr : mean_out + r, inv_out == nullptr ? nullptr : inv_out + r);
     }
-  }
+  });
 }
 
 // ------------------------------------------------------ Softmax, LogSoftmax
@@ -374,17 +384,19 @@ void runSoftmax(const KernelCall& call) {
   float* y = call.outputs[0].as<float>();
   if (s.axis == 0) return;
   const vec::VectorKernels& kernels = vec::vectorKernels();
-  for (int64_t o = 0; o < s.outer; ++o) {
-    const float* xo = x + o * s.axis * s.inner;
-    float* yo = y + o * s.axis * s.inner;
-    if (s.inner == 1) {
-      softmaxRow(kernels, xo, yo, s.axis, s.log);
-      continue;
+  // One item per row (inner == 1) or per block of up to kColumns columns.
+  const int64_t blocks = (s.inner + kColumns - 1) / kColumns;
+  parallelForItems(s.outer * blocks, s.axis * std::min(s.inner, kColumns), [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t offset = item / blocks * s.axis * s.inner + item % blocks * kColumns;
+      if (s.inner == 1) {
+        softmaxRow(kernels, x + offset, y + offset, s.axis, s.log);
+      } else {
+        const int64_t width = std::min(kColumns, s.inner - item % blocks * kColumns);
+        softmaxColumns(kernels, x + offset, y + offset, s.axis, s.inner, width, s.log);
+      }
     }
-    for (int64_t j = 0; j < s.inner; j += kColumns) {
-      softmaxColumns(kernels, xo + j, yo + j, s.axis, s.inner, std::min(kColumns, s.inner - j), s.log);
-    }
-  }
+  });
 }
 
 std::unique_ptr<KernelState> prepareSoftmax(const KernelSetup& setup) {

@@ -11,7 +11,8 @@
 //   innermost K: each row folds elementwise into a row of the output.
 // The output starts at the op's identity and ends with its finishing step
 // (the mean's division, the L2's square root). In f32 the common ops fold
-// with the vector kernels (vector_kernels.h) instead: see VectorForm.
+// with the vector kernels (vector_kernels.h) instead: see VectorForm. A
+// large [K R] input splits its rows across threads (parallel.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -251,7 +253,14 @@ void reduceLoop(const ReducePlan& plan, const std::byte* x_bytes, std::byte* y_b
   T* y = reinterpret_cast<T*>(y_bytes);
   const T identity = Op::template identity<T>();
   for (int64_t i = 0; i < plan.out_count; ++i) y[i] = identity;
-  if (!plan.empty_input && plan.rank > 0) {
+  if (!plan.empty_input && plan.rank == 2 && !plan.reduced[0] && plan.reduced[1]) {
+    // [K R]: each output folds a row of its own, so the rows split across
+    // threads.
+    const int64_t n = plan.dims[1];
+    parallelForItems(plan.dims[0], n, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) y[row] = Op::combine(y[row], reduceRow<Op>(x + row * n, n));
+    });
+  } else if (!plan.empty_input && plan.rank > 0) {
     const uint32_t last = plan.rank - 1;
     const int64_t n = plan.dims[last];
     const bool row_reduced = plan.reduced[last];

@@ -62,6 +62,18 @@ struct Min {
   float operator()(float a, float b) const { return (a < b || a != a) ? a : b; }
 };
 
+// The lanes of v folded with combine, pairwise: a short dependency chain
+// (log2 kLanes steps), and sums that round less than a running one.
+template <typename Combine>
+inline float foldLanes(F32 v, Combine combine) {
+  float lanes[kLanes];
+  store(lanes, v);
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    for (int i = 0; i < half; ++i) lanes[i] = combine(lanes[i], lanes[i + half]);
+  }
+  return lanes[0];
+}
+
 // map(x[i]) for i in [0, n) folded with combine, where lanes past the end
 // hold `fill` and map(fill) must be combine's identity. Four vectors of
 // partial results let the operations overlap, and a sum of 4 * kLanes partial
@@ -76,10 +88,7 @@ inline float foldArray(const float* x, int64_t n, float fill, Map map, Combine c
   }
   for (; i + kLanes <= n; i += kLanes) acc[0] = combine(acc[0], map(load(x + i)));
   if (i < n) acc[1] = combine(acc[1], map(loadPartial(x + i, n - i, fill)));
-  const F32 all = combine(combine(acc[0], acc[1]), combine(acc[2], acc[3]));
-  float result = all[0];
-  for (int k = 1; k < kLanes; ++k) result = combine(result, all[k]);
-  return result;
+  return foldLanes(combine(combine(acc[0], acc[1]), combine(acc[2], acc[3])), combine);
 }
 
 // ------------------------------------------------------------ unary maps
@@ -194,9 +203,7 @@ float expSum(const float* x, float* y, int64_t n, float shift) {
         return e;
       },
       Stream{x, -kInf});
-  float result = 0;
-  for (int k = 0; k < kLanes; ++k) result += total[k];
-  return result;
+  return foldLanes(total, Add{});
 }
 void affine(const float* x, float* y, int64_t n, float a, float b) {
   mapArrays(y, n, [a, b](F32 v) { return a * v + b; }, Stream{x});

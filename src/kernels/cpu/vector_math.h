@@ -85,15 +85,20 @@ inline F32 sqrt(F32 x) {
   return r;
 }
 // Round toward -inf / +inf. From 2^23 on every float is an integer (and NaN
-// and inf fail the test), so they stay; copySign keeps floor(-0) = -0 and
-// ceil(-0.5) = -0.
+// and inf fail the test), so they stay, and only the others go through int
+// (whose range they fit); copySign keeps floor(-0) = -0 and ceil(-0.5) = -0.
+inline F32 truncateSmall(F32 x, I32 small) {
+  return toFloat(__builtin_convertvector(select(small, x, F32{}), I32));
+}
 inline F32 floor(F32 x) {
-  const F32 t = toFloat(__builtin_convertvector(x, I32));  // toward 0
-  return select(abs(x) < 8388608.0f, copySign(t - select(t > x, splat(1.0f), F32{}), x), x);
+  const I32 small = abs(x) < 8388608.0f;
+  const F32 t = truncateSmall(x, small);
+  return select(small, copySign(t - select(t > x, splat(1.0f), F32{}), x), x);
 }
 inline F32 ceil(F32 x) {
-  const F32 t = toFloat(__builtin_convertvector(x, I32));
-  return select(abs(x) < 8388608.0f, copySign(t + select(t < x, splat(1.0f), F32{}), x), x);
+  const I32 small = abs(x) < 8388608.0f;
+  const F32 t = truncateSmall(x, small);
+  return select(small, copySign(t + select(t < x, splat(1.0f), F32{}), x), x);
 }
 
 // c0 + x (c1 + x (c2 + ...)); coefficients lowest degree first.
@@ -108,19 +113,22 @@ inline V horner(V x, C c, Rest... rest) {
 
 // -------------------------------------------------------------- exp, expm1
 
-// e^(hi + lo) = 2^n (1 + q) with n = round((hi + lo) / ln 2) and
-// q = e^r - 1, r = hi + lo - n ln 2 in about [-ln2/2, ln2/2]. lo is a small
-// correction of hi (below hi's rounding error); most callers pass 0. Needs
-// |hi| < 2^21 (callers clamp far tighter).
+// ln 2 in two parts: kLn2Hi has 9 significant bits, so n * kLn2Hi is exact
+// for every exponent n a float has.
+inline constexpr float kLn2Hi = 0.693359375f;
+inline constexpr float kLn2Lo = -2.12194440e-4f;  // ln 2 - kLn2Hi
+
+// e^(hi + lo) = 2^n (1 + q) with n = round(hi / ln 2) and q = e^r - 1,
+// r = hi + lo - n ln 2 in about [-ln2/2, ln2/2]. lo is a small correction of
+// hi (below hi's rounding error); most callers pass 0. Needs |hi| < 2^21
+// (callers clamp far tighter).
 struct ExpReduced {
   I32 n;
   F32 q;
 };
 inline ExpReduced reduceExp(F32 hi, F32 lo) {
   constexpr float kLog2e = 1.44269504f;
-  constexpr float kLn2Hi = 0.693359375f;     // ln 2 to 9 bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440e-4f;  // ln 2 - kLn2Hi
-  constexpr float kRounder = 12582912.0f;    // 1.5 * 2^23: adding it rounds to an integer, left in the low bits
+  constexpr float kRounder = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer, left in the low bits
   const F32 biased = hi * kLog2e + kRounder;
   const F32 n = biased - kRounder;
   const F32 r = (hi - n * kLn2Hi) - n * kLn2Lo + lo;  // hi - n * kLn2Hi is exact
@@ -133,8 +141,8 @@ inline ExpReduced reduceExp(F32 hi, F32 lo) {
 // 2^n for n in [-126, 127].
 inline F32 pow2(I32 n) { return fromBits((n + 127) << 23); }
 
-// m 2^n for n in [-252, 254] and m in [0.5, 2], in two exact halves so that results near
-// overflow and in the subnormal range round once, correctly.
+// m 2^n for n in [-252, 254] and m in [0.5, 2], in two exact halves so that
+// results near overflow and in the subnormal range round once, correctly.
 inline F32 scaleByPow2(F32 m, I32 n) {
   const I32 half = n >> 1;
   return m * pow2(half) * pow2(n - half);
@@ -166,9 +174,6 @@ inline F32 expm1(F32 x) {
 
 // --------------------------------------------------------------------- log
 
-inline constexpr float kLn2Hi = 0.693359375f;
-inline constexpr float kLn2Lo = -2.12194440e-4f;
-
 // log(2^e (1 + f)) for f in [-0.25, 0.5] and integral e: log1p(f) is
 // f - f^2/2 + f^3 P(f), summed smallest first. Within 1 ulp.
 inline F32 logReduced(F32 e, F32 f) {
@@ -185,8 +190,10 @@ inline F32 log(F32 x) {
   const I32 subnormal = x < 1.17549435e-38f;
   const F32 xn = select(subnormal, x * 8388608.0f, x);  // 2^23
   // x = 2^e m with m in [0.75, 1.5): subtracting the bits of 0.75 moves the
-  // exponent's boundary from 1 there; f = m - 1 is then exact.
-  const I32 bits = toBits(xn) - 0x3f400000;
+  // exponent's boundary from 1 there; f = m - 1 is then exact. (The bits of
+  // |x|: a sign bit would overflow the subtraction, and x < 0 gives NaN
+  // below anyway.)
+  const I32 bits = toBits(abs(xn)) - 0x3f400000;
   const I32 e = (bits >> 23) - (subnormal & 23);
   const F32 m = fromBits((bits & 0x007fffff) + 0x3f400000);
   const F32 y = logReduced(toFloat(e), m - 1.0f);
@@ -278,8 +285,9 @@ inline F32 geluTanh(F32 x) {
   // Below -20 the result rounds to -0 (and -inf gives -0, not NaN); above 20,
   // sigmoid(2u) rounds to 1 (and inf gives inf).
   const F32 xc = atLeast(x, -20.0f);
-  const F64 d = toDouble(atMost(xc, 20.0f));
-  const F64 a = -toDouble(abs(atMost(xc, 20.0f))) * (kScale + (kScale * 0.044715) * d * d);  // -|2u|
+  const F32 xw = atMost(xc, 20.0f);
+  const F64 d = toDouble(xw);
+  const F64 a = -toDouble(abs(xw)) * (kScale + (kScale * 0.044715) * d * d);  // -|2u|, as sign(u) = sign(x)
   const F32 hi = toFloat(a);
   const F32 scaled = expHiLo(hi, toFloat(a - toDouble(hi)), 24);
   const F32 denominator = 1.0f + scaled * 0x1p-24f;

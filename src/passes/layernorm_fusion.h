@@ -1,0 +1,34 @@
+// LayerNormalization written out as its arithmetic, as exporters emit it for
+// opsets before 17 (and PyTorch often still does), becomes one
+// LayerNormalization node, whose kernel makes two passes over each row
+// instead of nine steps over the whole tensor:
+//
+//   m = ReduceMean(x, axes=[last], keepdims=1)
+//   d = Sub(x, m)
+//   v = ReduceMean(Pow(d, 2), axes=[last], keepdims=1)     (or Mul(d, d))
+//   n = Div(d, Sqrt(Add(v, epsilon)))
+//   y = Add(Mul(n, gamma), beta)                            (Mul, Add optional)
+//
+// becomes y = LayerNormalization(x, gamma, beta) {axis: -1, epsilon}, with a
+// constant of ones for a missing gamma. y keeps its name.
+//
+// A fusion happens only when: x is f32 with a known rank; the reductions
+// reduce the last axis only (axes attribute, or constant axes input) with
+// keepdims 1; epsilon is a one-element f32 constant; the exponent is a
+// one-element constant 2; gamma and beta are f32 initializers of shape [C]
+// (C the last dimension of x); every intermediate value is read only inside
+// the pattern and is not pinned (pass_helpers.h); and the model's default
+// opset is 17 or newer (where LayerNormalization exists).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+// Returns the number of LayerNormalizations formed.
+size_t fuseLayerNorms(Graph& graph, int64_t default_opset);
+
+}  // namespace kiln
