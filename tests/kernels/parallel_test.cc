@@ -65,7 +65,31 @@ Operand floats(const Ints& shape, uint32_t seed, double lo = -3, double hi = 3) 
   return operand(shape, randomValues<float>(elementCount(shape), seed, lo, hi));
 }
 
-// Calls of at least 64K elements of every kernel that splits its work.
+// kiln.FusedElementwise's parameters (core/elementwise_program.h).
+ParamMap fusedProgram(const std::string& ops, const Ints& operands, const std::vector<double>& immediates = {}) {
+  const size_t count = operands.size() / 2;
+  ParamMap map = params({{"ops", ops}, {"operands", operands}, {"alpha", std::vector<double>(count, 0.0)},
+                         {"beta", std::vector<double>(count, 0.0)}});
+  if (!immediates.empty()) map.set("immediates", immediates);
+  return map;
+}
+
+// A fused chain of `links` (Tanh, Mul by input 1) pairs over input 0.
+ParamMap fusedChain(int links) {
+  std::string ops;
+  Ints operands;
+  int64_t h = 0;
+  for (int i = 0; i < links; ++i) {
+    ops += i == 0 ? "Tanh,Mul" : ",Tanh,Mul";
+    const int64_t tanh = 2 + 2 * i;
+    operands.insert(operands.end(), {h, -1, tanh, 1});
+    h = tanh + 1;
+  }
+  return fusedProgram(ops, operands);
+}
+
+// Calls of at least 64K elements of every kernel that splits its work (for
+// a fused program, elements times instructions).
 std::vector<Case> largeCases() {
   std::vector<Case> cases;
   cases.push_back({"Add, a row broadcast", "Add", {floats({300, 517}, 1), floats({517}, 2)},
@@ -103,6 +127,16 @@ std::vector<Case> largeCases() {
                    params({{"axes", Ints{1}}})});
   cases.push_back({"ReduceMax, first axis", "ReduceMax", {floats({512, 256}, 28)}, {output(DType::kF32, {1, 256})},
                    params({{"axes", Ints{0}}})});
+  // (x + b) * sigmoid(x + b); then (x - mean) * 0.5 per channel; then 20
+  // ops on 4,480 elements.
+  cases.push_back({"FusedElementwise, a row broadcast", "kiln.FusedElementwise", {floats({300, 517}, 29),
+                                                                                   floats({517}, 30)},
+                   {output(DType::kF32, {300, 517})}, fusedProgram("Add,Sigmoid,Mul", {0, 1, 2, -1, 2, 3})});
+  cases.push_back({"FusedElementwise, per channel", "kiln.FusedElementwise",
+                   {floats({2, 64, 33, 37}, 31), floats({64, 1, 1}, 32)}, {output(DType::kF32, {2, 64, 33, 37})},
+                   fusedProgram("Sub,Mul", {0, 1, 3, 2}, {0.5})});
+  cases.push_back({"FusedElementwise, a long chain", "kiln.FusedElementwise", {floats({64, 70}, 33), floats({70}, 34)},
+                   {output(DType::kF32, {64, 70})}, fusedChain(10)});
   return cases;
 }
 

@@ -17,8 +17,9 @@
 //
 // prepare resolves the program once: a vector-kernel function, operand
 // sources and a register per instruction; run only loops. run allocates
-// nothing: the registers are one stack array, shared out by prepare's block
-// length. The output may be an input of the output's shape (in place): each
+// nothing: the registers are one stack array per thread, shared out by
+// prepare's block length. Large outputs split into ranges of elements, one
+// per OpenMP thread (parallel.h). The output may be an input of the output's shape (in place): each
 // block reads all its operands before its last instruction stores it.
 #include <fmt/format.h>
 
@@ -32,6 +33,7 @@
 #include "core/elementwise_program.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -240,17 +242,19 @@ void runInstruction(const Instruction& instruction, Operand a, Operand b, float*
   if (all_scalar) std::fill(y + 1, y + count, y[0]);
 }
 
-void runFusedElementwise(const KernelCall& call) {
-  const auto& state = static_cast<const FusedElementwiseState&>(*call.state);
-  if (state.elements == 0) return;
+// Output elements [begin, end), block by block along the plan's rows; the
+// registers live on this thread's stack.
+void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_t begin, int64_t end) {
   alignas(64) float scratch[kScratchFloats];
   float* y = call.outputs[0].as<float>();
   const BroadcastPlan& plan = state.plan;
   const int64_t row_length = plan.rowLength();
-  BroadcastRows rows(plan, 0);
-  for (int64_t row = 0; row < state.elements; row += row_length, rows.next()) {
-    for (int64_t column = 0; column < row_length; column += state.block) {
-      const int64_t count = std::min(state.block, row_length - column);
+  BroadcastRows rows(plan, begin);
+  int64_t column = begin % row_length;  // of element `at` in its row
+  for (int64_t at = begin; at < end; rows.next(), column = 0) {
+    const int64_t row_end = std::min(at - column + row_length, end);
+    for (int64_t count = 0; at < row_end; column += count, at += count) {
+      count = std::min(state.block, row_end - at);
       auto operand = [&](const Source& source) -> Operand {
         switch (source.kind) {
           case Source::kInput: {
@@ -266,14 +270,23 @@ void runFusedElementwise(const KernelCall& call) {
         return {scratch + source.index * state.block, false};
       };
       for (const Instruction& instruction : state.program) {
-        float* result = instruction.result == kOutputRegister ? y + row + column
-                                                              : scratch + instruction.result * state.block;
+        float* result = instruction.result == kOutputRegister ? y + at : scratch + instruction.result * state.block;
         const Operand a = operand(instruction.a);
         const Operand b = instruction.unary != nullptr ? a : operand(instruction.b);
         runInstruction(instruction, a, b, result, count);
       }
     }
   }
+}
+
+// Large outputs split across threads (parallel.h); each instruction is about
+// one elementwise op's work per element.
+void runFusedElementwise(const KernelCall& call) {
+  const auto& state = static_cast<const FusedElementwiseState&>(*call.state);
+  if (state.elements == 0) return;
+  parallelForElements(
+      state.elements, [&](int64_t begin, int64_t end) { runRange(state, call, begin, end); },
+      static_cast<int64_t>(state.program.size()));
 }
 
 }  // namespace

@@ -51,11 +51,13 @@ void parallelForItems(int64_t count, int64_t item_elements, const Body& body) {
 
 // The same over n elements, in ranges whose bounds are multiples of 16
 // elements (64 bytes of f32 or more): threads do not share cache lines of
-// the output, and vector loops keep whole vectors.
+// the output, and vector loops keep whole vectors. `element_cost` weighs an
+// element against kParallelMinElements: a call that does k elementwise ops'
+// work per element (a fused chain of k ops) passes k.
 template <typename Body>
-void parallelForElements(int64_t n, const Body& body) {
+void parallelForElements(int64_t n, const Body& body, int64_t element_cost = 1) {
   constexpr int64_t kGrain = 16;
-  parallelForItems((n + kGrain - 1) / kGrain, kGrain, [&](int64_t begin, int64_t end) {
+  parallelForItems((n + kGrain - 1) / kGrain, kGrain * element_cost, [&](int64_t begin, int64_t end) {
     body(begin * kGrain, std::min(end * kGrain, n));
   });
 }
