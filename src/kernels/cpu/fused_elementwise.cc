@@ -19,8 +19,9 @@
 // sources and a register per instruction; run only loops. run allocates
 // nothing: the registers are one stack array per thread, shared out by
 // prepare's block length. Large outputs split into ranges of elements, one
-// per OpenMP thread (parallel.h). The output may be an input of the output's shape (in place): each
-// block reads all its operands before its last instruction stores it.
+// per OpenMP thread (parallel.h). The output may be an input of the output's
+// shape (in place): each block reads all its operands before its last
+// instruction stores it.
 #include <fmt/format.h>
 
 #include <algorithm>
