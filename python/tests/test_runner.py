@@ -31,7 +31,8 @@ def mlp_onnx(tmp_path):
 
 def test_compile_and_run_match_onnxruntime(mlp_onnx, tmp_path):
     report = kiln.compile(mlp_onnx, tmp_path / "mlp.kiln", batch=4)
-    assert report["steps"] == 4 and report["arena_bytes"] >= report["lower_bound_bytes"]
+    # MatMul and its bias Add are one fused step; Sigmoid and Relu read it.
+    assert report["steps"] == 3 and report["arena_bytes"] >= report["lower_bound_bytes"]
     runner = kiln.Runner(tmp_path / "mlp.kiln")
     assert runner.inputs == [("x", (4, 6), "f32")]
     assert [name for name, _, _ in runner.outputs] == ["y", "r"]
