@@ -11,6 +11,7 @@
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
 #include "passes/batchnorm_folding.h"
+#include "passes/blocked_conv.h"
 #include "passes/channels_last.h"
 #include "passes/conv_fusion.h"
 #include "passes/common_subexpression.h"
@@ -276,6 +277,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.
   fuseConvPostOps(graph);
+  // 3x3 convolutions move to oneDNN's blocked layout, where it has Winograd.
+  if (options.channels_last) useBlockedConvs(graph);
   // What elementwise work is left, in connected groups, as single steps that
   // make one pass over memory each.
   if (fuseElementwise(graph) > 0) inferTypes(graph, opsets);

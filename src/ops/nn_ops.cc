@@ -520,20 +520,42 @@ void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_
 // first input and the output hold [N, H, W, C] where ONNX has [N, C, H, W]
 // (written by the channels-last pass, src/passes/channels_last.h).
 // Inference runs the newest schema of the ONNX operator on a scratch node
-// that sees the first input in NCHW, then permutes the output back.
+// that sees the first input in NCHW, then converts the output back.
 std::vector<Dim> permuted(const std::vector<Dim>& dims, const std::array<size_t, 4>& order) {
   std::vector<Dim> out;
   for (size_t axis : order) out.push_back(dims[axis]);
   return out;
 }
 
-void inferChannelsLast(InferenceContext& context, const std::string& op) {
+// kiln.Blocked16Conv: Conv whose first input and output hold oneDNN's
+// nChw16c layout as 5-D tensors [N, C/16, H, W, 16] (written by the
+// blocked-convolution pass, src/passes/blocked_conv.h).
+enum class Layout { kNhwc, kBlocked16 };
+
+constexpr int64_t kBlock = 16;
+
+std::vector<Dim> toNchw(const std::vector<Dim>& dims, Layout layout) {
+  if (layout == Layout::kNhwc) return permuted(dims, {0, 3, 1, 2});
+  const Dim channels = dims[1].isKnown() ? Dim::known(dims[1].size * kBlock) : Dim{};
+  return {dims[0], channels, dims[2], dims[3]};
+}
+
+std::vector<Dim> fromNchw(const std::vector<Dim>& dims, Layout layout) {
+  if (layout == Layout::kNhwc) return permuted(dims, {0, 2, 3, 1});
+  const Dim blocks = dims[1].isKnown() ? Dim::known((dims[1].size + kBlock - 1) / kBlock) : Dim{};
+  return {dims[0], blocks, dims[2], dims[3], Dim::known(kBlock)};
+}
+
+void inferInLayout(InferenceContext& context, const std::string& op, Layout layout) {
   const std::vector<Dim>* x = knownShape(context, 0);
   if (!x) return setUnknownShape(context, context.inputType(0).dtype);
-  if (x->size() != 4) context.fail("needs a 4-D input [N, H, W, C], got {}", dimsText(*x));
+  if (layout == Layout::kNhwc && x->size() != 4) context.fail("needs a 4-D input [N, H, W, C], got {}", dimsText(*x));
+  if (layout == Layout::kBlocked16 && (x->size() != 5 || (*x)[4] != Dim::known(kBlock))) {
+    context.fail("needs a 5-D input [N, C/16, H, W, 16], got {}", dimsText(*x));
+  }
   constexpr int64_t kNewest = std::numeric_limits<int64_t>::max();
   const OpSchema* schema = OpRegistry::global().find("", op, kNewest);
-  Graph scratch("channels_last");
+  Graph scratch("layout");
   std::vector<ValueId> inputs;
   for (size_t i = 0; i < context.inputCount(); ++i) {
     if (!context.hasInput(i)) {
@@ -546,7 +568,7 @@ void inferChannelsLast(InferenceContext& context, const std::string& op) {
       continue;
     }
     ValueType type = context.inputType(i);
-    if (i == 0) type.shape = permuted(*x, {0, 3, 1, 2});
+    if (i == 0) type.shape = toNchw(*x, layout);
     inputs.push_back(scratch.addInput(name, type));
   }
   const NodeId id =
@@ -555,7 +577,7 @@ void inferChannelsLast(InferenceContext& context, const std::string& op) {
   schema->infer(inner);
   for (size_t i = 0; i < context.outputCount(); ++i) {
     ValueType type = inner.output(i);
-    if (type.shape && type.shape->size() == 4) type.shape = permuted(*type.shape, {0, 2, 3, 1});
+    if (type.shape && type.shape->size() == 4) type.shape = fromNchw(*type.shape, layout);
     context.output(i) = type;
   }
 }
@@ -565,7 +587,7 @@ void inferChannelsLast(InferenceContext& context, const std::string& op) {
 void registerNnOps(OpRegistry& registry) {
   auto nhwc = [&](const std::string& op, size_t min_inputs, size_t max_inputs) {
     registry.add(OpSchema{"kiln", "Nhwc" + op, 1, min_inputs, max_inputs, 1, 1,
-                          [op](InferenceContext& context) { inferChannelsLast(context, op); }});
+                          [op](InferenceContext& context) { inferInLayout(context, op, Layout::kNhwc); }});
   };
   nhwc("Conv", 2, 4);  // input 3: a fused residual Add (src/passes/conv_fusion.h)
   nhwc("MaxPool", 1, 1);
@@ -573,6 +595,8 @@ void registerNnOps(OpRegistry& registry) {
   nhwc("GlobalAveragePool", 1, 1);
   nhwc("GlobalMaxPool", 1, 1);
   nhwc("Resize", 3, 4);  // the opset-11 inputs: X, roi, scales, sizes
+  registry.add(OpSchema{"kiln", "Blocked16Conv", 1, 2, 4, 1, 1,
+                        [](InferenceContext& context) { inferInLayout(context, "Conv", Layout::kBlocked16); }});
   add(registry, "Conv", 1, 2, 3, conv);
   add(registry, "ConvTranspose", 1, 2, 3, convTranspose);
   add(registry, "MaxPool", 1, 1, 1, pool);

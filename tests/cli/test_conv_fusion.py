@@ -54,7 +54,10 @@ def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
     assert result.returncode == 0, result.stderr
     unfused = tail in ("clip_then_scale", "elu", "hard_sigmoid")
-    assert f"{4 if unfused else 3} steps" in result.stdout
+    # A 3x3 conv with no post-op but Relu runs blocked, for Winograd
+    # (passes/blocked_conv.h): two more layout conversions.
+    blocked = tail in ("relu", "elu", "hard_sigmoid")
+    assert f"{3 + unfused + 2 * blocked} steps" in result.stdout
 
 
 def test_activation_read_twice_is_not_fused(kiln, tmp_path):
@@ -68,3 +71,24 @@ def test_activation_read_twice_is_not_fused(kiln, tmp_path):
           helper.make_tensor_value_info("r", TensorProto.FLOAT, shape)],
          [tensor("w", 8, 8, 3, 3)], tmp_path / "m.onnx")
     compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
+
+
+@pytest.mark.parametrize("channels,size", [(16, 14), (32, 28), (64, 9)])
+def test_winograd_convs_match_onnxruntime(kiln, tmp_path, channels, size):
+    # Two 3x3 stride-1 convolutions with Relu, channels a multiple of 16: both
+    # run blocked (src/passes/blocked_conv.h), the second reading the first's
+    # blocked output directly, then a 1x1 convolution back in NHWC.
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3"], ["y"])]
+    inits = [tensor("w1", 32, channels, 3, 3), tensor("b1", 32), tensor("w2", 32, 32, 3, 3), tensor("b2", 32),
+             tensor("w3", 16, 32, 1, 1)]
+    shape = [1, channels, size, size]
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, size, size])], inits, tmp_path / "m.onnx")
+    compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
+    # x to NHWC, to blocked; two blocked convs; back to NHWC; the 1x1 conv; y to NCHW: 7.
+    result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
+    assert "7 steps" in result.stdout, result.stdout

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -347,9 +348,22 @@ void weightsLayout(const ConvShape& s, Dims& dims, Dims& strides) {
   }
 }
 
-// `channels_last`: the activations are [N, H, W, C] in memory (kiln.NhwcConv).
+// How the activations are laid out in memory: as ONNX says, or as the
+// kiln-domain forms say (channels_last.h).
+enum class Activations { kPlain, kNhwc, kBlocked16 };
+
+dnnl::memory::desc activationDesc(const Dims& dims, Activations layout) {
+  using tag = dnnl::memory::format_tag;
+  switch (layout) {
+    case Activations::kNhwc: return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag::nhwc);
+    case Activations::kBlocked16: return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag::nChw16c);
+    case Activations::kPlain: break;
+  }
+  return plainDesc(dims);
+}
+
 std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& setup, const ConvShape& s,
-                                       bool channels_last = false) {
+                                       Activations layout = Activations::kPlain) {
   auto state = std::make_unique<ConvState>();
   if (s.batch == 0) {
     state->empty = true;
@@ -363,11 +377,8 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   Dims w_dims;
   Dims w_strides;
   weightsLayout(s, w_dims, w_strides);
-  using tag = dnnl::memory::format_tag;
-  const dnnl::memory::desc src = channels_last ? dnnl::memory::desc(src_dims, dnnl::memory::data_type::f32, tag::nhwc)
-                                               : plainDesc(src_dims);
-  const dnnl::memory::desc dst = channels_last ? dnnl::memory::desc(dst_dims, dnnl::memory::data_type::f32, tag::nhwc)
-                                               : plainDesc(dst_dims);
+  const dnnl::memory::desc src = activationDesc(src_dims, layout);
+  const dnnl::memory::desc dst = activationDesc(dst_dims, layout);
   const dnnl::memory::desc weights_plain = onednn::f32Desc(w_dims, w_strides);
   const std::byte* w_constant = constantInput(setup, 1);
   const dnnl::memory::desc weights =
@@ -397,14 +408,24 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   dnnl::memory::desc pd_dst;
   try {
     if (!s.transposed) {
-      const auto desc = state->has_bias
-                            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::convolution_direct, src, weights, bias,
-                                                              dst, strides, dilations, pad_l, pad_r)
-                            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::convolution_direct, src, weights, dst,
-                                                              strides, dilations, pad_l, pad_r);
-      const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
+      auto describe = [&](dnnl::algorithm algorithm) {
+        return state->has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algorithm, src,
+                                                                 weights, bias, dst, strides, dilations, pad_l, pad_r)
+                               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algorithm, src,
+                                                                 weights, dst, strides, dilations, pad_l, pad_r);
+      };
+      // Blocked activations are there for Winograd (half the multiplies of
+      // a direct 3x3); where oneDNN has none for the shape, direct.
+      std::optional<dnnl::convolution_forward::primitive_desc> winograd;
+      if (layout == Activations::kBlocked16) {
+        try {
+          winograd.emplace(describe(dnnl::algorithm::convolution_winograd), attr, engine);
+        } catch (const dnnl::error&) {
+        }
+      }
+      const dnnl::convolution_forward::primitive_desc pd =
+          winograd ? *winograd
+                   : dnnl::convolution_forward::primitive_desc(describe(dnnl::algorithm::convolution_direct), attr, engine);
       state->primitive = dnnl::convolution_forward(pd);
       pd_weights = pd.weights_desc();
       pd_scratchpad = pd.scratchpad_desc();
@@ -485,7 +506,14 @@ std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
 // kiln.NhwcConv: Conv with [N, H, W, C] activations.
 std::unique_ptr<KernelState> prepareNhwcConv(const KernelSetup& setup) {
   const NchwSetup nchw("kiln.NhwcConv", setup);
-  return makeState("kiln.NhwcConv", nchw.get(), convShape(nchw.get()), /*channels_last=*/true);
+  return makeState("kiln.NhwcConv", nchw.get(), convShape(nchw.get()), Activations::kNhwc);
+}
+
+// kiln.Blocked16Conv: Conv with nChw16c activations, by Winograd where
+// oneDNN has it for the shape (src/passes/blocked_conv.h).
+std::unique_ptr<KernelState> prepareBlocked16Conv(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.Blocked16Conv", setup, ActivationLayout::kBlocked16);
+  return makeState("kiln.Blocked16Conv", nchw.get(), convShape(nchw.get()), Activations::kBlocked16);
 }
 
 }  // namespace
@@ -493,6 +521,7 @@ std::unique_ptr<KernelState> prepareNhwcConv(const KernelSetup& setup) {
 void registerConvKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Conv", &prepareConv, &runConv});
   registry.add(KernelDef{"kiln.NhwcConv", &prepareNhwcConv, &runConv});
+  registry.add(KernelDef{"kiln.Blocked16Conv", &prepareBlocked16Conv, &runConv});
   registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});
 }
 
