@@ -65,7 +65,8 @@ Operand floats(const Ints& shape, uint32_t seed, double lo = -3, double hi = 3) 
   return operand(shape, randomValues<float>(elementCount(shape), seed, lo, hi));
 }
 
-// Calls of at least 64K elements of every kernel that splits its work.
+// Calls of 64K elements or more (above the 32K bound of parallel.h) of every
+// kernel that splits its work.
 std::vector<Case> largeCases() {
   std::vector<Case> cases;
   cases.push_back({"Add, a row broadcast", "Add", {floats({300, 517}, 1), floats({517}, 2)},
