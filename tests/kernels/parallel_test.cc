@@ -88,8 +88,9 @@ ParamMap fusedChain(int links) {
   return fusedProgram(ops, operands);
 }
 
-// Calls of at least 64K elements of every kernel that splits its work (for
-// a fused program, elements times instructions).
+// Calls of 64K elements or more (above the 32K bound of parallel.h) of every
+// kernel that splits its work (for a fused program, elements times
+// instructions).
 std::vector<Case> largeCases() {
   std::vector<Case> cases;
   cases.push_back({"Add, a row broadcast", "Add", {floats({300, 517}, 1), floats({517}, 2)},

@@ -759,13 +759,16 @@ void vectorRow(const std::byte* a_bytes, int64_t sa, const std::byte* b_bytes, i
   }
 }
 
+// f32 runs the op's vector kernel where it has one (comparisons and the
+// general Pow have none).
 template <typename Op>
 BinaryRow binaryRowFor(DType dtype) {
-  if constexpr (requires { Op::kVector; }) {
-    if (dtype == DType::kF32) return &vectorRow<Op::kVector>;
-  }
   if constexpr ((Op::kTypes & kFloats) != 0) {
-    if (dtype == DType::kF32) return &binaryRow<Op, float>;
+    if constexpr (requires { Op::kVector; }) {
+      if (dtype == DType::kF32) return &vectorRow<Op::kVector>;
+    } else {
+      if (dtype == DType::kF32) return &binaryRow<Op, float>;
+    }
     if (dtype == DType::kF64) return &binaryRow<Op, double>;
   }
   if constexpr ((Op::kTypes & kIntegers) != 0) {
