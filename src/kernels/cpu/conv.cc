@@ -33,6 +33,7 @@
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/onednn_support.h"
+#include "kernels/cpu/window_attributes.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -83,21 +84,6 @@ struct ConvShape {
   Ints pad_end;  // as oneDNN takes it (ConvTranspose: minus output_padding)
   Ints out;
 };
-
-Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& name, size_t size, int64_t minimum,
-               const Ints& fallback) {
-  Ints values = params.getInts(name, fallback);
-  if (values.size() != size) {
-    throw UsageError(fmt::format("{}: attribute '{}' has {} values, {} expected", op, name, values.size(), size));
-  }
-  for (int64_t v : values) {
-    if (v < minimum) {
-      throw UsageError(fmt::format("{}: attribute '{}' [{}] has the value {}; at least {} expected", op, name,
-                                   fmt::join(values, ", "), v, minimum));
-    }
-  }
-  return values;
-}
 
 enum class AutoPad { kNotSet, kValid, kSameUpper, kSameLower };
 
