@@ -20,6 +20,9 @@ namespace nb = nanobind;
 namespace {
 
 using Array = nb::ndarray<nb::c_contig, nb::device::cpu>;
+// Inputs are only read, so read-only arrays (np.frombuffer, broadcast views
+// made contiguous) are accepted without a copy.
+using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch) {
@@ -54,7 +57,7 @@ nb::list slots(const std::vector<kiln::TensorSlot>& slots) {
 // Runs with the caller's arrays as input and output memory: no copies. The
 // Python side has already checked names, shapes and dtypes; sizes are
 // checked again here because a wrong size would corrupt memory.
-void run(kiln::Executor& executor, const std::vector<Array>& inputs, const std::vector<Array>& outputs) {
+void run(kiln::Executor& executor, const std::vector<ConstArray>& inputs, const std::vector<Array>& outputs) {
   if (inputs.size() != executor.inputs().size() || outputs.size() != executor.outputs().size()) {
     throw kiln::UsageError("wrong number of arrays");
   }
