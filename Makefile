@@ -7,6 +7,8 @@
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make bench       benchmarks: zero-copy open, and six models against onnxruntime and
 #                    OpenVINO (bench/compare.py writes bench/RESULTS.md)
+#   make conformance the ONNX backend node tests through kiln and onnxruntime; writes
+#                    docs/conformance.md
 #   make fuzz        build the fuzz targets with clang and fuzz (FUZZ_SECONDS)
 
 SHELL := /bin/bash
@@ -17,7 +19,8 @@ BENCH_SIZE_MIB ?= 1024
 CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
 
-.PHONY: all setup build build-asan build-fuzz demo test test-unit test-asan bench fuzz fuzz-run clean
+.PHONY: all setup build build-asan build-fuzz demo test test-unit test-asan bench fuzz fuzz-run clean \
+	conformance conformance-data conformance-check
 
 all: build
 
@@ -47,6 +50,7 @@ test-unit: build
 	ctest --test-dir build/release --output-on-failure -j2
 	KILN_BUILD_DIR=build/release $(PYTEST) tests/cli
 	PYTHONPATH=build/release/python $(PYTEST) python/tests
+	$(MAKE) --no-print-directory conformance-check
 
 # The short fuzz run comes first so that the test runners' summaries close
 # the output.
@@ -63,6 +67,19 @@ bench: build
 	build/release/bench/zero_copy_bench --size-mib $(BENCH_SIZE_MIB) --dir build/bench
 	.venv/bin/python bench/models/make_models.py build/bench/models
 	.venv/bin/python bench/compare.py
+
+conformance-data: setup
+	.venv/bin/python tests/conformance/generate_node_tests.py build/conformance/node
+
+# Both backends over every node test; rewrites docs/conformance.md.
+conformance: build conformance-data
+	PYTHONPATH=build/release/python .venv/bin/python tests/conformance/run_conformance.py \
+	  --write-docs docs/conformance.md
+
+# kiln alone: fails when a test listed in tests/conformance/expected_pass.txt
+# no longer passes.
+conformance-check: build conformance-data
+	PYTHONPATH=build/release/python .venv/bin/python tests/conformance/run_conformance.py --backend kiln
 
 fuzz: fuzz-run
 

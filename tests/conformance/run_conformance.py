@@ -1,7 +1,7 @@
 """Runs the ONNX backend node tests through kiln and through onnxruntime.
 
     python tests/conformance/run_conformance.py [--backend kiln|onnxruntime|both]
-        [--tests DIR] [--filter SUBSTRING] [--jobs N] [--write-docs docs/conformance.md]
+        [--tests DIR] [--results DIR] [--filter SUBSTRING] [--jobs N] [--write-docs docs/conformance.md]
         [--update-expected]
 
 For each test (a directory with model.onnx and test_data_set_N/), kiln
@@ -352,6 +352,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="both", choices=["kiln", "onnxruntime", "both"])
     parser.add_argument("--tests", default=os.path.join(ROOT, "build", "conformance", "node"))
+    parser.add_argument("--results", default=os.path.join(ROOT, "build", "conformance"),
+                        help="where results-<backend>.json (every test's status and detail) go")
     parser.add_argument("--filter", default="", help="only tests whose name contains this")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--write-docs", default="")
@@ -371,7 +373,8 @@ def main() -> int:
         started = time.perf_counter()
         results = run_tests(backend, args.tests, names, args.jobs)
         all_results[backend] = results
-        with open(os.path.join(os.path.dirname(args.tests), f"results-{backend}.json"), "w") as f:
+        os.makedirs(args.results, exist_ok=True)
+        with open(os.path.join(args.results, f"results-{backend}.json"), "w") as f:
             json.dump(results, f, indent=1, sort_keys=True)
         p, n, r = rate(results, names)
         pk, nk, rk = rate(results, kept)
