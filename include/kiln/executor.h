@@ -65,6 +65,9 @@ class Executor {
   // least arenaBytes() long and 64-byte aligned.
   void setArena(std::byte* arena);
   size_t stepCount() const;
+  // Steps run by all calls so far, sub-programs' included (an If counts
+  // the steps of the branch it took, a Loop its body's every iteration).
+  uint64_t stepsRun() const;
 
   // `inputs[i]` holds inputs()[i].info.sizeInBytes() bytes, `outputs[i]` has
   // room for outputs()[i]; the caller keeps them alive during the call.

@@ -66,6 +66,15 @@ class Runner:
         self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
         self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]
 
+    @property
+    def steps_run(self) -> int:
+        """Kernel steps run by all calls so far, sub-programs' included (an If
+        counts the branch it took, a Loop every iteration of its body); for
+        static packages only."""
+        if self.dynamic:
+            raise Error("steps_run is not kept for packages with run-time shapes")
+        return self._executor.steps_run
+
     def memory_stats(self) -> dict:
         """arena_bytes, and for run-time-shape packages the plan cache's hits,
         misses (each one a compile), evictions and size."""

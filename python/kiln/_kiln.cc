@@ -180,5 +180,6 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("outputs", [](const kiln::Executor& e) { return slots(e.outputs()); })
       .def_prop_ro("arena_bytes", &kiln::Executor::arenaBytes)
       .def_prop_ro("step_count", &kiln::Executor::stepCount)
+      .def_prop_ro("steps_run", &kiln::Executor::stepsRun)
       .def("run", &run, nb::arg("inputs"), nb::arg("outputs"));
 }

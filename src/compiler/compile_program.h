@@ -16,11 +16,12 @@ namespace kiln {
 
 struct CompiledProgram {
   ExecutableSpec spec;
+  std::vector<ConstantPtr> constants;  // the data of spec.constants[i]
   CompileReport report;
 };
 
 // Infers types, runs the passes (docs/compiler.md) and lowers `graph`,
-// which it changes. The spec's constants name initializers of `graph`.
+// which it changes.
 // Throws GraphError when a shape is still unknown.
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
                                const CompileOptions& options);

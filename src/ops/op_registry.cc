@@ -2,6 +2,7 @@
 
 #include "ops/op_families.h"
 #include "ops/op_schema.h"
+#include "ops/shape_inference.h"
 
 namespace kiln {
 
@@ -51,6 +52,32 @@ std::optional<std::vector<int64_t>> InferenceContext::constantInts(size_t index)
   return values;
 }
 
+std::vector<ValueType> InferenceContext::inferSubgraph(Graph& body, const std::vector<ValueType>& input_types) const {
+  if (opsets_ == nullptr) fail("subgraphs can only be inferred within inferTypes()");
+  if (input_types.size() != body.inputs().size()) {
+    fail("subgraph '{}' takes {} inputs, the operator gives it {}", body.name(), body.inputs().size(), input_types.size());
+  }
+  for (size_t i = 0; i < input_types.size(); ++i) {
+    ValueType& declared = body.value(body.inputs()[i]).type;
+    if (declared.dtype != DType::kUndefined && input_types[i].dtype != DType::kUndefined &&
+        declared.dtype != input_types[i].dtype) {
+      fail("subgraph '{}' input '{}' is declared {} but receives {}", body.name(), body.value(body.inputs()[i]).name,
+           dtypeName(declared.dtype), dtypeName(input_types[i].dtype));
+    }
+    declared = input_types[i];
+  }
+  for (ValueId id : body.outerScopeValues()) {
+    Value& captured = body.value(id);
+    const auto outer = graph_.findValue(captured.name);
+    if (!outer) fail("subgraph '{}' reads '{}', which is not visible here", body.name(), captured.name);
+    captured.type = graph_.value(*outer).type;
+  }
+  inferTypes(body, *opsets_, InferenceOptions{.lenient = lenient_});
+  std::vector<ValueType> outputs;
+  for (ValueId id : body.outputs()) outputs.push_back(body.value(id).type);
+  return outputs;
+}
+
 void InferenceContext::failWith(const std::string& message) const {
   throw GraphError(fmt::format("node '{}' ({}): {}", node_.name, node_.op_type, message));
 }
@@ -64,6 +91,7 @@ OpRegistry& OpRegistry::global() {
     registerShapeOps(r);
     registerNnOps(r);
     registerReductionOps(r);
+    registerControlFlowOps(r);
     return r;
   }();
   return registry;

@@ -50,6 +50,15 @@ class InferenceContext {
 
   void recordWantedConstants(std::vector<ValueId>* sink) { wanted_ = sink; }
 
+  // For control flow: infers subgraph `body` (an attribute of this node)
+  // with its inputs typed `input_types` and the values it captures typed as
+  // this node's graph has them; returns its outputs' types.
+  std::vector<ValueType> inferSubgraph(Graph& body, const std::vector<ValueType>& input_types) const;
+  void setOpsets(const std::map<std::string, int64_t>* opsets, bool lenient) {
+    opsets_ = opsets;
+    lenient_ = lenient;
+  }
+
   ValueType& output(size_t index) { return outputs_.at(index); }
   std::vector<ValueType>& outputs() { return outputs_; }
 
@@ -66,6 +75,8 @@ class InferenceContext {
   int64_t opset_;
   std::vector<ValueType> outputs_;
   std::vector<ValueId>* wanted_ = nullptr;
+  const std::map<std::string, int64_t>* opsets_ = nullptr;
+  bool lenient_ = false;
 };
 
 using InferFunction = std::function<void(InferenceContext&)>;

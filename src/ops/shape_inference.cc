@@ -49,6 +49,7 @@ void inferTypes(Graph& graph, const std::map<std::string, int64_t>& opsets, cons
       context.fail("has {} to {} outputs, found {}", schema->min_outputs, schema->max_outputs, node.outputs.size());
     }
     context.recordWantedConstants(options.wanted_values);
+    context.setOpsets(&opsets, options.lenient);
     if (options.lenient) {
       try {
         schema->infer(context);

@@ -6,28 +6,20 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <set>
 
 #include "format/executable_spec.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
 #include "format/graph_package.h"
+#include "runtime/program.h"
 
 namespace kiln {
 namespace {
 
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
-};
-
-// One prepared step: its kernel and where its views sit in the view table.
-struct Step {
-  RunKernel run;
-  std::unique_ptr<KernelState> state;
-  uint32_t first_input;
-  uint32_t input_count;
-  uint32_t first_output;
-  uint32_t output_count;
 };
 
 // A view whose data pointer depends on the call: it points into input or
@@ -51,7 +43,9 @@ struct Executor::Impl {
   std::unique_ptr<std::byte, FreeDeleter> own_arena;
   std::byte* arena = nullptr;
   std::vector<TensorView> views;  // the steps' inputs and outputs, step by step
+  std::vector<Program> programs;  // the sub-programs of control flow, as in spec.subprograms
   std::vector<Step> steps;
+  uint64_t steps_run = 0;
   std::vector<CallBinding> bindings;
   std::vector<std::pair<uint32_t, uint64_t>> arena_views;  // (view, offset in the arena)
 
@@ -143,50 +137,84 @@ struct Executor::Impl {
     prepare();
   }
 
+  uint32_t addView(uint32_t value) {
+    const auto view = static_cast<uint32_t>(views.size());
+    views.push_back(viewOf(spec.values[value].info, fixedData(value, view)));
+    return view;
+  }
+
   void prepare() {
     const KernelRegistry& kernels = KernelRegistry::cpu();
-    std::vector<std::string> missing;
-    for (const StepSpec& step : spec.steps) {
-      if (kernels.find(step.kernel) == nullptr) missing.push_back(step.kernel);
-    }
+    std::set<std::string> missing;
+    auto check = [&](const std::vector<StepSpec>& list) {
+      for (const StepSpec& step : list) {
+        if (!isControlFlowKernel(step.kernel) && kernels.find(step.kernel) == nullptr) missing.insert(step.kernel);
+      }
+    };
+    check(spec.steps);
+    for (const SubProgramSpec& program : spec.subprograms) check(program.steps);
     if (!missing.empty()) {
       throw UsageError(fmt::format("this build of kiln has no CPU kernel for: {} (the package needs a newer kiln)",
                                    fmt::join(missing, ", ")));
     }
-    for (const StepSpec& step_spec : spec.steps) {
-      const KernelDef* kernel = kernels.find(step_spec.kernel);
-      Step step{kernel->run, nullptr, static_cast<uint32_t>(views.size()),
-                static_cast<uint32_t>(step_spec.inputs.size()), 0, static_cast<uint32_t>(step_spec.outputs.size())};
+    // Control-flow steps keep pointers to their sub-programs: no reallocation.
+    programs.reserve(spec.subprograms.size());
+    for (const SubProgramSpec& sub : spec.subprograms) {
+      Program program;
+      for (uint32_t input : sub.inputs) program.input_views.push_back(addView(input));
+      program.steps = prepareSteps(sub.steps);
+      for (uint32_t output : sub.outputs) program.output_views.push_back(addView(output));
+      programs.push_back(std::move(program));
+    }
+    steps = prepareSteps(spec.steps);
+  }
+
+  std::vector<Step> prepareSteps(const std::vector<StepSpec>& list) {
+    const KernelRegistry& kernels = KernelRegistry::cpu();
+    std::vector<Step> prepared;
+    for (const StepSpec& step_spec : list) {
+      Step step;
+      step.first_input = static_cast<uint32_t>(views.size());
+      step.input_count = static_cast<uint32_t>(step_spec.inputs.size());
+      step.output_count = static_cast<uint32_t>(step_spec.outputs.size());
       std::vector<TensorInfo> input_infos;
       std::vector<const std::byte*> constants;
       for (uint32_t input : step_spec.inputs) {
-        const auto view = static_cast<uint32_t>(views.size());
         if (input == kNoValueIndex) {
           views.push_back(TensorView{});
           input_infos.push_back(TensorInfo{});
           constants.push_back(nullptr);
           continue;
         }
-        const ValueSpec& value = spec.values[input];
-        views.push_back(viewOf(value.info, fixedData(input, view)));
-        input_infos.push_back(value.info);
+        addView(input);
+        input_infos.push_back(spec.values[input].info);
         const bool constant = spec.values[rootOf(input).first].storage == ValueStorage::kConstant;
         constants.push_back(constant ? views.back().data : nullptr);
       }
       step.first_output = static_cast<uint32_t>(views.size());
       std::vector<TensorInfo> output_infos;
       for (uint32_t output : step_spec.outputs) {
-        const auto view = static_cast<uint32_t>(views.size());
-        views.push_back(viewOf(spec.values[output].info, fixedData(output, view)));
+        addView(output);
         output_infos.push_back(spec.values[output].info);
       }
       try {
-        step.state = kernel->prepare(KernelSetup{step_spec.params, input_infos, output_infos, constants});
+        if (isControlFlowKernel(step_spec.kernel)) {
+          std::vector<const Program*> subprograms;
+          for (uint32_t index : step_spec.subprograms) subprograms.push_back(&programs.at(index));
+          step.control = prepareControlFlow(step_spec.kernel, step_spec.params, std::move(subprograms),
+                                            &views[step.first_input], step.input_count, &views[step.first_output],
+                                            step.output_count);
+        } else {
+          const KernelDef* kernel = kernels.find(step_spec.kernel);
+          step.run = kernel->run;
+          step.state = kernel->prepare(KernelSetup{step_spec.params, input_infos, output_infos, constants});
+        }
       } catch (const Error& e) {
-        throw UsageError(fmt::format("step {} ({}): {}", steps.size(), step_spec.kernel, e.what()));
+        throw UsageError(fmt::format("step {} ({}): {}", prepared.size(), step_spec.kernel, e.what()));
       }
-      steps.push_back(std::move(step));
+      prepared.push_back(std::move(step));
     }
+    return prepared;
   }
 };
 
@@ -252,16 +280,13 @@ const std::vector<TensorSlot>& Executor::inputs() const { return impl_->inputs; 
 const std::vector<TensorSlot>& Executor::outputs() const { return impl_->outputs; }
 uint64_t Executor::arenaBytes() const { return impl_->spec.arena_bytes; }
 void Executor::setArena(std::byte* arena) { impl_->setArena(arena); }
+uint64_t Executor::stepsRun() const { return impl_->steps_run; }
 size_t Executor::stepCount() const { return impl_->steps.size(); }
 
 void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
   impl_->bind(inputs, outputs);
   impl_->useThreads();
-  Impl& m = *impl_;
-  for (const Step& step : m.steps) {
-    step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
-                        step.state.get()});
-  }
+  ProgramRunner(impl_->views, impl_->steps_run).run(impl_->steps);
 }
 
 void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
@@ -272,11 +297,10 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
   }
   m.bind(inputs, outputs);
   m.useThreads();
+  ProgramRunner runner(m.views, m.steps_run);
   for (size_t i = 0; i < m.steps.size(); ++i) {
-    const Step& step = m.steps[i];
     const auto start = std::chrono::steady_clock::now();
-    step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
-                        step.state.get()});
+    runner.runStep(m.steps[i]);
     step_ns[i] += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }

@@ -30,6 +30,7 @@ struct Plan {
   std::vector<TensorInfo> input_infos;
   std::vector<std::vector<std::byte>> shape_values;  // per shape input, its bytes
   std::shared_ptr<Graph> graph;
+  std::vector<ConstantPtr> constants;  // back the executor's constants
   std::unique_ptr<Executor> executor;
   std::vector<TensorSlot> outputs;
   std::byte* bound_arena = nullptr;  // the arena the executor's views point into
@@ -138,14 +139,12 @@ struct DynamicExecutor::Impl {
                                    e.what()));
     }
     ExecutorOptions executor_options{.threads = options.threads, .external_arena = true};
-    const Graph* source_graph = plan.graph.get();
+    std::map<std::string, ConstantPtr> constants;
+    for (size_t c = 0; c < program.spec.constants.size(); ++c) constants[program.spec.constants[c]] = program.constants[c];
+    plan.constants = program.constants;
     plan.executor = std::make_unique<Executor>(
         std::move(program.spec),
-        [source_graph](const std::string& name) -> std::span<const std::byte> {
-          const auto id = source_graph->findValue(name);
-          if (!id || !source_graph->value(*id).initializer) throw UsageError("no constant named " + name);
-          return source_graph->value(*id).initializer->bytes;
-        },
+        [&constants](const std::string& name) -> std::span<const std::byte> { return constants.at(name)->bytes; },
         executor_options);
     for (size_t i = 0; i < outputs.size(); ++i) {
       plan.outputs.push_back({outputs[i].name, plan.executor->outputs().at(i).info});
