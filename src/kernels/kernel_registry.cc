@@ -27,6 +27,9 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerConvKernels(r);
     registerPoolKernels(r);
     registerNormalizationKernels(r);
+    registerTransformerKernels(r);
+    registerLossKernels(r);
+    registerFeatureNormalizationKernels(r);
     return r;
   }();
   return registry;

@@ -11,5 +11,8 @@ void registerElementwiseOps(OpRegistry& registry);  // elementwise.cc: unary, bi
 void registerShapeOps(OpRegistry& registry);        // shape_ops.cc: Reshape, Transpose, Concat, Slice, Gather, ...
 void registerNnOps(OpRegistry& registry);           // nn_ops.cc: Conv, pooling, MatMul, Gemm, normalisation, Softmax
 void registerReductionOps(OpRegistry& registry);    // reductions.cc: ReduceSum/Mean/Max/..., ArgMax/ArgMin
+void registerNormalizationOps(OpRegistry& registry);  // normalization_ops.cc: LpNormalization, MeanVarianceNormalization
+void registerLossOps(OpRegistry& registry);         // loss_ops.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void registerTransformerOps(OpRegistry& registry);  // transformer_ops.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
 
 }  // namespace kiln

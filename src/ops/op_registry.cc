@@ -62,6 +62,9 @@ OpRegistry& OpRegistry::global() {
     registerShapeOps(r);
     registerNnOps(r);
     registerReductionOps(r);
+    registerTransformerOps(r);
+    registerLossOps(r);
+    registerNormalizationOps(r);
     return r;
   }();
   return registry;
