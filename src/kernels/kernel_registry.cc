@@ -30,6 +30,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerTransformerKernels(r);
     registerLossKernels(r);
     registerFeatureNormalizationKernels(r);
+    registerRecurrentKernels(r);
     return r;
   }();
   return registry;

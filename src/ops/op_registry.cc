@@ -65,6 +65,7 @@ OpRegistry& OpRegistry::global() {
     registerTransformerOps(r);
     registerLossOps(r);
     registerNormalizationOps(r);
+    registerRecurrentOps(r);
     return r;
   }();
   return registry;
