@@ -1,6 +1,7 @@
 // Normalisation kernels (ONNX) on the CPU in f32: BatchNormalization
-// (inference, and training mode with its running statistics), LayerNormalization, Softmax and LogSoftmax (opset-13
-// semantics: along one axis).
+// (inference, and training mode with its running statistics),
+// LayerNormalization, Softmax and LogSoftmax (opset-13 semantics: along one
+// axis).
 //
 // Their loops are the vector kernels' row helpers (vector_kernels.h: sums,
 // max, exp-and-sum, affine maps, written for AVX-512, AVX2 and SSE2). Each
