@@ -92,6 +92,10 @@ OpRegistry& OpRegistry::global() {
     registerNnOps(r);
     registerReductionOps(r);
     registerControlFlowOps(r);
+    registerTransformerOps(r);
+    registerLossOps(r);
+    registerNormalizationOps(r);
+    registerRecurrentOps(r);
     return r;
   }();
   return registry;
