@@ -11,10 +11,11 @@ void registerElementwiseKernels(KernelRegistry& registry);  // elementwise.cc: u
 void registerFusedElementwiseKernels(KernelRegistry& registry);  // fused_elementwise.cc: kiln.FusedElementwise
 void registerMatMulKernels(KernelRegistry& registry);       // matmul.cc: MatMul, Gemm, kiln.FusedMatMul, kiln.FusedGemm
 void registerCopyKernels(KernelRegistry& registry);         // copy.cc: kiln.Copy (byte copy for views)
-void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Cast, Pad, Resize
+void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Pad, Resize
 void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Reduce*, ArgMax, ArgMin
 void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, ConvTranspose (oneDNN)
 void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
 void registerNormalizationKernels(KernelRegistry& registry);  // normalization.cc: BatchNormalization, LayerNormalization, Softmax, LogSoftmax
+void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, CastLike (every dtype)
 
 }  // namespace kiln
