@@ -77,10 +77,11 @@ inline uint16_t floatToHalf(float f) {
 
 inline float bfloat16ToFloat(uint16_t b) { return bitsToFloat(static_cast<uint32_t>(b) << 16); }
 
-// Round to nearest, ties to even; NaN stays NaN (quiet, sign kept).
+// Round to nearest, ties to even; NaN becomes the quiet NaN of its sign
+// (0x7FC0 or 0xFFC0, as ml_dtypes).
 inline uint16_t floatToBfloat16(float f) {
   const uint32_t bits = floatToBits(f);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7FC0u);
   const uint32_t lsb = (bits >> 16) & 1u;
   return static_cast<uint16_t>((bits + 0x7FFFu + lsb) >> 16);
 }

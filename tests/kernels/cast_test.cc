@@ -161,7 +161,7 @@ TEST(CastKernel, Float8E8M0RoundsByRoundMode) {
   // 1 is 127; 3 = 1.5 * 2: up 128+1, down 128, nearest (guard bit set) 129.
   EXPECT_EQ(e8m0({1, 3, 2.5f, -4, kInf, std::nanf("")}, "up"), (std::vector<uint8_t>{127, 129, 129, 129, 255, 255}));
   EXPECT_EQ(e8m0({1, 3, 2.5f, -4}, "down"), (std::vector<uint8_t>{127, 128, 128, 129}));
-  EXPECT_EQ(e8m0({1, 3, 2.5f, 2.75f}, "nearest"), (std::vector<uint8_t>{127, 129, 128, 129}));
+  EXPECT_EQ(e8m0({1, 3, 2.5f, 2.75f, 3.5f}, "nearest"), (std::vector<uint8_t>{127, 129, 128, 128, 129}));
   EXPECT_EQ(e8m0({3e38f}, "up"), (std::vector<uint8_t>{254}));
   EXPECT_EQ(e8m0({3e38f}, "up", false), (std::vector<uint8_t>{255}));
   EXPECT_EQ((cast<uint8_t, float>({127, 0, 254, 255}, DType::kF8E8M0, DType::kF32))[0], 1.0f);
