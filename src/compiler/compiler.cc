@@ -5,8 +5,11 @@
 
 #include <set>
 
+#include "compiler/compile_program.h"
 #include "compiler/memory_planner.h"
 #include "format/executable_spec.h"
+#include "format/graph_package.h"
+#include "ir/graph_codec.h"
 #include "kiln/error.h"
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
@@ -253,16 +256,135 @@ Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t pro
   return anchor;
 }
 
+// Whether `graph` can be planned ahead of time, and if not, which inputs'
+// values its shapes depend on.
+struct RuntimeShapes {
+  bool dynamic = false;
+  std::vector<std::string> shape_inputs;
+};
+
+// Model inputs up to this many elements may be shape inputs (a Reshape's
+// target shape, Range's limits); larger ones are data, and a shape that
+// depends on data is an error at specialization.
+constexpr uint64_t kMaxShapeInputElements = 64;
+
+bool hasUnknownShape(const Graph& graph, const Node& node) {
+  return std::any_of(node.outputs.begin(), node.outputs.end(),
+                     [&](ValueId v) { return !graph.value(v).type.hasStaticShape(); });
+}
+
+// Infers what can be inferred, folds what can be folded, and follows every
+// value whose contents a schema needed (and did not have) back to the
+// model inputs it is computed from. Shape and Size end the walk: their
+// results depend on shapes only.
+RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int64_t>& opsets) {
+  std::vector<ValueId> wanted;
+  const InferenceOptions lenient{.lenient = true, .wanted_values = &wanted};
+  inferTypes(graph, opsets, lenient);
+  while (foldConstants(graph) > 0) {
+    wanted.clear();
+    inferTypes(graph, opsets, lenient);
+  }
+  RuntimeShapes result;
+  for (ValueId id : graph.inputs()) result.dynamic |= !graph.value(id).type.hasStaticShape();
+  std::vector<ValueId> stack;
+  for (ValueId id : wanted) {
+    const auto& users = graph.value(id).users;
+    if (std::any_of(users.begin(), users.end(), [&](const Use& use) { return hasUnknownShape(graph, graph.node(use.node)); })) {
+      stack.push_back(id);
+    }
+  }
+  std::set<ValueId> seen;
+  std::set<std::string> shape_inputs;
+  while (!stack.empty()) {
+    const ValueId id = stack.back();
+    stack.pop_back();
+    if (!seen.insert(id).second) continue;
+    const Value& value = graph.value(id);
+    if (value.kind == ValueKind::kGraphInput) {
+      const auto info = value.type.tensorInfo();
+      if (info && info->isStatic() && info->numElements() <= kMaxShapeInputElements) shape_inputs.insert(value.name);
+      continue;
+    }
+    if (value.kind != ValueKind::kNodeOutput) continue;
+    const Node& producer = graph.node(value.producer);
+    if (producer.domain.empty() && (producer.op_type == "Shape" || producer.op_type == "Size")) continue;
+    for (ValueId input : producer.inputs) {
+      if (input != kNoValue) stack.push_back(input);
+    }
+  }
+  result.shape_inputs.assign(shape_inputs.begin(), shape_inputs.end());
+  result.dynamic |= !result.shape_inputs.empty();
+  return result;
+}
+
+// Initializers at least this large are written as TensorData blobs (mapped,
+// shared by every specialization); smaller ones stay inside the graph.
+constexpr uint64_t kExternalInitializerBytes = 1024;
+
+std::string opsetOptionKey(const std::string& domain) { return "opset:" + (domain.empty() ? std::string("ai.onnx") : domain); }
+
+TensorInfo anchorInfo(const ValueType& type) {
+  TensorInfo info;
+  info.dtype = type.dtype;
+  if (type.shape) {
+    for (const Dim& dim : *type.shape) info.shape.push_back(dim.isKnown() ? dim.size : kDynamicDim);
+  }
+  return info;
+}
+
+CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, int64_t>& opsets,
+                                const RuntimeShapes& runtime, const std::vector<std::string>& output_names,
+                                const std::filesystem::path& output, const CompileOptions& options) {
+  auto external = [](const Value& value) { return value.initializer->bytes.size() >= kExternalInitializerBytes; };
+  Metadata metadata;
+  metadata.executable = options.model_name;
+  metadata.programs = {{0, "load"}, {1, "main"}};
+  metadata.program_flow = {.load = {0}, .main = {1}, .save = {}};
+  metadata.options[std::string(kExecutableFormatOption)] = std::string(kGraphExecutableFormat);
+  std::string shape_inputs;
+  for (const std::string& name : runtime.shape_inputs) shape_inputs += (shape_inputs.empty() ? "" : ",") + name;
+  if (!shape_inputs.empty()) metadata.options[std::string(kShapeInputsOption)] = shape_inputs;
+  for (const auto& [domain, version] : opsets) metadata.options[opsetOptionKey(domain)] = std::to_string(version);
+  auto anchor = [&](const Value& value, AnchorDirection direction) {
+    Anchor a;
+    a.name = value.name;
+    a.handle = (direction == AnchorDirection::kInput ? "h2d_" : "d2h_") + value.name;
+    a.programs = {1};
+    a.info = anchorInfo(value.type);
+    a.direction = direction;
+    return a;
+  };
+  for (ValueId id : graph.inputs()) metadata.anchors.push_back(anchor(graph.value(id), AnchorDirection::kInput));
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    Anchor a = anchor(graph.value(graph.outputs()[i]), AnchorDirection::kOutput);
+    a.name = output_names[i];
+    a.handle = "d2h_" + a.name;
+    metadata.anchors.push_back(a);
+  }
+
+  CompileReport report;
+  report.runtime_shapes = true;
+  PackageWriter writer(output);
+  writer.writeExecutable(options.model_name, encodeGraph(graph, external));
+  writer.writeMetadata(options.model_name, metadata);
+  for (ValueId id : graph.initializers()) {
+    const Value& value = graph.value(id);
+    if (!external(value)) continue;
+    writer.writeTensorData(value.name, value.initializer->info, value.initializer->bytes);
+    ++report.constants;
+    report.constant_bytes += value.initializer->bytes.size();
+  }
+  writer.close();
+  return report;
+}
+
 }  // namespace
 
-CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
-                      const CompileOptions& options) {
-  auto progress = [&](const std::string& stage, double fraction) {
-    if (options.progress) options.progress(stage, fraction);
-  };
+CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                               const CompileOptions& options) {
   // Folding shape arithmetic makes more shapes concrete; infer again until
   // nothing more folds.
-  progress("inferring types", 0.0);
   inferTypes(graph, opsets);
   while (foldConstants(graph) > 0) inferTypes(graph, opsets);
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
@@ -285,10 +407,32 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 
-  CompileReport report;
+  CompiledProgram program;
+  program.spec = Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second).lower(program.report);
+  return program;
+}
+
+CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
+                      const CompileOptions& options) {
+  auto progress = [&](const std::string& stage, double fraction) {
+    if (options.progress) options.progress(stage, fraction);
+  };
+  progress("inferring types", 0.0);
+  // Passes may replace an output value (folding it to a constant, say); the
+  // model's outputs keep their names.
+  std::vector<std::string> output_names;
+  for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
+  const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets);
+  if (runtime.dynamic) {
+    progress("writing package", 0.2);
+    CompileReport report = writeGraphPackage(graph, opsets, runtime, output_names, output, options);
+    progress("done", 1.0);
+    return report;
+  }
+  CompiledProgram program = compileProgram(graph, opsets, options);
   progress("planning memory", 0.1);
-  const ExecutableSpec spec =
-      Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second).lower(report);
+  CompileReport report = program.report;
+  const ExecutableSpec& spec = program.spec;
 
   constexpr uint32_t kLoadProgram = 0;
   constexpr uint32_t kMainProgram = 1;
@@ -309,7 +453,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   }
   for (uint32_t value : spec.outputs) {
     Anchor anchor = anchorFor(spec.values[value], AnchorDirection::kOutput, kMainProgram);
-    anchor.name = graph.value(graph.outputs()[spec.values[value].index]).name;
+    anchor.name = output_names.at(spec.values[value].index);
     anchor.handle = "d2h_" + anchor.name;
     metadata.anchors.push_back(anchor);
   }

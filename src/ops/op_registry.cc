@@ -27,7 +27,9 @@ const std::vector<Dim>& InferenceContext::inputShape(size_t index) const {
 
 ConstantPtr InferenceContext::inputConstant(size_t index) const {
   if (!hasInput(index)) return nullptr;
-  return graph_.value(node_.inputs[index]).initializer;
+  const Value& value = graph_.value(node_.inputs[index]);
+  if (!value.initializer && wanted_ != nullptr) wanted_->push_back(node_.inputs[index]);
+  return value.initializer;
 }
 
 std::optional<std::vector<int64_t>> InferenceContext::constantInts(size_t index) const {

@@ -11,6 +11,7 @@
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "format/graph_package.h"
 
 namespace kiln {
 namespace {
@@ -41,16 +42,18 @@ struct CallBinding {
 }  // namespace
 
 struct Executor::Impl {
-  PackageReader reader;
+  std::unique_ptr<PackageReader> reader;  // null for an in-memory executable
+  std::string source;                     // the package path, for messages
+  std::map<std::string, std::span<const std::byte>> constant_bytes;
   ExecutableSpec spec;
   std::vector<TensorSlot> inputs;
   std::vector<TensorSlot> outputs;
-  std::unique_ptr<std::byte, FreeDeleter> arena;
+  std::unique_ptr<std::byte, FreeDeleter> own_arena;
+  std::byte* arena = nullptr;
   std::vector<TensorView> views;  // the steps' inputs and outputs, step by step
   std::vector<Step> steps;
   std::vector<CallBinding> bindings;
-
-  explicit Impl(const std::filesystem::path& path) : reader(path) {}
+  std::vector<std::pair<uint32_t, uint64_t>> arena_views;  // (view, offset in the arena)
 
   int threads = 0;
 
@@ -80,12 +83,12 @@ struct Executor::Impl {
     const auto [root, offset] = rootOf(index);
     const ValueSpec& value = spec.values[root];
     switch (value.storage) {
-      case ValueStorage::kArena: return arena.get() + value.offset + offset;
-      case ValueStorage::kConstant: {
-        const TensorDataBlob* blob = reader.findTensorData(spec.constants[value.index]);
+      case ValueStorage::kArena:
+        arena_views.emplace_back(view, value.offset + offset);
+        return arena == nullptr ? nullptr : arena + value.offset + offset;
+      case ValueStorage::kConstant:
         // Kernels take non-const views; constants are only ever read.
-        return const_cast<std::byte*>(blob->data().data()) + offset;
-      }
+        return const_cast<std::byte*>(constant_bytes.at(spec.constants[value.index]).data()) + offset;
       case ValueStorage::kInput:
       case ValueStorage::kOutput:
         bindings.push_back({view, value.storage == ValueStorage::kOutput, value.index, offset});
@@ -95,20 +98,49 @@ struct Executor::Impl {
     return nullptr;
   }
 
-  void checkConstants() {
+  // Binds every constant to its TensorData blob, checking its type.
+  void bindPackageConstants() {
     for (const std::string& name : spec.constants) {
-      const TensorDataBlob* blob = reader.findTensorData(name);
-      if (blob == nullptr) throw FormatError(reader.sources().front(), 0, "constant '" + name + "' has no TensorData blob");
+      const TensorDataBlob* blob = reader->findTensorData(name);
+      if (blob == nullptr) throw FormatError(source, 0, "constant '" + name + "' has no TensorData blob");
+      constant_bytes[name] = blob->data();
     }
     for (const ValueSpec& value : spec.values) {
       if (value.storage != ValueStorage::kConstant) continue;
-      const TensorDataBlob* blob = reader.findTensorData(spec.constants[value.index]);
+      const TensorDataBlob* blob = reader->findTensorData(spec.constants[value.index]);
       if (blob->tensorInfo() != value.info) {
         throw FormatError(blob->info().source, blob->info().offset,
                           fmt::format("constant '{}' is {} but the executable expects {}", value.name,
                                       blob->tensorInfo().toString(), value.info.toString()));
       }
     }
+  }
+
+  void bindMemoryConstants(const ConstantBytes& lookup) {
+    for (const std::string& name : spec.constants) constant_bytes[name] = lookup(name);
+    for (const ValueSpec& value : spec.values) {
+      if (value.storage != ValueStorage::kConstant) continue;
+      if (constant_bytes.at(spec.constants[value.index]).size() != value.info.sizeInBytes()) {
+        throw UsageError(fmt::format("constant '{}' has {} bytes, the executable expects {}", value.name,
+                                     constant_bytes.at(spec.constants[value.index]).size(), value.info.sizeInBytes()));
+      }
+    }
+  }
+
+  void setArena(std::byte* base) {
+    arena = base;
+    for (const auto& [view, offset] : arena_views) views[view].data = base + offset;
+  }
+
+  void finishLoad(const ExecutorOptions& options) {
+    for (uint32_t value : spec.inputs) inputs.push_back({spec.values[value].name, spec.values[value].info});
+    if (!options.external_arena) {
+      const uint64_t arena_bytes = std::max<uint64_t>(spec.arena_bytes, 64);
+      own_arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
+      if (!own_arena) throw std::bad_alloc();
+      arena = own_arena.get();
+    }
+    prepare();
   }
 
   void prepare() {
@@ -159,15 +191,17 @@ struct Executor::Impl {
 };
 
 Executor::Executor(const std::filesystem::path& package, const std::string& model, const ExecutorOptions& options)
-    : impl_(std::make_unique<Impl>(package)) {
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
   m.threads = options.threads;
   // Kernels may size their work split by the thread count when prepared.
   m.useThreads();
-  const auto metadata = m.reader.metadata();
+  m.reader = std::make_unique<PackageReader>(package);
+  m.source = package.string();
+  const auto metadata = m.reader->metadata();
   if (metadata.empty()) throw UsageError(package.string() + " holds no model");
-  const MetadataBlob* chosen = model.empty() ? metadata.front() : m.reader.findMetadata(model);
+  const MetadataBlob* chosen = model.empty() ? metadata.front() : m.reader->findMetadata(model);
   if (chosen == nullptr) throw UsageError(fmt::format("{} holds no model named '{}'", package.string(), model));
   if (model.empty() && metadata.size() > 1) {
     throw UsageError(fmt::format("{} holds {} models: name one", package.string(), metadata.size()));
@@ -176,20 +210,40 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
     throw UsageError(fmt::format("model '{}' targets device '{}'; this executor runs 'cpu' models", chosen->name(),
                                  chosen->metadata().target.device_kind));
   }
-  const ExecutableBlob* executable = m.reader.findExecutable(chosen->metadata().executable);
+  if (isGraphPackage(chosen->metadata())) {
+    throw UsageError(fmt::format("model '{}' in {} has shapes known only at run time: load it with "
+                                 "kiln::DynamicExecutor (kiln.Runner in Python does)",
+                                 chosen->name(), package.string()));
+  }
+  const ExecutableBlob* executable = m.reader->findExecutable(chosen->metadata().executable);
   m.spec = decodeExecutable(executable->read(), package.string() + " (executable '" + executable->name() + "')");
-  m.checkConstants();
-  for (uint32_t value : m.spec.inputs) m.inputs.push_back({m.spec.values[value].name, m.spec.values[value].info});
+  m.bindPackageConstants();
   for (const Anchor* anchor : chosen->metadata().outputs()) {
     m.outputs.push_back({anchor->name, anchor->info});
   }
   if (m.outputs.size() != m.spec.outputs.size()) {
     throw FormatError(package.string(), chosen->info().offset, "metadata and executable disagree on the outputs");
   }
-  const uint64_t arena_bytes = std::max<uint64_t>(m.spec.arena_bytes, 64);
-  m.arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
-  if (!m.arena) throw std::bad_alloc();
-  m.prepare();
+  m.finishLoad(options);
+}
+
+Executor::Executor(ExecutableSpec spec, const ConstantBytes& constants, const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
+  m.threads = options.threads;
+  m.useThreads();
+  m.source = "(in-memory executable)";
+  m.spec = std::move(spec);
+  m.bindMemoryConstants(constants);
+  for (uint32_t value : m.spec.outputs) {
+    // Output values carry their model output name unless a copy step made
+    // them ("name:output").
+    std::string name = m.spec.values[value].name;
+    if (name.ends_with(":output")) name.resize(name.size() - 7);
+    m.outputs.push_back({name, m.spec.values[value].info});
+  }
+  m.finishLoad(options);
 }
 
 Executor::~Executor() = default;
@@ -197,6 +251,7 @@ Executor::~Executor() = default;
 const std::vector<TensorSlot>& Executor::inputs() const { return impl_->inputs; }
 const std::vector<TensorSlot>& Executor::outputs() const { return impl_->outputs; }
 uint64_t Executor::arenaBytes() const { return impl_->spec.arena_bytes; }
+void Executor::setArena(std::byte* arena) { impl_->setArena(arena); }
 size_t Executor::stepCount() const { return impl_->steps.size(); }
 
 void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {

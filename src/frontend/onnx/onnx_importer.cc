@@ -114,8 +114,9 @@ class GraphImporter {
       for (size_t i = 0; i < type.shape->size(); ++i) {
         const Dim& dim = (*type.shape)[i];
         if (dim.isKnown()) continue;
-        fail(fmt::format("input '{}' dimension {}{} is not fixed: give it with --shape {}:DIMS{}", input.name(), i,
-                         dim.symbol.empty() ? "" : " ('" + dim.symbol + "')", input.name(),
+        fail(fmt::format("input '{}' dimension {}{} is not fixed: give it with --shape {}:DIMS{}, or compile with "
+                         "--dynamic to fix it at run time",
+                         input.name(), i, dim.symbol.empty() ? "" : " ('" + dim.symbol + "')", input.name(),
                          i == 0 ? " or --batch N" : ""));
       }
     }

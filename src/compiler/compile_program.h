@@ -1,0 +1,28 @@
+// The compiler's in-memory half: a graph whose shapes are all known becomes
+// a step program (ExecutableSpec) without writing a package. compile()
+// writes its result into a package; DynamicExecutor (src/specialize/) runs
+// it straight away, once per input signature of a graph package.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "format/executable_spec.h"
+#include "kiln/compiler.h"
+#include "kiln/graph.h"
+
+namespace kiln {
+
+struct CompiledProgram {
+  ExecutableSpec spec;
+  CompileReport report;
+};
+
+// Infers types, runs the passes (docs/compiler.md) and lowers `graph`,
+// which it changes. The spec's constants name initializers of `graph`.
+// Throws GraphError when a shape is still unknown.
+CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                               const CompileOptions& options);
+
+}  // namespace kiln
