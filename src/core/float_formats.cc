@@ -18,20 +18,13 @@ struct Layout {
 
 constexpr Layout layoutOf(MiniFloat format) {
   switch (format) {
-    case MiniFloat::kF16:
-      return {5, 10, 15, 65504.0, Specials::kIeee};
-    case MiniFloat::kBF16:
-      return {8, 7, 127, 3.38953138925153547590e38, Specials::kIeee};
-    case MiniFloat::kF8E4M3FN:
-      return {4, 3, 7, 448.0, Specials::kFn};
-    case MiniFloat::kF8E4M3FNUZ:
-      return {4, 3, 8, 240.0, Specials::kFnuz};
-    case MiniFloat::kF8E5M2:
-      return {5, 2, 15, 57344.0, Specials::kIeee};
-    case MiniFloat::kF8E5M2FNUZ:
-      return {5, 2, 16, 57344.0, Specials::kFnuz};
-    case MiniFloat::kF4E2M1:
-      return {2, 1, 1, 6.0, Specials::kNone};
+    case MiniFloat::kF16: return {5, 10, 15, 65504.0, Specials::kIeee};
+    case MiniFloat::kBF16: return {8, 7, 127, 3.38953138925153547590e38, Specials::kIeee};
+    case MiniFloat::kF8E4M3FN: return {4, 3, 7, 448.0, Specials::kFn};
+    case MiniFloat::kF8E4M3FNUZ: return {4, 3, 8, 240.0, Specials::kFnuz};
+    case MiniFloat::kF8E5M2: return {5, 2, 15, 57344.0, Specials::kIeee};
+    case MiniFloat::kF8E5M2FNUZ: return {5, 2, 16, 57344.0, Specials::kFnuz};
+    case MiniFloat::kF4E2M1: return {2, 1, 1, 6.0, Specials::kNone};
   }
   return {};
 }
@@ -75,13 +68,11 @@ double miniFloatToDouble(uint32_t code, MiniFloat format) {
     case Specials::kFnuz:
       if (code == sign_bit) return std::nan("");
       break;
-    case Specials::kNone:
-      break;
+    case Specials::kNone: break;
   }
-  const double magnitude = biased == 0
-                               ? std::ldexp(static_cast<double>(mantissa), 1 - layout.bias - M)
-                               : std::ldexp(static_cast<double>(mantissa | (1u << M)),
-                                            static_cast<int>(biased) - layout.bias - M);
+  const double magnitude =
+      biased == 0 ? std::ldexp(static_cast<double>(mantissa), 1 - layout.bias - M)
+                  : std::ldexp(static_cast<double>(mantissa | (1u << M)), static_cast<int>(biased) - layout.bias - M);
   return negative ? -magnitude : magnitude;
 }
 
@@ -95,12 +86,9 @@ uint32_t doubleToMiniFloat(double value, MiniFloat format, bool saturate) {
   const uint32_t max_code = encodeExact(layout.max_finite, layout);
   if (std::isnan(value)) {
     switch (layout.specials) {
-      case Specials::kIeee:
-        return sign | (exponent_ones << M) | (1u << (M - 1));  // quiet NaN
-      case Specials::kFn:
-        return sign | (exponent_ones << M) | ((1u << M) - 1);
-      case Specials::kFnuz:
-        return sign_bit;
+      case Specials::kIeee: return sign | (exponent_ones << M) | (1u << (M - 1));  // quiet NaN
+      case Specials::kFn: return sign | (exponent_ones << M) | ((1u << M) - 1);
+      case Specials::kFnuz: return sign_bit;
       case Specials::kNone:
         // float4 E2M1 has no NaN. ml_dtypes, the reference, gives a zero
         // of the opposite sign bit; kiln gives the same bits.
@@ -153,11 +141,8 @@ uint8_t floatToE8M0(float value, bool saturate, E8M0Rounding rounding) {
   if (exponent == 0xFF) return 0xFF;
   bool round_up = false;
   switch (rounding) {
-    case E8M0Rounding::kUp:
-      round_up = (bits & 0x7FFFFFu) != 0;
-      break;
-    case E8M0Rounding::kDown:
-      break;
+    case E8M0Rounding::kUp: round_up = (bits & 0x7FFFFFu) != 0; break;
+    case E8M0Rounding::kDown: break;
     case E8M0Rounding::kNearest: {
       // The reference's rule, kept as it is: guard bit set, and round bit,
       // sticky bits or a non-zero exponent.

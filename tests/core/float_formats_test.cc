@@ -18,9 +18,12 @@ struct FormatCase {
 };
 
 const FormatCase kFormats[] = {
-    {MiniFloat::kF8E4M3FN, 8, 448, 0x1p-9},     {MiniFloat::kF8E4M3FNUZ, 8, 240, 0x1p-10},
-    {MiniFloat::kF8E5M2, 8, 57344, 0x1p-16},    {MiniFloat::kF8E5M2FNUZ, 8, 57344, 0x1p-17},
-    {MiniFloat::kF4E2M1, 4, 6, 0.5},            {MiniFloat::kF16, 16, 65504, 0x1p-24},
+    {MiniFloat::kF8E4M3FN, 8, 448, 0x1p-9},
+    {MiniFloat::kF8E4M3FNUZ, 8, 240, 0x1p-10},
+    {MiniFloat::kF8E5M2, 8, 57344, 0x1p-16},
+    {MiniFloat::kF8E5M2FNUZ, 8, 57344, 0x1p-17},
+    {MiniFloat::kF4E2M1, 4, 6, 0.5},
+    {MiniFloat::kF16, 16, 65504, 0x1p-24},
     {MiniFloat::kBF16, 16, 0x1.fep127, 0x1p-133},
 };
 

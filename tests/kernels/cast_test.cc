@@ -65,9 +65,9 @@ TEST(CastKernel, NumbersConvertLikeNumpy) {
 
 TEST(CastKernel, HalfPrecisionRoundsToNearestEven) {
   // f32 -> f16 bits.
-  const std::vector<float> x = {0.0f,          -0.0f,       1.0f,         -2.0f,      65504.0f,     65520.0f,
-                                1e-8f,         5.96e-8f,    6.103515625e-5f, 1.0009765625f, 1.00048828125f,
-                                1.00146484375f, kInf, 0.333333f, 3e-8f};
+  const std::vector<float> x = {0.0f,           -0.0f,          1.0f,     -2.0f,           65504.0f,
+                                65520.0f,       1e-8f,          5.96e-8f, 6.103515625e-5f, 1.0009765625f,
+                                1.00048828125f, 1.00146484375f, kInf,     0.333333f,       3e-8f};
   const std::vector<uint16_t> want = {0x0000, 0x8000, 0x3C00, 0xC000, 0x7BFF, 0x7C00, 0x0000, 0x0001,
                                       0x0400, 0x3C01, 0x3C00, 0x3C02, 0x7C00, 0x3555, 0x0001};
   EXPECT_EQ((cast<float, uint16_t>(x, DType::kF32, DType::kF16)), want);
@@ -84,9 +84,9 @@ TEST(CastKernel, HalfPrecisionRoundsToNearestEven) {
   EXPECT_EQ((cast<uint16_t, int32_t>({0x4900, 0xC500}, DType::kF16, DType::kI32)), (std::vector<int32_t>{10, -5}));
   // From f64 the rounding is done once: 1 + 2^-11 + 2^-40 is just above the
   // tie, so it rounds up (through f32 it would tie and round to even).
-  EXPECT_EQ((cast<double, uint16_t>({1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), 1e6}, DType::kF64,
-                                    DType::kF16)),
-            (std::vector<uint16_t>{0x3C01, 0x7C00}));
+  EXPECT_EQ(
+      (cast<double, uint16_t>({1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), 1e6}, DType::kF64, DType::kF16)),
+      (std::vector<uint16_t>{0x3C01, 0x7C00}));
 }
 
 TEST(CastKernel, BFloat16RoundsToNearestEven) {
@@ -110,7 +110,8 @@ TEST(CastKernel, Float8FollowsOnnxSaturationRules) {
   EXPECT_EQ(toBits({448, 464, 465, 1e9f, kInf, -kInf}, DType::kF8E4M3, false),
             (std::vector<uint8_t>{0x7E, 0x7E, 0x7F, 0x7F, 0x7F, 0xFF}));
   // E5M2: max 57344 (0x7B), inf 0x7C.
-  EXPECT_EQ(toBits({57344, 61440, kInf, -kInf, 1.5f}, DType::kF8E5M2), (std::vector<uint8_t>{0x7B, 0x7B, 0x7B, 0xFB, 0x3E}));
+  EXPECT_EQ(toBits({57344, 61440, kInf, -kInf, 1.5f}, DType::kF8E5M2),
+            (std::vector<uint8_t>{0x7B, 0x7B, 0x7B, 0xFB, 0x3E}));
   EXPECT_EQ(toBits({57344, 61440, kInf, -kInf}, DType::kF8E5M2, false), (std::vector<uint8_t>{0x7B, 0x7C, 0x7C, 0xFC}));
   // FNUZ: no -0, 0x80 is the NaN.
   EXPECT_EQ(toBits({240, 1000, -0.0f, nan, 0.0009765625f, -1}, DType::kF8E4M3FNUZ),
@@ -179,8 +180,7 @@ TEST(CastKernel, SubByteIntegersTruncateThenWrap) {
   EXPECT_EQ(toBits(x, DType::kU4), (std::vector<uint8_t>{0x7, 0x8, 0x0, 0x2, 0x7, 0x8, 0xF, 0x1, 0x0, 0x0}));
   EXPECT_EQ(toBits({-3, -2, -1, 0, 1, 2, 3}, DType::kI2), (std::vector<uint8_t>{1, 2, 3, 0, 1, 2, 3}));
   EXPECT_EQ(toBits({-3, -2, -1, 0, 1, 2, 3}, DType::kU2), (std::vector<uint8_t>{1, 2, 3, 0, 1, 2, 3}));
-  EXPECT_EQ((cast<uint8_t, int8_t>({0x0, 0x7, 0x8, 0xF}, DType::kI4, DType::kI8)),
-            (std::vector<int8_t>{0, 7, -8, -1}));
+  EXPECT_EQ((cast<uint8_t, int8_t>({0x0, 0x7, 0x8, 0xF}, DType::kI4, DType::kI8)), (std::vector<int8_t>{0, 7, -8, -1}));
   EXPECT_EQ((cast<uint8_t, float>({0x8, 0xF, 0x3}, DType::kU4, DType::kF32)), (std::vector<float>{8, 15, 3}));
   EXPECT_EQ((cast<uint8_t, float>({0x2, 0x3, 0x1}, DType::kI2, DType::kF32)), (std::vector<float>{-2, -1, 1}));
   EXPECT_EQ((cast<int32_t, uint8_t>({200, -56, 16}, DType::kI32, DType::kU4)), (std::vector<uint8_t>{0x8, 0x8, 0x0}));
@@ -212,7 +212,8 @@ TEST(CastLikeKernel, CastsToTheSecondInputsType) {
 }
 
 TEST(CastKernel, PrepareErrors) {
-  EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}), "Cast: needs the attribute to");
+  EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}),
+            "Cast: needs the attribute to");
   EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}, params({{"to", int64_t{99}}})),
             "Cast: to = 99 is not a known element type");
   EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kI32, {2})},

@@ -149,7 +149,11 @@ std::vector<UnaryCase> unaryCases() {
       {"Celu", {}, [](double x) { return std::max(0.0, x) + std::min(0.0, std::exp(x) - 1); }, -5, 5},
       {"Celu", params({{"alpha", 2.0}}),
        [](double x) { return std::max(0.0, x) + std::min(0.0, 2 * (std::exp(x / 2) - 1)); }, -5, 5},
-      {"Selu", {}, [](double x) { return 1.05070102214813232421875 * (x > 0 ? x : 1.67326319217681884765625 * (std::exp(x) - 1)); }, -5, 5},
+      {"Selu",
+       {},
+       [](double x) { return 1.05070102214813232421875 * (x > 0 ? x : 1.67326319217681884765625 * (std::exp(x) - 1)); },
+       -5,
+       5},
       {"Selu", params({{"alpha", 2.0}, {"gamma", 3.0}}),
        [](double x) { return 3 * (x > 0 ? x : 2 * (std::exp(x) - 1)); }, -5, 5},
       {"ThresholdedRelu", {}, [](double x) { return x > 1 ? x : 0; }, -5, 5},
@@ -628,7 +632,6 @@ TEST(BinaryKernels, PrepareErrors) {
   EXPECT_THAT(prepareError("Max", {f23, f4, f23}, {output(DType::kF32, {2, 3})}), HasSubstr("do not broadcast"));
 }
 
-
 // ------------------------------------------- f16 and bf16, integers, logic
 
 // f16 / bf16 operands from floats (rounded to the type) and back.
@@ -661,8 +664,10 @@ TEST(HalfKernels, ComputeInF32AndRoundOnStore) {
     for (float& v : a) v = roundTo(dtype, v);
     for (float& v : b) v = roundTo(dtype, v);
     const std::vector<std::pair<const char*, std::function<float(float, float)>>> ops = {
-        {"Add", [](float x, float y) { return x + y; }}, {"Sub", [](float x, float y) { return x - y; }},
-        {"Mul", [](float x, float y) { return x * y; }}, {"Div", [](float x, float y) { return x / y; }},
+        {"Add", [](float x, float y) { return x + y; }},
+        {"Sub", [](float x, float y) { return x - y; }},
+        {"Mul", [](float x, float y) { return x * y; }},
+        {"Div", [](float x, float y) { return x / y; }},
         {"Max", [](float x, float y) { return std::max(x, y); }},
         {"Pow", [](float x, float y) { return std::pow(std::abs(x), y / 4); }},
         {"Mean", nullptr}};  // computed below: the sum is rounded before the division
@@ -733,7 +738,8 @@ TEST(ModKernel, IntegersAndFloatsWithAndWithoutFmod) {
   const std::vector<float> x = {-4.3f, 7.2f, 5.0f, 4.3f, -7.2f, 1.0f, 1.0f, -0.0f, 0.0f};
   const std::vector<float> y = {2.1f, -3.4f, 8.0f, -2.1f, 3.4f, inf, -inf, 2.0f, -2.0f};
   const std::vector<float> mod = runWith<float>("Mod", {flat(x), flat(y)}, DType::kF32);
-  const std::vector<float> fmod = runWith<float>("Mod", {flat(x), flat(y)}, DType::kF32, params({{"fmod", int64_t{1}}}));
+  const std::vector<float> fmod =
+      runWith<float>("Mod", {flat(x), flat(y)}, DType::kF32, params({{"fmod", int64_t{1}}}));
   for (size_t i = 0; i < x.size(); ++i) {
     const float f = std::fmod(x[i], y[i]);
     EXPECT_EQ(fmod[i], f) << i;
@@ -750,15 +756,17 @@ TEST(ModKernel, IntegersAndFloatsWithAndWithoutFmod) {
 TEST(BitKernels, ShiftsAndBitwiseOpsFollowTheReference) {
   const ParamMap left = params({{"direction", std::string("LEFT")}});
   const ParamMap right = params({{"direction", std::string("RIGHT")}});
-  EXPECT_EQ(runWith<uint8_t>("BitShift", {flat<uint8_t>({16, 4, 1, 255}), flat<uint8_t>({1, 2, 3, 8})}, DType::kU8, left),
-            (std::vector<uint8_t>{32, 16, 8, 0}));
-  EXPECT_EQ(runWith<uint8_t>("BitShift", {flat<uint8_t>({16, 4, 1, 255}), flat<uint8_t>({1, 2, 3, 9})}, DType::kU8, right),
-            (std::vector<uint8_t>{8, 1, 0, 0}));
+  EXPECT_EQ(
+      runWith<uint8_t>("BitShift", {flat<uint8_t>({16, 4, 1, 255}), flat<uint8_t>({1, 2, 3, 8})}, DType::kU8, left),
+      (std::vector<uint8_t>{32, 16, 8, 0}));
+  EXPECT_EQ(
+      runWith<uint8_t>("BitShift", {flat<uint8_t>({16, 4, 1, 255}), flat<uint8_t>({1, 2, 3, 9})}, DType::kU8, right),
+      (std::vector<uint8_t>{8, 1, 0, 0}));
   // Signed: left wraps; right is arithmetic; negative or too-wide shifts give 0 (or -1).
   EXPECT_EQ(runWith<int8_t>("BitShift", {flat<int8_t>({64, -1, 5, 5}), flat<int8_t>({1, 3, -1, 8})}, DType::kI8, left),
             (std::vector<int8_t>{-128, -8, 0, 0}));
-  EXPECT_EQ(runWith<int32_t>("BitShift", {flat<int32_t>({-16, -16, 16, -5}), flat<int32_t>({2, 32, 40, -1})}, DType::kI32,
-                             right),
+  EXPECT_EQ(runWith<int32_t>("BitShift", {flat<int32_t>({-16, -16, 16, -5}), flat<int32_t>({2, 32, 40, -1})},
+                             DType::kI32, right),
             (std::vector<int32_t>{-4, -1, 0, -1}));
   EXPECT_EQ(runWith<uint64_t>("BitShift", {flat<uint64_t>({1}), flat<uint64_t>({63})}, DType::kU64, left),
             (std::vector<uint64_t>{uint64_t{1} << 63}));
@@ -768,7 +776,8 @@ TEST(BitKernels, ShiftsAndBitwiseOpsFollowTheReference) {
             (std::vector<uint32_t>{0xFF, 3}));
   EXPECT_EQ(runWith<uint64_t>("BitwiseXor", {flat<uint64_t>({0xFF, 6}), flat<uint64_t>({0x0F, 3})}, DType::kU64),
             (std::vector<uint64_t>{0xF0, 5}));
-  EXPECT_EQ(runWith<int32_t>("BitwiseNot", {flat<int32_t>({0, -1, 5})}, DType::kI32), (std::vector<int32_t>{-1, 0, -6}));
+  EXPECT_EQ(runWith<int32_t>("BitwiseNot", {flat<int32_t>({0, -1, 5})}, DType::kI32),
+            (std::vector<int32_t>{-1, 0, -6}));
   EXPECT_EQ(runWith<uint8_t>("BitwiseNot", {flat<uint8_t>({0, 0xF0})}, DType::kU8), (std::vector<uint8_t>{0xFF, 0x0F}));
 }
 
@@ -807,8 +816,8 @@ TEST(VariadicKernels, SumAndMeanOfThreeBroadcastInputs) {
   std::vector<Operand> inputs = {operand<float>({2, 3}, {1, 2, 3, 4, 5, 6}), operand<float>({3}, {10, 20, 30}),
                                  operand<float>({2, 1}, {100, 200})};
   EXPECT_EQ(runWith<float>("Sum", inputs, DType::kF32), (std::vector<float>{111, 122, 133, 214, 225, 236}));
-  EXPECT_EQ(runWith<float>("Mean", inputs, DType::kF32), (std::vector<float>{37, 122.0f / 3, 133.0f / 3,
-                                                                            214.0f / 3, 75, 236.0f / 3}));
+  EXPECT_EQ(runWith<float>("Mean", inputs, DType::kF32),
+            (std::vector<float>{37, 122.0f / 3, 133.0f / 3, 214.0f / 3, 75, 236.0f / 3}));
   EXPECT_EQ(runWith<float>("Mean", {inputs[0]}, DType::kF32), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(runWith<int8_t>("Sum", {flat<int8_t>({100, 1}), flat<int8_t>({100, 2}), flat<int8_t>({1, 3})}, DType::kI8),
             (std::vector<int8_t>{-55, 6}));
@@ -837,11 +846,13 @@ TEST(UnaryKernels, RoundHalfToEvenSignAndIntegerRelu) {
 }
 
 TEST(ClipKernel, EveryIntegerTypeAndHalves) {
-  EXPECT_EQ(runWith<int8_t>("Clip", {flat<int8_t>({-128, -3, 0, 5, 127}), operand<int8_t>({}, {-2}), operand<int8_t>({}, {4})},
+  EXPECT_EQ(runWith<int8_t>("Clip",
+                            {flat<int8_t>({-128, -3, 0, 5, 127}), operand<int8_t>({}, {-2}), operand<int8_t>({}, {4})},
                             DType::kI8),
             (std::vector<int8_t>{-2, -2, 0, 4, 4}));
-  EXPECT_EQ(runWith<uint64_t>("Clip", {flat<uint64_t>({0, 5, ~uint64_t{0}}), operand<uint64_t>({}, {2}, true)}, DType::kU64),
-            (std::vector<uint64_t>{2, 5, ~uint64_t{0}}));
+  EXPECT_EQ(
+      runWith<uint64_t>("Clip", {flat<uint64_t>({0, 5, ~uint64_t{0}}), operand<uint64_t>({}, {2}, true)}, DType::kU64),
+      (std::vector<uint64_t>{2, 5, ~uint64_t{0}}));
   EXPECT_EQ(runWith<uint8_t>("Clip", {flat<uint8_t>({0, 200}), omitted(), operand<uint8_t>({}, {100})}, DType::kU8),
             (std::vector<uint8_t>{0, 100}));
   std::vector<Operand> inputs = {halfOperand(DType::kF16, {4}, {-3, 0.5f, 2, 9}), halfOperand(DType::kF16, {}, {-1}),

@@ -86,8 +86,8 @@ DType dtypeFromOnnx(int32_t onnx_type, const ModelSource& source, const std::str
   if (onnx_type > 0 && onnx_type < 256 && isValidDType(static_cast<uint8_t>(onnx_type))) {
     return static_cast<DType>(onnx_type);
   }
-  throw GraphError(fmt::format("{}: {} has ONNX data type {}, which kiln does not support (string and complex types are not "
-                               "tensor storage types in kiln)",
+  throw GraphError(fmt::format("{}: {} has ONNX data type {}, which kiln does not support (string and complex "
+                               "types are not tensor storage types in kiln)",
                                source.name, what, onnx_type));
 }
 
@@ -110,7 +110,8 @@ ConstantPtr constantFromTensorProto(const onnx::TensorProto& tensor, const Model
   // What the file holds: sub-byte types packed, the others as in memory.
   const size_t bits = dtypePackedBits(info.dtype);
   const bool packed = bits < 8;
-  const uint64_t stored = packed ? (count * bits + 7) / 8 : expected;
+  const uint64_t per_byte = packed ? 8 / bits : 1;
+  const uint64_t stored = packed ? count / per_byte + (count % per_byte != 0 ? 1 : 0) : expected;  // no overflow
 
   std::vector<std::byte> bytes;
   if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {

@@ -40,8 +40,9 @@ namespace {
 
 // -------------------------------------------------------- element types
 
-// The narrow types (Half and BFloat16: core/float_formats.h), each its bits in one struct so that overloads and
-// templates tell them apart. Sizes equal dtypeSize.
+// The narrow types (Half and BFloat16 are core/float_formats.h's), each its
+// bits in one struct so that templates tell them apart. Sizes equal
+// dtypeSize.
 template <MiniFloat kF>
 struct Mini {
   static constexpr MiniFloat kFormat = kF;
@@ -61,7 +62,9 @@ struct SubByteInt {
     const int32_t v = bits & kMask;
     return kSigned && (v >> (kBits - 1)) != 0 ? v - (1 << kBits) : v;
   }
-  static SubByteInt fromInteger(int64_t v) { return SubByteInt{static_cast<uint8_t>(static_cast<uint64_t>(v) & kMask)}; }
+  static SubByteInt fromInteger(int64_t v) {
+    return SubByteInt{static_cast<uint8_t>(static_cast<uint64_t>(v) & kMask)};
+  }
 };
 // bool is stored as one byte, 0 or 1.
 struct Bool {
@@ -112,11 +115,17 @@ To narrow(V v, const CastOptions& options) {
   if constexpr (std::is_same_v<To, Bool>) {
     return Bool{static_cast<uint8_t>(v != V(0))};
   } else if constexpr (std::is_same_v<To, Half>) {
-    if constexpr (std::is_same_v<V, double>) return Half{static_cast<uint16_t>(doubleToMiniFloat(v, MiniFloat::kF16, false))};
-    else return Half{floatToHalf(static_cast<float>(v))};  // exact from every integer below f16's range
+    if constexpr (std::is_same_v<V, double>) {
+      return Half{static_cast<uint16_t>(doubleToMiniFloat(v, MiniFloat::kF16, false))};
+    } else {
+      return Half{floatToHalf(static_cast<float>(v))};  // exact through f32 for every integer below f16's range
+    }
   } else if constexpr (std::is_same_v<To, BFloat16>) {
-    if constexpr (std::is_same_v<V, float>) return BFloat16{floatToBfloat16(v)};
-    else return BFloat16{static_cast<uint16_t>(doubleToMiniFloat(static_cast<double>(v), MiniFloat::kBF16, false))};
+    if constexpr (std::is_same_v<V, float>) {
+      return BFloat16{floatToBfloat16(v)};
+    } else {
+      return BFloat16{static_cast<uint16_t>(doubleToMiniFloat(static_cast<double>(v), MiniFloat::kBF16, false))};
+    }
   } else if constexpr (std::is_same_v<To, E8M0>) {
     return E8M0{floatToE8M0(static_cast<float>(v), options.saturate, options.rounding)};
   } else if constexpr (requires { To::kFormat; }) {
@@ -188,23 +197,27 @@ struct CastState final : KernelState {
   CastOptions options;
 };
 
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
+std::string typeString(const TensorInfo& info) {
+  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
+}
 
 // Cast's and CastLike's prepare: input 0 converted to `to`.
 std::unique_ptr<KernelState> prepareConversion(std::string_view op, const KernelSetup& setup, DType to) {
   const TensorInfo& x = setup.inputs[0];
-  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
+  if (setup.outputs.size() != 1)
+    throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   if (!x.isStatic()) throw UsageError(fmt::format("{}: needs static shapes, input 0 is {}", op, typeString(x)));
   const TensorInfo expected{to, x.shape};
   if (setup.outputs[0] != expected) {
-    throw UsageError(fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]),
-                                 typeString(expected)));
+    throw UsageError(
+        fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
   }
   auto state = std::make_unique<CastState>();
   state->input_size = dtypeSize(x.dtype);
   state->element_size = dtypeSize(to);
   const int64_t saturate = setup.params.getInt("saturate", 1);
-  if (saturate != 0 && saturate != 1) throw UsageError(fmt::format("{}: saturate is {}, expected 0 or 1", op, saturate));
+  if (saturate != 0 && saturate != 1)
+    throw UsageError(fmt::format("{}: saturate is {}, expected 0 or 1", op, saturate));
   state->options.saturate = saturate == 1;
   const std::string round_mode = setup.params.getString("round_mode", "up");
   if (!e8m0RoundingFromName(round_mode, state->options.rounding)) {

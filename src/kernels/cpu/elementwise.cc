@@ -485,14 +485,14 @@ struct Round {
   }
 };
 // The std:: functions of one argument.
-#define KILN_STD_UNARY(Name, function)            \
-  struct Name {                                   \
+#define KILN_STD_UNARY(Name, function)               \
+  struct Name {                                      \
     static constexpr std::string_view kName = #Name; \
-    static constexpr TypeSet kTypes = kFloats;    \
-    template <typename T>                         \
-    static T apply(T x, UnaryArgs<T>) {           \
-      return std::function(x);                    \
-    }                                             \
+    static constexpr TypeSet kTypes = kFloats;       \
+    template <typename T>                            \
+    static T apply(T x, UnaryArgs<T>) {              \
+      return std::function(x);                       \
+    }                                                \
   };
 KILN_STD_UNARY(Sin, sin)
 KILN_STD_UNARY(Cos, cos)
@@ -1056,15 +1056,15 @@ struct PRelu {
   }
 };
 // Comparisons and logic produce bool, stored as one byte 0 or 1.
-#define KILN_PREDICATE(Name, types, expression) \
-  struct Name {                                   \
+#define KILN_PREDICATE(Name, types, expression)      \
+  struct Name {                                      \
     static constexpr std::string_view kName = #Name; \
-    static constexpr TypeSet kTypes = types;      \
-    static constexpr bool kToBool = true;         \
-    template <typename T>                         \
-    static bool apply(T a, T b) {                 \
-      return expression;                          \
-    }                                             \
+    static constexpr TypeSet kTypes = types;         \
+    static constexpr bool kToBool = true;            \
+    template <typename T>                            \
+    static bool apply(T a, T b) {                    \
+      return expression;                             \
+    }                                                \
   };
 KILN_PREDICATE(Equal, kNumbers | kBools, a == b)
 KILN_PREDICATE(Less, kNumbers, a < b)
@@ -1075,14 +1075,14 @@ KILN_PREDICATE(And, kBools, a && b)
 KILN_PREDICATE(Or, kBools, a || b)
 KILN_PREDICATE(Xor, kBools, a != b)
 #undef KILN_PREDICATE
-#define KILN_BITWISE(Name, expression)             \
-  struct Name {                                   \
+#define KILN_BITWISE(Name, expression)               \
+  struct Name {                                      \
     static constexpr std::string_view kName = #Name; \
-    static constexpr TypeSet kTypes = kIntegers;  \
-    template <typename T>                         \
-    static T apply(T a, T b) {                    \
-      return static_cast<T>(expression);          \
-    }                                             \
+    static constexpr TypeSet kTypes = kIntegers;     \
+    template <typename T>                            \
+    static T apply(T a, T b) {                       \
+      return static_cast<T>(expression);             \
+    }                                                \
   };
 KILN_BITWISE(BitwiseAnd, a & b)
 KILN_BITWISE(BitwiseOr, a | b)
@@ -1232,8 +1232,9 @@ void powRow(const std::byte* a, int64_t sa, const std::byte* b, int64_t sb, std:
   using EE = Element<TE>;
   using SB = typename EB::Stored;
   using SE = typename EE::Stored;
-  rowOf<SB, SE, SB>(a, sa, b, sb, y, n,
-                    [](SB base, SE exponent) { return EB::store(mixedPower<TB, TE>(EB::load(base), EE::load(exponent))); });
+  rowOf<SB, SE, SB>(a, sa, b, sb, y, n, [](SB base, SE exponent) {
+    return EB::store(mixedPower<TB, TE>(EB::load(base), EE::load(exponent)));
+  });
 }
 
 constexpr TypeSet kPowBases = kFloats | kSigned;
