@@ -27,6 +27,9 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerConvKernels(r);
     registerPoolKernels(r);
     registerNormalizationKernels(r);
+    registerQuantizationKernels(r);
+    registerSignalKernels(r);
+    registerSamplingKernels(r);
     return r;
   }();
   return registry;

@@ -62,6 +62,9 @@ OpRegistry& OpRegistry::global() {
     registerShapeOps(r);
     registerNnOps(r);
     registerReductionOps(r);
+    registerQuantizationOps(r);
+    registerSignalOps(r);
+    registerSamplingOps(r);
     return r;
   }();
   return registry;

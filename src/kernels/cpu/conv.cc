@@ -272,15 +272,20 @@ ConvShape convTransposeShape(const KernelSetup& setup) {
     int64_t end = 0;
     if (!output_shape.empty() || auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower) {
       s.out[i] = output_shape.empty() ? s.in[i] * s.strides[i] : output_shape[i];
+      // The padding that takes `full` to the output size. It may be negative
+      // when output_shape asks for more than `full`: ONNX (the reference
+      // implementation) then splits it with floor division as for positive
+      // totals, so the extra elements land at the end like output_padding.
       const int64_t total = full - s.out[i];
-      if (total < 0) {
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor(total / 2)
+      // ONNX: SAME_UPPER puts the smaller half first; otherwise the larger.
+      begin = auto_pad == AutoPad::kSameUpper ? half : total - half;
+      end = total - begin;
+      if (begin < 0) {
         throw UsageError(fmt::format("ConvTranspose: spatial axis {}: output size {} is larger than the {} the "
-                                     "input, kernel and strides give",
+                                     "input, kernel and strides give by more than the end padding can take",
                                      i, s.out[i], full));
       }
-      // ONNX: SAME_UPPER puts the smaller half first; otherwise the larger.
-      begin = auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
-      end = total - begin;
     } else {
       begin = auto_pad == AutoPad::kValid ? 0 : pads[i];
       end = auto_pad == AutoPad::kValid ? 0 : pads[i + n];

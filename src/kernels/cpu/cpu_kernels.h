@@ -16,5 +16,8 @@ void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Re
 void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, ConvTranspose (oneDNN)
 void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
 void registerNormalizationKernels(KernelRegistry& registry);  // normalization.cc: BatchNormalization, LayerNormalization, Softmax, LogSoftmax
+void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
+void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
+void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv
 
 }  // namespace kiln

@@ -1,0 +1,77 @@
+// Reading and writing single elements of any numeric type as float, for the
+// kernels that take many element types but compute in f32 (quantization.cc,
+// signal.cc, sampling.cc): a switch per element, which keeps those kernels
+// free of one template instance per type combination. Not for hot loops of
+// the main kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/float_formats.h"
+#include "kiln/dtype.h"
+
+namespace kiln {
+
+template <typename T>
+T loadElement(const std::byte* data, int64_t i) {
+  T v;
+  std::memcpy(&v, data + static_cast<size_t>(i) * sizeof(T), sizeof v);
+  return v;
+}
+
+template <typename T>
+void storeElement(std::byte* data, int64_t i, T v) {
+  std::memcpy(data + static_cast<size_t>(i) * sizeof(T), &v, sizeof v);
+}
+
+// True for the types loadAsFloat reads.
+inline bool isLoadableAsFloat(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: case DType::kF64: case DType::kF16: case DType::kBF16:
+    case DType::kU8: case DType::kI8: case DType::kU16: case DType::kI16:
+    case DType::kI32: case DType::kI64: case DType::kF8E4M3: case DType::kF8E5M2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Element i as float (integers convert exactly up to 2^24).
+inline float loadAsFloat(const std::byte* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return loadElement<float>(data, i);
+    case DType::kF64: return static_cast<float>(loadElement<double>(data, i));
+    case DType::kF16: return halfToFloat(loadElement<uint16_t>(data, i));
+    case DType::kBF16: return bfloat16ToFloat(loadElement<uint16_t>(data, i));
+    case DType::kU8: return static_cast<float>(loadElement<uint8_t>(data, i));
+    case DType::kI8: return static_cast<float>(loadElement<int8_t>(data, i));
+    case DType::kU16: return static_cast<float>(loadElement<uint16_t>(data, i));
+    case DType::kI16: return static_cast<float>(loadElement<int16_t>(data, i));
+    case DType::kI32: return static_cast<float>(loadElement<int32_t>(data, i));
+    case DType::kI64: return static_cast<float>(loadElement<int64_t>(data, i));
+    case DType::kF8E4M3: return float8ToFloat(loadElement<uint8_t>(data, i), kFloat8E4M3);
+    case DType::kF8E5M2: return float8ToFloat(loadElement<uint8_t>(data, i), kFloat8E5M2);
+    default: return 0;
+  }
+}
+
+// True for the types storeFloat writes.
+inline bool isFloatType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+// Writes element i of a float tensor (f32, f64, f16, bf16), rounding to
+// nearest even.
+inline void storeFloat(std::byte* data, DType dtype, int64_t i, double v) {
+  switch (dtype) {
+    case DType::kF32: storeElement(data, i, static_cast<float>(v)); return;
+    case DType::kF64: storeElement(data, i, v); return;
+    case DType::kF16: storeElement(data, i, floatToHalf(static_cast<float>(v))); return;
+    case DType::kBF16: storeElement(data, i, floatToBfloat16(static_cast<float>(v))); return;
+    default: return;
+  }
+}
+
+}  // namespace kiln
