@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_formats.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -936,48 +937,7 @@ struct Half {
   uint16_t bits;
 };
 
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);  // inf, NaN
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: mantissa * 2^-24, exact in float.
-    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    std::memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-// Round to nearest, ties to even; overflow gives inf, NaN stays NaN.
-uint16_t floatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
-  if (abs < 0x38800000u) {
-    // Result is subnormal or zero: round abs / 2^-24 to an integer.
-    float a;
-    std::memcpy(&a, &abs, sizeof a);
-    const float scaled = a * 16777216.0f;  // exact: a power of two
-    const float rounded = std::nearbyint(scaled);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(rounded));
-  }
-  const uint32_t mantissa_odd = (abs >> 13) & 1u;
-  const uint32_t rounded = abs + 0xFFFu + mantissa_odd;  // ties to even
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13));
-}
+// halfToFloat and floatToHalf: float_formats.h.
 
 template <typename To, typename From>
 To convertValue(From v) {
