@@ -389,6 +389,30 @@ TEST(ConvTransposeKernel, Shapes) {
   }
 }
 
+// output_shape larger than the input, kernel and strides give (ONNX's
+// test_convtranspose_output_shape): the padding total is negative, split by
+// floor division, so the extra rows and columns come at the end, as with
+// output_padding; asking for more than the end can take is an error.
+TEST(ConvTransposeKernel, OutputShapeBeyondTheFullSize) {
+  const Ints xs{1, 1, 3, 3};
+  const Ints ws{1, 2, 3, 3};
+  const std::vector<float> x = randomValues<float>(elementCount(xs), 900, -1, 1);
+  const std::vector<float> w = randomValues<float>(elementCount(ws), 901, -1, 1);
+  const Attrs a{.strides = {3, 2}};
+  const Ints out{1, 2, 10, 8};  // the full size is [9, 7]
+  const Reference want = convTransposeReference(xs, x, ws, w, nullptr, a, {0, 0}, out);
+  ParamMap p = params(a, 2);
+  p.set("output_shape", Ints{10, 8});
+  std::vector<Operand> inputs = {operand(xs, x), operand(ws, w)};
+  std::vector<Operand> outputs = {output(DType::kF32, out)};
+  const PreparedKernel kernel("ConvTranspose", inputs, outputs, p);
+  kernel.run(inputs, outputs);
+  EXPECT_TRUE(matches(outputs[0].values<float>(), want));
+  p.set("output_shape", Ints{11, 7});
+  EXPECT_THAT(prepareError("ConvTranspose", inputs, {output(DType::kF32, {1, 2, 11, 7})}, p),
+              ::testing::HasSubstr("output size 11 is larger than the 9"));
+}
+
 TEST(ConvTransposeKernel, PrepareErrors) {
   using ::testing::HasSubstr;
   const auto x = operand<float>({1, 4, 3, 3}, std::vector<float>(36, 0));

@@ -102,10 +102,27 @@ TEST(DftKernel, InverseOnesidedAndRoundTrip) {
   expectNear(restored, std::vector<double>(real.begin(), real.end()), 1e-5);
 }
 
+// Opset 20 with the axis a run-time input: every axis keeps its length, so
+// the step runs whichever axis the call names.
+TEST(DftKernel, RunTimeAxis) {
+  const std::vector<float> x = randomValues<float>(24, 6, -1, 1);  // [2, 3, 4, 1]
+  for (int64_t axis : {0, 1, 2, -2}) {
+    const std::vector<float> fixed =
+        runKernel("DFT", {operand<float>({2, 3, 4, 1}, x)}, {2, 3, 4, 2}, params({{"axis", axis}}));
+    const std::vector<float> runtime =
+        runKernel("DFT", {operand<float>({2, 3, 4, 1}, x), omitted(), operand<int64_t>({}, {axis})}, {2, 3, 4, 2});
+    EXPECT_EQ(runtime, fixed) << "axis " << axis;
+  }
+}
+
 TEST(DftKernel, Errors) {
   const Operand x = operand<float>({1, 4, 4, 1}, std::vector<float>(16));
-  EXPECT_THAT(prepareError("DFT", {x, omitted(), operand<int64_t>({}, {1})}, {output(DType::kF32, {1, 4, 4, 2})}),
-              HasSubstr("axis must be a constant"));
+  EXPECT_THAT(prepareError("DFT", {x, omitted(), operand<int64_t>({}, {1})}, {output(DType::kF32, {1, 3, 3, 2})},
+                           params({{"onesided", int64_t{1}}})),
+              HasSubstr("fits no axis"));
+  EXPECT_THAT(prepareError("DFT", {x, operand<int64_t>({}, {4})}, {output(DType::kF32, {1, 4, 4, 2})},
+                           params({{"axis", int64_t{1}}})),
+              HasSubstr("dft_length must be a constant"));
   EXPECT_THAT(prepareError("DFT", {x}, {output(DType::kF32, {1, 4, 4, 2})}),
               HasSubstr("the default differs between opset 17 (1) and 20 (-2)"));
   EXPECT_THAT(prepareError("DFT", {x}, {output(DType::kF32, {1, 4, 4, 1})}, params({{"axis", int64_t{2}}})),

@@ -160,10 +160,13 @@ AxisView axisView(const Ints& shape, size_t axis) {
   return v;
 }
 
+// A per-tensor parameter: a scalar or one value in 1-D.
+bool isSingle(const TensorInfo& param) { return param.numElements() == 1 && param.shape.size() <= 1; }
+
 ParamLayout paramLayout(std::string_view op, const TensorInfo& x, const TensorInfo& param, size_t axis,
                         int64_t block_size, const AxisView& view) {
   ParamLayout layout;
-  if (param.numElements() == 1 && param.shape.size() <= 1) return layout;  // per tensor
+  if (isSingle(param)) return layout;  // per tensor
   if (block_size == 0) {
     if (param.shape != Ints{view.axis}) {
       throw UsageError(fmt::format("{}: the parameter {} must be a scalar, [1] or [{}] (axis {} of x {})", op,
@@ -196,25 +199,27 @@ struct QuantParams {
 
 QuantParams quantParams(std::string_view op, const KernelSetup& setup, size_t scale) {
   const TensorInfo& x = setup.inputs[0];
+  const TensorInfo& zero = inputAt(setup, scale + 1);
+  QuantParams q;
+  q.scale_type = setup.inputs[scale].dtype;
+  q.zero_type = zero.dtype;  // kUndefined when omitted
+  if (isSingle(setup.inputs[scale]) && (!present(zero) || isSingle(zero))) {
+    // Per tensor: the axis attribute does not matter (and its default, 1,
+    // need not exist in x).
+    q.view.axis = static_cast<int64_t>(x.numElements());
+    return q;
+  }
   const int64_t block_size = setup.params.getInt("block_size", 0);
   if (block_size < 0) throw UsageError(fmt::format("{}: block_size must not be negative, got {}", op, block_size));
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const auto rank = static_cast<int64_t>(x.shape.size());
   int64_t axis = setup.params.getInt("axis", 1);
-  if (rank == 0) {
-    axis = 0;
-  } else {
-    if (axis < -rank || axis >= rank) throw UsageError(fmt::format("{}: axis {} is out of range for {}", op, axis, typeString(x)));
-    if (axis < 0) axis += rank;
+  if (axis < -rank || axis >= rank) {
+    throw UsageError(fmt::format("{}: axis {} is out of range for {}", op, axis, typeString(x)));
   }
-  QuantParams q;
+  if (axis < 0) axis += rank;
   q.view = axisView(x.shape, static_cast<size_t>(axis));
   q.scale = paramLayout(op, x, setup.inputs[scale], static_cast<size_t>(axis), block_size, q.view);
-  q.scale_type = setup.inputs[scale].dtype;
-  const TensorInfo& zero = inputAt(setup, scale + 1);
-  if (present(zero)) {
-    q.zero = paramLayout(op, x, zero, static_cast<size_t>(axis), block_size, q.view);
-    q.zero_type = zero.dtype;
-  }
+  if (present(zero)) q.zero = paramLayout(op, x, zero, static_cast<size_t>(axis), block_size, q.view);
   return q;
 }
 

@@ -13,14 +13,16 @@
 //   inverse   x[t] = 1/n sum_k X[k] e^(+2 pi i k t / n)
 //   inverse and onesided (irfft): X holds bins 0..n/2 of a Hermitian
 //             spectrum; the output is the real signal [..., n, 1].
-// The axis and dft_length must be constants (attributes or constant
-// inputs): they fix the loop structure. STFT reads frame_step at run time;
+// dft_length must be a constant (it fixes the loops); the axis is an
+// attribute, a constant, or (opset 20) a run-time input when the output
+// shape does not depend on it. STFT reads frame_step at run time;
 // the window functions and MelWeightMatrix read their scalar inputs at run
 // time and take their sizes from the output shape.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -105,18 +107,50 @@ Twiddles twiddles(int64_t n) {
 
 // ---------------------------------------------------------------------- DFT
 
-struct DftState final : KernelState {
-  DType dtype = DType::kF32;
-  int64_t outer = 1;     // product of the dims before the axis
-  int64_t inner = 1;     // product of the dims between the axis and the last
-  int64_t in_length = 0;  // input elements along the axis
+// The transform along one axis of x, seen as [outer, in_length, inner, C].
+struct DftPlan {
+  bool valid = false;  // whether the output shape fits this axis
+  int64_t outer = 1;
+  int64_t inner = 1;
+  int64_t in_length = 0;
   int64_t out_length = 0;
-  int64_t in_channels = 1;  // 1 real, 2 complex
-  int64_t n = 0;            // the transform's length
-  bool inverse = false;
-  bool real_output = false;  // irfft: Hermitian input, real output
+  int64_t n = 0;  // the transform's length
   Twiddles twiddles;
 };
+
+struct DftState final : KernelState {
+  DType dtype = DType::kF32;
+  int64_t in_channels = 1;  // 1 real, 2 complex
+  bool inverse = false;
+  bool real_output = false;  // irfft: Hermitian input, real output
+  // One plan per axis; a constant axis (or the attribute) fills only its
+  // own. A run-time axis input (opset 20) picks one per call among those
+  // whose output shape is the step's, which is every axis when the transform
+  // keeps the axis' length.
+  std::vector<DftPlan> plans;
+  int64_t axis = -1;  // the fixed axis, or -1: read input 2 per call
+  DType axis_type = DType::kI64;
+};
+
+// The plan for `axis`; !valid when its output shape is not `y`.
+DftPlan planDft(std::string_view op, const KernelSetup& setup, const DftState& s, int64_t axis, bool onesided) {
+  const TensorInfo& x = setup.inputs[0];
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  DftPlan plan;
+  for (int64_t d = 0; d < axis; ++d) plan.outer *= x.shape[static_cast<size_t>(d)];
+  for (int64_t d = axis + 1; d < rank - 1; ++d) plan.inner *= x.shape[static_cast<size_t>(d)];
+  plan.in_length = x.shape[static_cast<size_t>(axis)];
+  plan.n = hasInput(setup, 1) ? constantInteger(op, setup, 1, "dft_length")
+                              : (s.real_output ? 2 * (plan.in_length - 1) : plan.in_length);
+  if (plan.n < 1) return plan;
+  plan.out_length = onesided && !s.inverse ? plan.n / 2 + 1 : plan.n;
+  Ints expected = x.shape;
+  expected[static_cast<size_t>(axis)] = plan.out_length;
+  expected.back() = s.real_output ? 1 : 2;
+  plan.valid = setup.outputs[0] == TensorInfo{x.dtype, expected};
+  if (plan.valid) plan.twiddles = twiddles(plan.n);
+  return plan;
+}
 
 std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
   constexpr std::string_view op = "DFT";
@@ -127,6 +161,28 @@ std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
   const auto rank = static_cast<int64_t>(x.shape.size());
   if (rank < 2 || (x.shape.back() != 1 && x.shape.back() != 2)) {
     throw UsageError(fmt::format("{}: needs an input [..., signal, 1 or 2], got {}", op, typeString(x)));
+  }
+  auto s = std::make_unique<DftState>();
+  s->dtype = x.dtype;
+  s->in_channels = x.shape.back();
+  s->inverse = setup.params.getInt("inverse", 0) != 0;
+  const bool onesided = setup.params.getInt("onesided", 0) != 0;
+  s->real_output = s->inverse && onesided;
+  s->plans.resize(static_cast<size_t>(rank - 1));
+  const bool runtime_axis = hasInput(setup, 2) && constantInput(setup, 2) == nullptr;
+  if (runtime_axis) {
+    expectIntegerScalar(op, setup, 2, "axis");
+    s->axis_type = setup.inputs[2].dtype;
+    bool any = false;
+    for (int64_t a = 0; a < rank - 1; ++a) {
+      s->plans[static_cast<size_t>(a)] = planDft(op, setup, *s, a, onesided);
+      any = any || s->plans[static_cast<size_t>(a)].valid;
+    }
+    if (!any) {
+      throw UsageError(fmt::format("{}: the output {} fits no axis of {}; the axis input must be a constant to tell",
+                                   op, typeString(y), typeString(x)));
+    }
+    return s;
   }
   // Opset 17 takes the axis as an attribute (default 1), opset 20 as input 2
   // (default -2). The kernel does not know the opset: without either, the
@@ -145,36 +201,28 @@ std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
     throw UsageError(fmt::format("{}: axis {} is not a signal axis of {}", op, axis, typeString(x)));
   }
   if (axis < 0) axis += rank;
-  auto s = std::make_unique<DftState>();
-  s->dtype = x.dtype;
-  s->inverse = setup.params.getInt("inverse", 0) != 0;
-  const bool onesided = setup.params.getInt("onesided", 0) != 0;
-  s->real_output = s->inverse && onesided;
-  for (int64_t d = 0; d < axis; ++d) s->outer *= x.shape[static_cast<size_t>(d)];
-  for (int64_t d = axis + 1; d < rank - 1; ++d) s->inner *= x.shape[static_cast<size_t>(d)];
-  s->in_length = x.shape[static_cast<size_t>(axis)];
-  s->in_channels = x.shape.back();
-  s->n = hasInput(setup, 1) ? constantInteger(op, setup, 1, "dft_length")
-                            : (s->real_output ? 2 * (s->in_length - 1) : s->in_length);
-  if (s->n < 1) throw UsageError(fmt::format("{}: the transform length {} is not positive", op, s->n));
-  s->out_length = onesided && !s->inverse ? s->n / 2 + 1 : s->n;
-  Ints expected = x.shape;
-  expected[static_cast<size_t>(axis)] = s->out_length;
-  expected.back() = s->real_output ? 1 : 2;
-  if (y != TensorInfo{x.dtype, expected}) {
+  s->axis = axis;
+  DftPlan& plan = s->plans[static_cast<size_t>(axis)];
+  plan = planDft(op, setup, *s, axis, onesided);
+  if (plan.n < 1) throw UsageError(fmt::format("{}: the transform length {} is not positive", op, plan.n));
+  if (!plan.valid) {
+    Ints expected = x.shape;
+    expected[static_cast<size_t>(axis)] = plan.out_length;
+    expected.back() = s->real_output ? 1 : 2;
     throw UsageError(fmt::format("{}: the output {} must be {}", op, typeString(y), typeString({x.dtype, expected})));
   }
-  s->twiddles = twiddles(s->n);
   return s;
 }
 
 // One signal: input element t at x + t * x_stride (channels after it),
 // output bin k at y + k * y_stride.
-void dftSignal(const DftState& s, const std::byte* x, int64_t x_offset, int64_t x_stride, std::byte* y,
-               int64_t y_offset, int64_t y_stride) {
-  const int64_t n = s.n;
+void dftSignal(const DftState& s, const DftPlan& plan, const std::byte* x, int64_t x_offset, int64_t x_stride,
+               std::byte* y, int64_t y_offset, int64_t y_stride) {
+  const int64_t n = plan.n;
   const double sign = s.inverse ? 1.0 : -1.0;
   const double norm = s.inverse ? 1.0 / static_cast<double>(n) : 1.0;
+  const std::vector<double>& cos = plan.twiddles.cos;
+  const std::vector<double>& sin = plan.twiddles.sin;
   auto re = [&](int64_t t) { return static_cast<double>(loadAsFloat(x, s.dtype, x_offset + t * x_stride)); };
   auto im = [&](int64_t t) {
     return s.in_channels == 2 ? static_cast<double>(loadAsFloat(x, s.dtype, x_offset + t * x_stride + 1)) : 0.0;
@@ -182,29 +230,29 @@ void dftSignal(const DftState& s, const std::byte* x, int64_t x_offset, int64_t 
   if (s.real_output) {
     // Bins 0..n/2 (zero beyond the input); the rest mirror them conjugated.
     const int64_t half = n / 2;
-    for (int64_t t = 0; t < s.out_length; ++t) {
+    for (int64_t t = 0; t < plan.out_length; ++t) {
       double sum = 0;
       for (int64_t k = 0; k < n; ++k) {
         const bool mirrored = k > half;
         const int64_t bin = mirrored ? n - k : k;
-        if (bin >= s.in_length) continue;
+        if (bin >= plan.in_length) continue;
         const double xr = re(bin);
         const double xi = mirrored ? -im(bin) : im(bin);
-        const int64_t j = (k * t) % n;
-        sum += xr * s.twiddles.cos[static_cast<size_t>(j)] - xi * s.twiddles.sin[static_cast<size_t>(j)];
+        const auto j = static_cast<size_t>((k * t) % n);
+        sum += xr * cos[j] - xi * sin[j];
       }
       storeFloat(y, s.dtype, y_offset + t * y_stride, sum * norm);
     }
     return;
   }
-  const int64_t used = std::min(s.in_length, n);
-  for (int64_t k = 0; k < s.out_length; ++k) {
+  const int64_t used = std::min(plan.in_length, n);
+  for (int64_t k = 0; k < plan.out_length; ++k) {
     double sum_re = 0;
     double sum_im = 0;
     for (int64_t t = 0; t < used; ++t) {
-      const int64_t j = (k * t) % n;
-      const double c = s.twiddles.cos[static_cast<size_t>(j)];
-      const double sn = sign * s.twiddles.sin[static_cast<size_t>(j)];
+      const auto j = static_cast<size_t>((k * t) % n);
+      const double c = cos[j];
+      const double sn = sign * sin[j];
       const double xr = re(t);
       const double xi = im(t);
       sum_re += xr * c - xi * sn;
@@ -217,11 +265,27 @@ void dftSignal(const DftState& s, const std::byte* x, int64_t x_offset, int64_t 
 
 void runDft(const KernelCall& call) {
   const auto& s = static_cast<const DftState&>(*call.state);
+  int64_t axis = s.axis;
+  if (axis < 0) {
+    const auto axes = static_cast<int64_t>(s.plans.size());  // rank - 1
+    axis = loadInteger(call.inputs[2].data, s.axis_type);
+    if (axis < 0) axis += axes + 1;
+  }
+  const TensorView& out = call.outputs[0];
+  if (axis < 0 || axis >= static_cast<int64_t>(s.plans.size()) || !s.plans[static_cast<size_t>(axis)].valid) {
+    // An axis this step's shapes do not fit (run must not throw): NaN.
+    for (uint64_t i = 0; i < out.numElements(); ++i) {
+      storeFloat(out.data, s.dtype, static_cast<int64_t>(i), std::numeric_limits<double>::quiet_NaN());
+    }
+    return;
+  }
+  const DftPlan& plan = s.plans[static_cast<size_t>(axis)];
   const int64_t out_channels = s.real_output ? 1 : 2;
-  for (int64_t o = 0; o < s.outer; ++o) {
-    for (int64_t r = 0; r < s.inner; ++r) {
-      dftSignal(s, call.inputs[0].data, (o * s.in_length * s.inner + r) * s.in_channels, s.inner * s.in_channels,
-                call.outputs[0].data, (o * s.out_length * s.inner + r) * out_channels, s.inner * out_channels);
+  for (int64_t o = 0; o < plan.outer; ++o) {
+    for (int64_t r = 0; r < plan.inner; ++r) {
+      dftSignal(s, plan, call.inputs[0].data, (o * plan.in_length * plan.inner + r) * s.in_channels,
+                plan.inner * s.in_channels, out.data, (o * plan.out_length * plan.inner + r) * out_channels,
+                plan.inner * out_channels);
     }
   }
 }
