@@ -24,6 +24,22 @@ _NUMPY_DTYPES = {
     "u16": np.uint16, "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "bool": np.bool_,
 }
 
+# Types numpy holds only through ml_dtypes (when it is installed): their
+# arrays cross to the C++ side as views of unsigned integers of their size.
+try:
+    import ml_dtypes
+
+    _ML_DTYPES = {"bf16": (ml_dtypes.bfloat16, np.uint16), "f8e4m3": (ml_dtypes.float8_e4m3fn, np.uint8),
+                  "f8e5m2": (ml_dtypes.float8_e5m2, np.uint8)}
+    _NUMPY_DTYPES.update({name: dtype for name, (dtype, _) in _ML_DTYPES.items()})
+except ImportError:  # pragma: no cover - ml_dtypes is in requirements.txt
+    _ML_DTYPES = {}
+
+
+def _storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    """The array as the C++ side takes it: ml_dtypes types as unsigned integers."""
+    return array.view(_ML_DTYPES[dtype][1]) if dtype in _ML_DTYPES else array
+
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             batch: Optional[int] = None) -> dict:
@@ -67,7 +83,7 @@ class Runner:
                 raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
             if array.shape != shape:
                 raise Error(f"input '{name}' must have shape {shape}, got {array.shape}")
-            arrays.append(np.ascontiguousarray(array))  # a copy only when not C-contiguous
+            arrays.append(_storage(np.ascontiguousarray(array), dtype))  # a copy only when not C-contiguous
         outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
-        self._executor.run(arrays, outputs)
+        self._executor.run(arrays, [_storage(array, dtype) for array, (_, _, dtype) in zip(outputs, self.outputs)])
         return {name: array for (name, _, _), array in zip(self.outputs, outputs)}
