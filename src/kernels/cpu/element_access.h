@@ -1,8 +1,8 @@
-// Reading and writing single elements of any numeric type as float, for the
-// kernels that take many element types but compute in f32 (quantization.cc,
-// signal.cc, sampling.cc): a switch per element, which keeps those kernels
-// free of one template instance per type combination. Not for hot loops of
-// the main kernels.
+// Reading and writing single elements of any numeric type as float or
+// double, for the kernels that take many element types but compute in f32
+// or f64 (quantization.cc, signal.cc, sampling.cc, conv.cc's loop): a switch
+// per element, which keeps those kernels free of one template instance per
+// type combination. Not for the hot loops of the main kernels.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +55,11 @@ inline float loadAsFloat(const std::byte* data, DType dtype, int64_t i) {
     case DType::kF8E5M2: return float8ToFloat(loadElement<uint8_t>(data, i), kFloat8E5M2);
     default: return 0;
   }
+}
+
+// Element i as double: exact for f64 (and everything loadAsFloat reads).
+inline double loadAsDouble(const std::byte* data, DType dtype, int64_t i) {
+  return dtype == DType::kF64 ? loadElement<double>(data, i) : static_cast<double>(loadAsFloat(data, dtype, i));
 }
 
 // True for the types storeFloat writes.

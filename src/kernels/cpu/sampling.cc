@@ -107,7 +107,7 @@ double bilinearZeros(const std::byte* x, DType dtype, int64_t plane, int64_t hei
       const auto xx = static_cast<int64_t>(w0) + dx;
       if (xx < 0 || xx >= width) continue;
       const double weight = (dy ? fh : 1 - fh) * (dx ? fw : 1 - fw);
-      sum += weight * loadAsFloat(x, dtype, plane + y * width + xx);
+      sum += weight * loadAsDouble(x, dtype, plane + y * width + xx);
     }
   }
   return sum;
@@ -252,7 +252,7 @@ void runGridSample(const KernelCall& call) {
       for (int d = 0; d < s.rank; ++d) {
         // The grid names the last spatial axis first.
         const int64_t component = (n * s.points + p) * s.rank + (s.rank - 1 - d);
-        axes[static_cast<size_t>(d)] = axisTaps(s, s.in[static_cast<size_t>(d)], loadAsFloat(grid, s.grid_type, component));
+        axes[static_cast<size_t>(d)] = axisTaps(s, s.in[static_cast<size_t>(d)], loadAsDouble(grid, s.grid_type, component));
       }
       // The product of the axes' taps.
       int taps = 1;
@@ -277,7 +277,7 @@ void runGridSample(const KernelCall& call) {
         double sum = 0;
         for (int t = 0; t < taps; ++t) {
           if (offsets[static_cast<size_t>(t)] >= 0) {
-            sum += weights[static_cast<size_t>(t)] * loadAsFloat(x, s.x_type, plane + offsets[static_cast<size_t>(t)]);
+            sum += weights[static_cast<size_t>(t)] * loadAsDouble(x, s.x_type, plane + offsets[static_cast<size_t>(t)]);
           }
         }
         storeFloat(y, s.x_type, (n * s.channels + c) * s.points + p, sum);
@@ -347,7 +347,7 @@ void runAffineGrid(const KernelCall& call) {
           for (int j = 0; j < r; ++j) {
             double sum = 0;
             for (int k = 0; k <= r; ++k) {
-              sum += loadAsFloat(theta, s.dtype, (n * r + j) * (r + 1) + k) * v[static_cast<size_t>(k)];
+              sum += loadAsDouble(theta, s.dtype, (n * r + j) * (r + 1) + k) * v[static_cast<size_t>(k)];
             }
             storeFloat(y, s.dtype, out++, sum);
           }
@@ -453,10 +453,10 @@ void runRoiAlign(const KernelCall& call) {
   for (int64_t r = 0; r < s.rois; ++r) {
     const int64_t batch = std::clamp<int64_t>(
         s.index_type == DType::kI64 ? loadElement<int64_t>(indices, r) : loadElement<int32_t>(indices, r), 0, s.batch - 1);
-    const double x0 = loadAsFloat(rois, s.dtype, r * 4 + 0) * s.spatial_scale - offset;
-    const double y0 = loadAsFloat(rois, s.dtype, r * 4 + 1) * s.spatial_scale - offset;
-    const double x1 = loadAsFloat(rois, s.dtype, r * 4 + 2) * s.spatial_scale - offset;
-    const double y1 = loadAsFloat(rois, s.dtype, r * 4 + 3) * s.spatial_scale - offset;
+    const double x0 = loadAsDouble(rois, s.dtype, r * 4 + 0) * s.spatial_scale - offset;
+    const double y0 = loadAsDouble(rois, s.dtype, r * 4 + 1) * s.spatial_scale - offset;
+    const double x1 = loadAsDouble(rois, s.dtype, r * 4 + 2) * s.spatial_scale - offset;
+    const double y1 = loadAsDouble(rois, s.dtype, r * 4 + 3) * s.spatial_scale - offset;
     double roi_w = x1 - x0;
     double roi_h = y1 - y0;
     if (!s.half_pixel) {  // the legacy mode forces rois of at least one pixel
@@ -483,12 +483,12 @@ void runRoiAlign(const KernelCall& call) {
               roiSample(s, sy, sx, at, w);
               if (s.max_mode) {
                 // onnx's max mode: the largest weighted corner of each sample.
-                double v = w[0] * loadAsFloat(x, s.dtype, plane + at[0]);
-                for (size_t k = 1; k < 4; ++k) v = std::max(v, w[k] * loadAsFloat(x, s.dtype, plane + at[k]));
+                double v = w[0] * loadAsDouble(x, s.dtype, plane + at[0]);
+                for (size_t k = 1; k < 4; ++k) v = std::max(v, w[k] * loadAsDouble(x, s.dtype, plane + at[k]));
                 result = first ? v : std::max(result, v);
                 first = false;
               } else {
-                for (size_t k = 0; k < 4; ++k) result += w[k] * loadAsFloat(x, s.dtype, plane + at[k]);
+                for (size_t k = 0; k < 4; ++k) result += w[k] * loadAsDouble(x, s.dtype, plane + at[k]);
               }
             }
           }
@@ -564,7 +564,7 @@ void runDeformConv(const KernelCall& call) {
       for (int64_t oh = 0; oh < g.out[1]; ++oh) {
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
           const int64_t position = oh * g.out[2] + ow;
-          double sum = bias ? loadAsFloat(bias, s.dtype, m) : 0.0;
+          double sum = bias ? loadAsDouble(bias, s.dtype, m) : 0.0;
           for (int64_t c = 0; c < group_in; ++c) {
             const int64_t channel = first_channel + c;
             const int64_t og = channel / offset_group_in;
@@ -574,12 +574,12 @@ void runDeformConv(const KernelCall& call) {
                 const int64_t tap = kh * kernel_w + kw;
                 const int64_t offset_at = ((n * s.offset_groups + og) * 2 * taps + 2 * tap) * out_plane + position;
                 const double h = static_cast<double>(oh * g.strides[1] - g.pad_begin[1] + kh * g.dilations[1]) +
-                                 loadAsFloat(offset, s.dtype, offset_at);
+                                 loadAsDouble(offset, s.dtype, offset_at);
                 const double ww = static_cast<double>(ow * g.strides[2] - g.pad_begin[2] + kw * g.dilations[2]) +
-                                  loadAsFloat(offset, s.dtype, offset_at + out_plane);
+                                  loadAsDouble(offset, s.dtype, offset_at + out_plane);
                 const double scale =
-                    mask ? loadAsFloat(mask, s.dtype, ((n * s.offset_groups + og) * taps + tap) * out_plane + position) : 1.0;
-                const double weight = loadAsFloat(w, s.dtype, (m * group_in + c) * taps + tap);
+                    mask ? loadAsDouble(mask, s.dtype, ((n * s.offset_groups + og) * taps + tap) * out_plane + position) : 1.0;
+                const double weight = loadAsDouble(w, s.dtype, (m * group_in + c) * taps + tap);
                 sum += weight * scale * bilinearZeros(x, s.dtype, plane, height, width, h, ww);
               }
             }

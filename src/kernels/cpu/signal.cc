@@ -223,9 +223,9 @@ void dftSignal(const DftState& s, const DftPlan& plan, const std::byte* x, int64
   const double norm = s.inverse ? 1.0 / static_cast<double>(n) : 1.0;
   const std::vector<double>& cos = plan.twiddles.cos;
   const std::vector<double>& sin = plan.twiddles.sin;
-  auto re = [&](int64_t t) { return static_cast<double>(loadAsFloat(x, s.dtype, x_offset + t * x_stride)); };
+  auto re = [&](int64_t t) { return loadAsDouble(x, s.dtype, x_offset + t * x_stride); };
   auto im = [&](int64_t t) {
-    return s.in_channels == 2 ? static_cast<double>(loadAsFloat(x, s.dtype, x_offset + t * x_stride + 1)) : 0.0;
+    return s.in_channels == 2 ? loadAsDouble(x, s.dtype, x_offset + t * x_stride + 1) : 0.0;
   };
   if (s.real_output) {
     // Bins 0..n/2 (zero beyond the input); the rest mirror them conjugated.
@@ -367,9 +367,9 @@ void runStft(const KernelCall& call) {
         const int64_t used = std::min(s.n, s.length - start);
         for (int64_t t = 0; t < used; ++t) {
           const int64_t at = (b * s.length + start + t) * s.channels;
-          const double w = window ? loadAsFloat(window, s.dtype, t) : 1.0;
-          const double xr = w * loadAsFloat(x, s.dtype, at);
-          const double xi = s.channels == 2 ? w * loadAsFloat(x, s.dtype, at + 1) : 0.0;
+          const double w = window ? loadAsDouble(window, s.dtype, t) : 1.0;
+          const double xr = w * loadAsDouble(x, s.dtype, at);
+          const double xi = s.channels == 2 ? w * loadAsDouble(x, s.dtype, at + 1) : 0.0;
           const auto j = static_cast<size_t>((k * t) % s.n);
           const double c = s.twiddles.cos[j];
           const double sn = -s.twiddles.sin[j];
@@ -473,8 +473,8 @@ void runMel(const KernelCall& call) {
   const TensorView* in = call.inputs;
   const int64_t dft_length = loadInteger(in[1].data, in[1].dtype);
   const int64_t sample_rate = std::max<int64_t>(1, loadInteger(in[2].data, in[2].dtype));
-  const double low = hertzToMel(loadAsFloat(in[3].data, in[3].dtype, 0));
-  const double high = hertzToMel(loadAsFloat(in[4].data, in[4].dtype, 0));
+  const double low = hertzToMel(loadAsDouble(in[3].data, in[3].dtype, 0));
+  const double high = hertzToMel(loadAsDouble(in[4].data, in[4].dtype, 0));
   const int64_t points = s.mel_bins + 2;
   const double step = (high - low) / static_cast<double>(points);
   std::byte* y = call.outputs[0].data;
