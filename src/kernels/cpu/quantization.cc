@@ -34,6 +34,7 @@
 #include "kernels/cpu/conv_geometry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
+#include "kernels/cpu/kernel_checks.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -41,31 +42,6 @@ namespace kiln {
 namespace {
 
 using Ints = std::vector<int64_t>;
-
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
-
-bool present(const TensorInfo& info) { return info.dtype != DType::kUndefined; }
-
-const TensorInfo& inputAt(const KernelSetup& setup, size_t index) {
-  static const TensorInfo kOmitted;
-  return index < setup.inputs.size() ? setup.inputs[index] : kOmitted;
-}
-
-void expectCounts(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs,
-                  size_t outputs) {
-  if (setup.inputs.size() < min_inputs || setup.inputs.size() > max_inputs) {
-    throw UsageError(fmt::format("{}: expects {} to {} inputs, got {}", op, min_inputs, max_inputs, setup.inputs.size()));
-  }
-  for (size_t i = 0; i < min_inputs; ++i) {
-    if (!present(setup.inputs[i])) throw UsageError(fmt::format("{}: input {} is required", op, i));
-  }
-  if (setup.outputs.size() != outputs) {
-    throw UsageError(fmt::format("{}: expects {} outputs, got {}", op, outputs, setup.outputs.size()));
-  }
-  for (const TensorInfo& info : setup.inputs) {
-    if (present(info) && !info.isStatic()) throw UsageError(fmt::format("{}: needs static shapes, got {}", op, typeString(info)));
-  }
-}
 
 bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
 bool isScaleType(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }

@@ -31,6 +31,7 @@
 #include "kernels/cpu/conv_geometry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
+#include "kernels/cpu/kernel_checks.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -38,25 +39,6 @@ namespace kiln {
 namespace {
 
 using Ints = std::vector<int64_t>;
-
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
-
-bool present(const TensorInfo& info) { return info.dtype != DType::kUndefined; }
-
-void expectCounts(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs) {
-  if (setup.inputs.size() < min_inputs || setup.inputs.size() > max_inputs || setup.outputs.size() != 1) {
-    throw UsageError(fmt::format("{}: expects {} to {} inputs and one output, got {} and {}", op, min_inputs,
-                                 max_inputs, setup.inputs.size(), setup.outputs.size()));
-  }
-  for (size_t i = 0; i < setup.inputs.size(); ++i) {
-    const TensorInfo& info = setup.inputs[i];
-    if (!present(info)) {
-      if (i < min_inputs) throw UsageError(fmt::format("{}: input {} is required", op, i));
-      continue;
-    }
-    if (!info.isStatic()) throw UsageError(fmt::format("{}: needs static shapes, got {}", op, typeString(info)));
-  }
-}
 
 void expectFloat(std::string_view op, const TensorInfo& info, const char* what) {
   if (!isFloatType(info.dtype)) {
@@ -137,7 +119,7 @@ struct GridSampleState final : KernelState {
 
 std::unique_ptr<KernelState> prepareGridSample(const KernelSetup& setup) {
   constexpr std::string_view op = "GridSample";
-  expectCounts(op, setup, 2, 2);
+  expectCounts(op, setup, 2, 2, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& grid = setup.inputs[1];
   expectFloat(op, x, "X");
@@ -298,7 +280,7 @@ struct AffineGridState final : KernelState {
 
 std::unique_ptr<KernelState> prepareAffineGrid(const KernelSetup& setup) {
   constexpr std::string_view op = "AffineGrid";
-  expectCounts(op, setup, 2, 2);
+  expectCounts(op, setup, 2, 2, 1);
   const TensorInfo& theta = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   expectFloat(op, theta, "theta");
@@ -377,7 +359,7 @@ struct RoiAlignState final : KernelState {
 
 std::unique_ptr<KernelState> prepareRoiAlign(const KernelSetup& setup) {
   constexpr std::string_view op = "RoiAlign";
-  expectCounts(op, setup, 3, 3);
+  expectCounts(op, setup, 3, 3, 1);
   const TensorInfo& x = setup.inputs[0];
   expectFloat(op, x, "X");
   if (x.shape.size() != 4) throw UsageError(fmt::format("{}: X {} must be [N, C, H, W]", op, typeString(x)));
@@ -514,7 +496,7 @@ struct DeformConvState final : KernelState {
 // oW], B? [M], mask? [N, G*kH*kW, oH, oW] (G = offset_group).
 std::unique_ptr<KernelState> prepareDeformConv(const KernelSetup& setup) {
   constexpr std::string_view op = "DeformConv";
-  expectCounts(op, setup, 3, 5);
+  expectCounts(op, setup, 3, 5, 1);
   const TensorInfo& x = setup.inputs[0];
   expectFloat(op, x, "X");
   if (x.shape.size() != 4) throw UsageError(fmt::format("{}: supports 2-D inputs [N, C, H, W] only, got {}", op, typeString(x)));

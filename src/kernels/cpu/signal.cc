@@ -31,6 +31,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
+#include "kernels/cpu/kernel_checks.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -38,28 +39,6 @@ namespace kiln {
 namespace {
 
 using Ints = std::vector<int64_t>;
-
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
-
-bool present(const TensorInfo& info) { return info.dtype != DType::kUndefined; }
-
-const std::byte* constantInput(const KernelSetup& setup, size_t index) {
-  return index < setup.constants.size() ? setup.constants[index] : nullptr;
-}
-
-bool hasInput(const KernelSetup& setup, size_t index) {
-  return index < setup.inputs.size() && present(setup.inputs[index]);
-}
-
-void expectCounts(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs) {
-  if (setup.inputs.size() < min_inputs || setup.inputs.size() > max_inputs || setup.outputs.size() != 1) {
-    throw UsageError(fmt::format("{}: expects {} to {} inputs and one output, got {} and {}", op, min_inputs,
-                                 max_inputs, setup.inputs.size(), setup.outputs.size()));
-  }
-  for (const TensorInfo& info : setup.inputs) {
-    if (present(info) && !info.isStatic()) throw UsageError(fmt::format("{}: needs static shapes, got {}", op, typeString(info)));
-  }
-}
 
 // A scalar integer input (i32 or i64; a scalar or one-element tensor).
 void expectIntegerScalar(std::string_view op, const KernelSetup& setup, size_t index, const char* name) {
@@ -154,7 +133,7 @@ DftPlan planDft(std::string_view op, const KernelSetup& setup, const DftState& s
 
 std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
   constexpr std::string_view op = "DFT";
-  expectCounts(op, setup, 1, 3);
+  expectCounts(op, setup, 1, 3, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   expectFloatType(op, x, "input");
@@ -306,7 +285,7 @@ struct StftState final : KernelState {
 
 std::unique_ptr<KernelState> prepareStft(const KernelSetup& setup) {
   constexpr std::string_view op = "STFT";
-  expectCounts(op, setup, 2, 4);
+  expectCounts(op, setup, 2, 4, 1);
   const TensorInfo& x = setup.inputs[0];
   expectFloatType(op, x, "signal");
   if (x.shape.size() != 3 || x.shape[2] < 1 || x.shape[2] > 2) {
@@ -399,7 +378,7 @@ template <WindowKind kKind>
 std::unique_ptr<KernelState> prepareWindow(const KernelSetup& setup) {
   constexpr std::string_view names[] = {"HannWindow", "HammingWindow", "BlackmanWindow"};
   const std::string_view op = names[static_cast<int>(kKind)];
-  expectCounts(op, setup, 1, 1);
+  expectCounts(op, setup, 1, 1, 1);
   expectIntegerScalar(op, setup, 0, "size");
   const TensorInfo& y = setup.outputs[0];
   expectFloatType(op, y, "output");
@@ -442,7 +421,7 @@ struct MelState final : KernelState {
 
 std::unique_ptr<KernelState> prepareMel(const KernelSetup& setup) {
   constexpr std::string_view op = "MelWeightMatrix";
-  expectCounts(op, setup, 5, 5);
+  expectCounts(op, setup, 5, 5, 1);
   expectIntegerScalar(op, setup, 0, "num_mel_bins");
   expectIntegerScalar(op, setup, 1, "dft_length");
   expectIntegerScalar(op, setup, 2, "sample_rate");
