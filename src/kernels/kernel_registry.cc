@@ -27,6 +27,10 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerConvKernels(r);
     registerPoolKernels(r);
     registerNormalizationKernels(r);
+    registerTransformerKernels(r);
+    registerLossKernels(r);
+    registerFeatureNormalizationKernels(r);
+    registerRecurrentKernels(r);
     registerQuantizationKernels(r);
     registerSignalKernels(r);
     registerSamplingKernels(r);

@@ -11,6 +11,11 @@ void registerElementwiseOps(OpRegistry& registry);  // elementwise.cc: unary, bi
 void registerShapeOps(OpRegistry& registry);        // shape_ops.cc: Reshape, Transpose, Concat, Slice, Gather, ...
 void registerNnOps(OpRegistry& registry);           // nn_ops.cc: Conv, pooling, MatMul, Gemm, normalisation, Softmax
 void registerReductionOps(OpRegistry& registry);    // reductions.cc: ReduceSum/Mean/Max/..., ArgMax/ArgMin
+void registerControlFlowOps(OpRegistry& registry);  // control_flow.cc: If, Loop, Scan
+void registerNormalizationOps(OpRegistry& registry);  // normalization_ops.cc: LpNormalization, MeanVarianceNormalization
+void registerRecurrentOps(OpRegistry& registry);    // recurrent_ops.cc: RNN, GRU, LSTM
+void registerLossOps(OpRegistry& registry);         // loss_ops.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void registerTransformerOps(OpRegistry& registry);  // transformer_ops.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
 void registerQuantizationOps(OpRegistry& registry);  // quantization_ops.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
 void registerSignalOps(OpRegistry& registry);        // signal_ops.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingOps(OpRegistry& registry);      // sampling_ops.cc: GridSample, AffineGrid, RoiAlign, DeformConv

@@ -41,6 +41,12 @@
 namespace kiln {
 namespace {
 
+using checks::constantInput;
+using checks::expectCounts;
+using checks::inputAt;
+using checks::present;
+using checks::typeText;
+
 using Ints = std::vector<int64_t>;
 
 bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
@@ -57,7 +63,7 @@ bool isQuantizedType(DType dtype) {
 }
 
 void expectType(std::string_view op, const TensorInfo& info, bool ok, const char* what, const char* allowed) {
-  if (!ok) throw UsageError(fmt::format("{}: no kernel for {} {} (supports {})", op, what, typeString(info), allowed));
+  if (!ok) throw UsageError(fmt::format("{}: no kernel for {} {} (supports {})", op, what, typeText(info), allowed));
 }
 
 // Rounds `v` to the precision of `dtype` (f32, f16 or bf16).
@@ -146,7 +152,7 @@ ParamLayout paramLayout(std::string_view op, const TensorInfo& x, const TensorIn
   if (block_size == 0) {
     if (param.shape != Ints{view.axis}) {
       throw UsageError(fmt::format("{}: the parameter {} must be a scalar, [1] or [{}] (axis {} of x {})", op,
-                                   typeString(param), view.axis, axis, typeString(x)));
+                                   typeText(param), view.axis, axis, typeText(x)));
     }
     layout.axis_stride = 1;
     return layout;
@@ -155,7 +161,7 @@ ParamLayout paramLayout(std::string_view op, const TensorInfo& x, const TensorIn
   expected[axis] = (view.axis + block_size - 1) / block_size;
   if (param.shape != expected) {
     throw UsageError(fmt::format("{}: blocked (block_size {}): the parameter {} must be {}", op, block_size,
-                                 typeString(param), TensorInfo{param.dtype, expected}.shapeString()));
+                                 typeText(param), TensorInfo{param.dtype, expected}.shapeString()));
   }
   layout.block = block_size;
   layout.inner_stride = 1;
@@ -190,7 +196,7 @@ QuantParams quantParams(std::string_view op, const KernelSetup& setup, size_t sc
   const auto rank = static_cast<int64_t>(x.shape.size());
   int64_t axis = setup.params.getInt("axis", 1);
   if (axis < -rank || axis >= rank) {
-    throw UsageError(fmt::format("{}: axis {} is out of range for {}", op, axis, typeString(x)));
+    throw UsageError(fmt::format("{}: axis {} is out of range for {}", op, axis, typeText(x)));
   }
   if (axis < 0) axis += rank;
   q.view = axisView(x.shape, static_cast<size_t>(axis));
@@ -226,7 +232,7 @@ struct QuantizeState final : KernelState {
 
 std::unique_ptr<KernelState> prepareQuantize(const KernelSetup& setup) {
   constexpr std::string_view op = "QuantizeLinear";
-  expectCounts(op, setup, 2, 3, 1);
+  expectCounts(op, setup, 2, 3, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   expectType(op, x, isScaleType(x.dtype) || x.dtype == DType::kI32, "x", "f32, f16, bf16, i32");
@@ -234,11 +240,11 @@ std::unique_ptr<KernelState> prepareQuantize(const KernelSetup& setup) {
   expectType(op, y, isQuantizedType(y.dtype), "output", "u8, i8, u16, i16, f8e4m3, f8e5m2");
   const TensorInfo& zero = inputAt(setup, 2);
   if (present(zero) && zero.dtype != y.dtype) {
-    throw UsageError(fmt::format("{}: the zero point {} and the output {} must have one type", op, typeString(zero),
-                                 typeString(y)));
+    throw UsageError(fmt::format("{}: the zero point {} and the output {} must have one type", op, typeText(zero),
+                                 typeText(y)));
   }
   if (y.shape != x.shape) {
-    throw UsageError(fmt::format("{}: the output {} must have the shape of x {}", op, typeString(y), typeString(x)));
+    throw UsageError(fmt::format("{}: the output {} must have the shape of x {}", op, typeText(y), typeText(x)));
   }
   auto state = std::make_unique<QuantizeState>();
   state->params = quantParams(op, setup, 1);
@@ -274,7 +280,7 @@ struct DequantizeState final : KernelState {
 
 std::unique_ptr<KernelState> prepareDequantize(const KernelSetup& setup) {
   constexpr std::string_view op = "DequantizeLinear";
-  expectCounts(op, setup, 2, 3, 1);
+  expectCounts(op, setup, 2, 3, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   expectType(op, x, isQuantizedType(x.dtype) || x.dtype == DType::kI32, "x", "u8, i8, u16, i16, i32, f8e4m3, f8e5m2");
@@ -282,10 +288,10 @@ std::unique_ptr<KernelState> prepareDequantize(const KernelSetup& setup) {
   expectType(op, y, isScaleType(y.dtype), "output", "f32, f16, bf16");
   const TensorInfo& zero = inputAt(setup, 2);
   if (present(zero) && zero.dtype != x.dtype) {
-    throw UsageError(fmt::format("{}: the zero point {} and x {} must have one type", op, typeString(zero), typeString(x)));
+    throw UsageError(fmt::format("{}: the zero point {} and x {} must have one type", op, typeText(zero), typeText(x)));
   }
   if (y.shape != x.shape) {
-    throw UsageError(fmt::format("{}: the output {} must have the shape of x {}", op, typeString(y), typeString(x)));
+    throw UsageError(fmt::format("{}: the output {} must have the shape of x {}", op, typeText(y), typeText(x)));
   }
   auto state = std::make_unique<DequantizeState>();
   state->params = quantParams(op, setup, 1);
@@ -312,14 +318,14 @@ struct DynamicQuantizeState final : KernelState {
 
 std::unique_ptr<KernelState> prepareDynamicQuantize(const KernelSetup& setup) {
   constexpr std::string_view op = "DynamicQuantizeLinear";
-  expectCounts(op, setup, 1, 1, 3);
+  expectCounts(op, setup, 1, 1, 3, 3);
   const TensorInfo& x = setup.inputs[0];
   expectType(op, x, x.dtype == DType::kF32, "x", "f32");
   const TensorInfo want[] = {{DType::kU8, x.shape}, {DType::kF32, {}}, {DType::kU8, {}}};
   for (size_t i = 0; i < 3; ++i) {
     if (setup.outputs[i] != want[i]) {
-      throw UsageError(fmt::format("{}: output {} is {} but must be {}", op, i, typeString(setup.outputs[i]),
-                                   typeString(want[i])));
+      throw UsageError(fmt::format("{}: output {} is {} but must be {}", op, i, typeText(setup.outputs[i]),
+                                   typeText(want[i])));
     }
   }
   auto state = std::make_unique<DynamicQuantizeState>();
@@ -369,7 +375,7 @@ MatMulPlan planMatMul(std::string_view op, const TensorInfo& a, const TensorInfo
   plan.k = as.back();
   plan.n = bs.back();
   if (bs[bs.size() - 2] != plan.k) {
-    throw UsageError(fmt::format("{}: cannot multiply {} by {}", op, typeString(a), typeString(b)));
+    throw UsageError(fmt::format("{}: cannot multiply {} by {}", op, typeText(a), typeText(b)));
   }
   const size_t batch_rank = std::max(as.size(), bs.size()) - 2;
   Ints batch(batch_rank);
@@ -382,7 +388,7 @@ MatMulPlan planMatMul(std::string_view op, const TensorInfo& a, const TensorInfo
     const int64_t ad = as.size() - 2 >= from_end ? as[as.size() - 2 - from_end] : 1;
     const int64_t bd = bs.size() - 2 >= from_end ? bs[bs.size() - 2 - from_end] : 1;
     if (ad != bd && ad != 1 && bd != 1) {
-      throw UsageError(fmt::format("{}: the batch dimensions of {} and {} do not broadcast", op, typeString(a), typeString(b)));
+      throw UsageError(fmt::format("{}: the batch dimensions of {} and {} do not broadcast", op, typeText(a), typeText(b)));
     }
     batch[d] = std::max(ad, bd);
     a_strides[d] = ad == 1 ? 0 : a_stride;
@@ -394,7 +400,7 @@ MatMulPlan planMatMul(std::string_view op, const TensorInfo& a, const TensorInfo
   if (a.shape.size() > 1) expected.push_back(plan.m);
   if (b.shape.size() > 1) expected.push_back(plan.n);
   if (y.shape != expected) {
-    throw UsageError(fmt::format("{}: the output {} must be {}", op, typeString(y), TensorInfo{y.dtype, expected}.shapeString()));
+    throw UsageError(fmt::format("{}: the output {} must be {}", op, typeText(y), TensorInfo{y.dtype, expected}.shapeString()));
   }
   int64_t count = 1;
   for (int64_t d : batch) count *= d;
@@ -429,7 +435,7 @@ int64_t zeroPointStride(std::string_view op, const KernelSetup& setup, size_t in
   const TensorInfo& info = inputAt(setup, index);
   if (!present(info) || info.numElements() == 1) return 0;
   if (info.shape == Ints{count}) return 1;
-  throw UsageError(fmt::format("{}: input {} {} must hold one value or one per {} ({})", op, index, typeString(info),
+  throw UsageError(fmt::format("{}: input {} {} must hold one value or one per {} ({})", op, index, typeText(info),
                                per, count));
 }
 
@@ -489,13 +495,13 @@ void expectZeroPointType(std::string_view op, const KernelSetup& setup, size_t z
   const TensorInfo& info = inputAt(setup, zero);
   if (present(info) && info.dtype != setup.inputs[of].dtype) {
     throw UsageError(fmt::format("{}: the zero point {} (input {}) must have the type of input {} ({})", op,
-                                 typeString(info), zero, of, dtypeName(setup.inputs[of].dtype)));
+                                 typeText(info), zero, of, dtypeName(setup.inputs[of].dtype)));
   }
 }
 
 std::unique_ptr<KernelState> prepareMatMulInteger(const KernelSetup& setup) {
   constexpr std::string_view op = "MatMulInteger";
-  expectCounts(op, setup, 2, 4, 1);
+  expectCounts(op, setup, 2, 4, 1, 1);
   expectInteger8Inputs(op, setup, 0, 1);
   expectZeroPointType(op, setup, 2, 0);
   expectZeroPointType(op, setup, 3, 1);
@@ -553,7 +559,7 @@ DType commonScaleType(std::string_view op, const KernelSetup& setup, std::initia
 
 void expectSingle(std::string_view op, const KernelSetup& setup, size_t index) {
   if (setup.inputs[index].numElements() != 1) {
-    throw UsageError(fmt::format("{}: input {} {} must hold one value", op, index, typeString(setup.inputs[index])));
+    throw UsageError(fmt::format("{}: input {} {} must hold one value", op, index, typeText(setup.inputs[index])));
   }
 }
 
@@ -568,13 +574,13 @@ struct QLinearMatMulState final : KernelState {
 // Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
 std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
   constexpr std::string_view op = "QLinearMatMul";
-  expectCounts(op, setup, 8, 8, 1);
+  expectCounts(op, setup, 8, 8, 1, 1);
   expectInteger8Inputs(op, setup, 0, 3);
   expectZeroPointType(op, setup, 2, 0);
   expectZeroPointType(op, setup, 5, 3);
   expectType(op, setup.inputs[7], isInteger8(setup.inputs[7].dtype), "y_zero_point", "u8, i8");
   if (setup.outputs[0].dtype != setup.inputs[7].dtype) {
-    throw UsageError(fmt::format("{}: the output {} must have the type of y_zero_point", op, typeString(setup.outputs[0])));
+    throw UsageError(fmt::format("{}: the output {} must have the type of y_zero_point", op, typeText(setup.outputs[0])));
   }
   auto state = std::make_unique<QLinearMatMulState>();
   state->requantizer = Requantizer{commonScaleType(op, setup, {1, 4, 6}), setup.outputs[0].dtype};
@@ -584,7 +590,7 @@ std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
   const int64_t b_zero = zeroPointStride(op, setup, 5, state->plan.n, "column of B");
   if (setup.inputs[4].numElements() != setup.inputs[5].numElements()) {
     throw UsageError(fmt::format("{}: b_scale {} and b_zero_point {} must have one shape", op,
-                                 typeString(setup.inputs[4]), typeString(setup.inputs[5])));
+                                 typeText(setup.inputs[4]), typeText(setup.inputs[5])));
   }
   state->b_param_stride = std::max(b_scale, b_zero);
   return state;
@@ -667,7 +673,7 @@ struct ConvIntegerState final : KernelState {
 
 std::unique_ptr<KernelState> prepareConvInteger(const KernelSetup& setup) {
   constexpr std::string_view op = "ConvInteger";
-  expectCounts(op, setup, 2, 4, 1);
+  expectCounts(op, setup, 2, 4, 1, 1);
   expectInteger8Inputs(op, setup, 0, 1);
   expectZeroPointType(op, setup, 2, 0);
   expectZeroPointType(op, setup, 3, 1);
@@ -704,13 +710,13 @@ struct QLinearConvState final : KernelState {
 // y_zero_point, B? (i32 [M], added to the sums).
 std::unique_ptr<KernelState> prepareQLinearConv(const KernelSetup& setup) {
   constexpr std::string_view op = "QLinearConv";
-  expectCounts(op, setup, 8, 9, 1);
+  expectCounts(op, setup, 8, 9, 1, 1);
   expectInteger8Inputs(op, setup, 0, 3);
   expectZeroPointType(op, setup, 2, 0);
   expectZeroPointType(op, setup, 5, 3);
   expectType(op, setup.inputs[7], isInteger8(setup.inputs[7].dtype), "y_zero_point", "u8, i8");
   if (setup.outputs[0].dtype != setup.inputs[7].dtype) {
-    throw UsageError(fmt::format("{}: the output {} must have the type of y_zero_point", op, typeString(setup.outputs[0])));
+    throw UsageError(fmt::format("{}: the output {} must have the type of y_zero_point", op, typeText(setup.outputs[0])));
   }
   auto state = std::make_unique<QLinearConvState>();
   state->requantizer = Requantizer{commonScaleType(op, setup, {1, 4, 6}), setup.outputs[0].dtype};
@@ -721,7 +727,7 @@ std::unique_ptr<KernelState> prepareQLinearConv(const KernelSetup& setup) {
                                    zeroPointStride(op, setup, 5, channels, "output channel"));
   const TensorInfo& bias = inputAt(setup, 8);
   if (present(bias) && (bias.dtype != DType::kI32 || bias.shape != Ints{channels})) {
-    throw UsageError(fmt::format("{}: the bias {} must be i32[{}]", op, typeString(bias), channels));
+    throw UsageError(fmt::format("{}: the bias {} must be i32[{}]", op, typeText(bias), channels));
   }
   return state;
 }

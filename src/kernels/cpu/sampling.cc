@@ -38,17 +38,23 @@
 namespace kiln {
 namespace {
 
+using checks::constantInput;
+using checks::expectCounts;
+using checks::inputAt;
+using checks::present;
+using checks::typeText;
+
 using Ints = std::vector<int64_t>;
 
 void expectFloat(std::string_view op, const TensorInfo& info, const char* what) {
   if (!isFloatType(info.dtype)) {
-    throw UsageError(fmt::format("{}: no kernel for {} {} (supports f32, f64, f16, bf16)", op, what, typeString(info)));
+    throw UsageError(fmt::format("{}: no kernel for {} {} (supports f32, f64, f16, bf16)", op, what, typeText(info)));
   }
 }
 
 void expectShape(std::string_view op, const TensorInfo& info, const Ints& shape, const char* what) {
   if (info.shape != shape) {
-    throw UsageError(fmt::format("{}: {} is {} but must be {}", op, what, typeString(info),
+    throw UsageError(fmt::format("{}: {} is {} but must be {}", op, what, typeText(info),
                                  TensorInfo{info.dtype, shape}.shapeString()));
   }
 }
@@ -119,7 +125,7 @@ struct GridSampleState final : KernelState {
 
 std::unique_ptr<KernelState> prepareGridSample(const KernelSetup& setup) {
   constexpr std::string_view op = "GridSample";
-  expectCounts(op, setup, 2, 2, 1);
+  expectCounts(op, setup, 2, 2, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& grid = setup.inputs[1];
   expectFloat(op, x, "X");
@@ -128,7 +134,7 @@ std::unique_ptr<KernelState> prepareGridSample(const KernelSetup& setup) {
   if (x.shape.size() < 3 || rank > kMaxGridRank || grid.shape.size() != x.shape.size() ||
       grid.shape.back() != static_cast<int64_t>(rank) || grid.shape[0] != x.shape[0]) {
     throw UsageError(fmt::format("{}: X {} and grid {} must be [N, C, D1..Dr] and [N, O1..Or, r] with r of 1 to 3", op,
-                                 typeString(x), typeString(grid)));
+                                 typeText(x), typeText(grid)));
   }
   Ints out{x.shape[0], x.shape[1]};
   out.insert(out.end(), grid.shape.begin() + 1, grid.shape.end() - 1);
@@ -280,12 +286,12 @@ struct AffineGridState final : KernelState {
 
 std::unique_ptr<KernelState> prepareAffineGrid(const KernelSetup& setup) {
   constexpr std::string_view op = "AffineGrid";
-  expectCounts(op, setup, 2, 2, 1);
+  expectCounts(op, setup, 2, 2, 1, 1);
   const TensorInfo& theta = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   expectFloat(op, theta, "theta");
   if (theta.shape.size() != 3 || (theta.shape[1] != 2 && theta.shape[1] != 3) || theta.shape[2] != theta.shape[1] + 1) {
-    throw UsageError(fmt::format("{}: theta {} must be [N, 2, 3] or [N, 3, 4]", op, typeString(theta)));
+    throw UsageError(fmt::format("{}: theta {} must be [N, 2, 3] or [N, 3, 4]", op, typeText(theta)));
   }
   auto s = std::make_unique<AffineGridState>();
   s->dtype = theta.dtype;
@@ -293,7 +299,7 @@ std::unique_ptr<KernelState> prepareAffineGrid(const KernelSetup& setup) {
   s->batch = theta.shape[0];
   if (y.dtype != theta.dtype || y.shape.size() != static_cast<size_t>(s->rank) + 2 || y.shape[0] != s->batch ||
       y.shape.back() != s->rank) {
-    throw UsageError(fmt::format("{}: the output {} must be [N, spatial..., {}] of theta's type", op, typeString(y), s->rank));
+    throw UsageError(fmt::format("{}: the output {} must be [N, spatial..., {}] of theta's type", op, typeText(y), s->rank));
   }
   for (int d = 0; d < s->rank; ++d) s->sizes[static_cast<size_t>(d)] = y.shape[static_cast<size_t>(d) + 1];
   s->align_corners = setup.params.getInt("align_corners", 0) != 0;
@@ -359,17 +365,17 @@ struct RoiAlignState final : KernelState {
 
 std::unique_ptr<KernelState> prepareRoiAlign(const KernelSetup& setup) {
   constexpr std::string_view op = "RoiAlign";
-  expectCounts(op, setup, 3, 3, 1);
+  expectCounts(op, setup, 3, 3, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   expectFloat(op, x, "X");
-  if (x.shape.size() != 4) throw UsageError(fmt::format("{}: X {} must be [N, C, H, W]", op, typeString(x)));
+  if (x.shape.size() != 4) throw UsageError(fmt::format("{}: X {} must be [N, C, H, W]", op, typeText(x)));
   const TensorInfo& rois = setup.inputs[1];
   const TensorInfo& indices = setup.inputs[2];
   if (rois.dtype != x.dtype || rois.shape.size() != 2 || rois.shape[1] != 4) {
-    throw UsageError(fmt::format("{}: rois {} must be [R, 4] of X's type", op, typeString(rois)));
+    throw UsageError(fmt::format("{}: rois {} must be [R, 4] of X's type", op, typeText(rois)));
   }
   if ((indices.dtype != DType::kI64 && indices.dtype != DType::kI32) || indices.shape != Ints{rois.shape[0]}) {
-    throw UsageError(fmt::format("{}: batch_indices {} must be i64[{}]", op, typeString(indices), rois.shape[0]));
+    throw UsageError(fmt::format("{}: batch_indices {} must be i64[{}]", op, typeText(indices), rois.shape[0]));
   }
   auto s = std::make_unique<RoiAlignState>();
   s->dtype = x.dtype;
@@ -496,13 +502,13 @@ struct DeformConvState final : KernelState {
 // oW], B? [M], mask? [N, G*kH*kW, oH, oW] (G = offset_group).
 std::unique_ptr<KernelState> prepareDeformConv(const KernelSetup& setup) {
   constexpr std::string_view op = "DeformConv";
-  expectCounts(op, setup, 3, 5, 1);
+  expectCounts(op, setup, 3, 5, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   expectFloat(op, x, "X");
-  if (x.shape.size() != 4) throw UsageError(fmt::format("{}: supports 2-D inputs [N, C, H, W] only, got {}", op, typeString(x)));
+  if (x.shape.size() != 4) throw UsageError(fmt::format("{}: supports 2-D inputs [N, C, H, W] only, got {}", op, typeText(x)));
   for (size_t i = 1; i < setup.inputs.size(); ++i) {
     if (present(setup.inputs[i]) && setup.inputs[i].dtype != x.dtype) {
-      throw UsageError(fmt::format("{}: input {} {} must have X's type", op, i, typeString(setup.inputs[i])));
+      throw UsageError(fmt::format("{}: input {} {} must have X's type", op, i, typeText(setup.inputs[i])));
     }
   }
   auto s = std::make_unique<DeformConvState>();

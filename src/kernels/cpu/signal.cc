@@ -38,13 +38,19 @@
 namespace kiln {
 namespace {
 
+using checks::constantInput;
+using checks::expectCounts;
+using checks::inputAt;
+using checks::present;
+using checks::typeText;
+
 using Ints = std::vector<int64_t>;
 
 // A scalar integer input (i32 or i64; a scalar or one-element tensor).
 void expectIntegerScalar(std::string_view op, const KernelSetup& setup, size_t index, const char* name) {
   const TensorInfo& info = setup.inputs[index];
   if ((info.dtype != DType::kI32 && info.dtype != DType::kI64) || info.numElements() != 1) {
-    throw UsageError(fmt::format("{}: {} must be one i32 or i64 value, got {}", op, name, typeString(info)));
+    throw UsageError(fmt::format("{}: {} must be one i32 or i64 value, got {}", op, name, typeText(info)));
   }
 }
 
@@ -64,7 +70,7 @@ int64_t constantInteger(std::string_view op, const KernelSetup& setup, size_t in
 
 void expectFloatType(std::string_view op, const TensorInfo& info, const char* what) {
   if (!isFloatType(info.dtype)) {
-    throw UsageError(fmt::format("{}: no kernel for {} {} (supports f32, f64, f16, bf16)", op, what, typeString(info)));
+    throw UsageError(fmt::format("{}: no kernel for {} {} (supports f32, f64, f16, bf16)", op, what, typeText(info)));
   }
 }
 
@@ -119,7 +125,7 @@ DftPlan planDft(std::string_view op, const KernelSetup& setup, const DftState& s
   for (int64_t d = 0; d < axis; ++d) plan.outer *= x.shape[static_cast<size_t>(d)];
   for (int64_t d = axis + 1; d < rank - 1; ++d) plan.inner *= x.shape[static_cast<size_t>(d)];
   plan.in_length = x.shape[static_cast<size_t>(axis)];
-  plan.n = hasInput(setup, 1) ? constantInteger(op, setup, 1, "dft_length")
+  plan.n = present(setup.inputs, 1) ? constantInteger(op, setup, 1, "dft_length")
                               : (s.real_output ? 2 * (plan.in_length - 1) : plan.in_length);
   if (plan.n < 1) return plan;
   plan.out_length = onesided && !s.inverse ? plan.n / 2 + 1 : plan.n;
@@ -133,13 +139,13 @@ DftPlan planDft(std::string_view op, const KernelSetup& setup, const DftState& s
 
 std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
   constexpr std::string_view op = "DFT";
-  expectCounts(op, setup, 1, 3, 1);
+  expectCounts(op, setup, 1, 3, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   expectFloatType(op, x, "input");
   const auto rank = static_cast<int64_t>(x.shape.size());
   if (rank < 2 || (x.shape.back() != 1 && x.shape.back() != 2)) {
-    throw UsageError(fmt::format("{}: needs an input [..., signal, 1 or 2], got {}", op, typeString(x)));
+    throw UsageError(fmt::format("{}: needs an input [..., signal, 1 or 2], got {}", op, typeText(x)));
   }
   auto s = std::make_unique<DftState>();
   s->dtype = x.dtype;
@@ -148,7 +154,7 @@ std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
   const bool onesided = setup.params.getInt("onesided", 0) != 0;
   s->real_output = s->inverse && onesided;
   s->plans.resize(static_cast<size_t>(rank - 1));
-  const bool runtime_axis = hasInput(setup, 2) && constantInput(setup, 2) == nullptr;
+  const bool runtime_axis = present(setup.inputs, 2) && constantInput(setup, 2) == nullptr;
   if (runtime_axis) {
     expectIntegerScalar(op, setup, 2, "axis");
     s->axis_type = setup.inputs[2].dtype;
@@ -159,7 +165,7 @@ std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
     }
     if (!any) {
       throw UsageError(fmt::format("{}: the output {} fits no axis of {}; the axis input must be a constant to tell",
-                                   op, typeString(y), typeString(x)));
+                                   op, typeText(y), typeText(x)));
     }
     return s;
   }
@@ -167,17 +173,17 @@ std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
   // (default -2). The kernel does not know the opset: without either, the
   // two defaults must name the same axis (rank 3, [batch, signal, C]).
   int64_t axis = 1;
-  if (hasInput(setup, 2)) {
+  if (present(setup.inputs, 2)) {
     axis = constantInteger(op, setup, 2, "axis");
   } else if (setup.params.has("axis")) {
     axis = setup.params.getInt("axis", 1);
   } else if (rank != 3) {
     throw UsageError(fmt::format("{}: no axis given, and for {} the default differs between opset 17 (1) and 20 "
                                  "(-2); give the axis explicitly",
-                                 op, typeString(x)));
+                                 op, typeText(x)));
   }
   if (axis < -rank || axis >= rank - 1 || axis == -1) {
-    throw UsageError(fmt::format("{}: axis {} is not a signal axis of {}", op, axis, typeString(x)));
+    throw UsageError(fmt::format("{}: axis {} is not a signal axis of {}", op, axis, typeText(x)));
   }
   if (axis < 0) axis += rank;
   s->axis = axis;
@@ -188,7 +194,7 @@ std::unique_ptr<KernelState> prepareDft(const KernelSetup& setup) {
     Ints expected = x.shape;
     expected[static_cast<size_t>(axis)] = plan.out_length;
     expected.back() = s->real_output ? 1 : 2;
-    throw UsageError(fmt::format("{}: the output {} must be {}", op, typeString(y), typeString({x.dtype, expected})));
+    throw UsageError(fmt::format("{}: the output {} must be {}", op, typeText(y), typeText({x.dtype, expected})));
   }
   return s;
 }
@@ -285,11 +291,11 @@ struct StftState final : KernelState {
 
 std::unique_ptr<KernelState> prepareStft(const KernelSetup& setup) {
   constexpr std::string_view op = "STFT";
-  expectCounts(op, setup, 2, 4, 1);
+  expectCounts(op, setup, 2, 4, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   expectFloatType(op, x, "signal");
   if (x.shape.size() != 3 || x.shape[2] < 1 || x.shape[2] > 2) {
-    throw UsageError(fmt::format("{}: needs a signal [batch, length, 1 or 2], got {}", op, typeString(x)));
+    throw UsageError(fmt::format("{}: needs a signal [batch, length, 1 or 2], got {}", op, typeText(x)));
   }
   expectIntegerScalar(op, setup, 1, "frame_step");
   auto s = std::make_unique<StftState>();
@@ -297,15 +303,15 @@ std::unique_ptr<KernelState> prepareStft(const KernelSetup& setup) {
   s->batch = x.shape[0];
   s->length = x.shape[1];
   s->channels = x.shape[2];
-  s->has_window = hasInput(setup, 2);
+  s->has_window = present(setup.inputs, 2);
   if (s->has_window) {
     const TensorInfo& window = setup.inputs[2];
     if (window.dtype != x.dtype || window.shape.size() != 1) {
-      throw UsageError(fmt::format("{}: the window {} must be 1-D of the signal's type", op, typeString(window)));
+      throw UsageError(fmt::format("{}: the window {} must be 1-D of the signal's type", op, typeText(window)));
     }
     s->n = window.shape[0];
   }
-  if (hasInput(setup, 3)) {
+  if (present(setup.inputs, 3)) {
     const int64_t frame_length = constantInteger(op, setup, 3, "frame_length");
     if (s->has_window && frame_length != s->n) {
       throw UsageError(fmt::format("{}: frame_length {} differs from the window's {} values", op, frame_length, s->n));
@@ -322,7 +328,7 @@ std::unique_ptr<KernelState> prepareStft(const KernelSetup& setup) {
   s->bins = onesided ? s->n / 2 + 1 : s->n;
   if (y.dtype != x.dtype || y.shape.size() != 4 || y.shape[0] != s->batch || y.shape[2] != s->bins || y.shape[3] != 2) {
     throw UsageError(fmt::format("{}: the output {} must be [{}, frames, {}, 2] of the signal's type", op,
-                                 typeString(y), s->batch, s->bins));
+                                 typeText(y), s->batch, s->bins));
   }
   s->frames = y.shape[1];
   s->twiddles = twiddles(s->n);
@@ -378,11 +384,11 @@ template <WindowKind kKind>
 std::unique_ptr<KernelState> prepareWindow(const KernelSetup& setup) {
   constexpr std::string_view names[] = {"HannWindow", "HammingWindow", "BlackmanWindow"};
   const std::string_view op = names[static_cast<int>(kKind)];
-  expectCounts(op, setup, 1, 1, 1);
+  expectCounts(op, setup, 1, 1, 1, 1);
   expectIntegerScalar(op, setup, 0, "size");
   const TensorInfo& y = setup.outputs[0];
   expectFloatType(op, y, "output");
-  if (y.shape.size() != 1) throw UsageError(fmt::format("{}: the output {} must be 1-D", op, typeString(y)));
+  if (y.shape.size() != 1) throw UsageError(fmt::format("{}: the output {} must be 1-D", op, typeText(y)));
   auto s = std::make_unique<WindowState>();
   s->kind = kKind;
   s->dtype = y.dtype;
@@ -421,19 +427,19 @@ struct MelState final : KernelState {
 
 std::unique_ptr<KernelState> prepareMel(const KernelSetup& setup) {
   constexpr std::string_view op = "MelWeightMatrix";
-  expectCounts(op, setup, 5, 5, 1);
+  expectCounts(op, setup, 5, 5, 1, 1);
   expectIntegerScalar(op, setup, 0, "num_mel_bins");
   expectIntegerScalar(op, setup, 1, "dft_length");
   expectIntegerScalar(op, setup, 2, "sample_rate");
   for (size_t i : {3u, 4u}) {
     expectFloatType(op, setup.inputs[i], "edge frequency");
     if (setup.inputs[i].numElements() != 1) {
-      throw UsageError(fmt::format("{}: input {} {} must hold one value", op, i, typeString(setup.inputs[i])));
+      throw UsageError(fmt::format("{}: input {} {} must hold one value", op, i, typeText(setup.inputs[i])));
     }
   }
   const TensorInfo& y = setup.outputs[0];
   expectFloatType(op, y, "output");
-  if (y.shape.size() != 2) throw UsageError(fmt::format("{}: the output {} must be 2-D", op, typeString(y)));
+  if (y.shape.size() != 2) throw UsageError(fmt::format("{}: the output {} must be 2-D", op, typeText(y)));
   auto s = std::make_unique<MelState>();
   s->dtype = y.dtype;
   s->spectrogram_bins = y.shape[0];
