@@ -31,6 +31,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerLossKernels(r);
     registerFeatureNormalizationKernels(r);
     registerRecurrentKernels(r);
+    registerCastKernels(r);
     registerQuantizationKernels(r);
     registerSignalKernels(r);
     registerSamplingKernels(r);

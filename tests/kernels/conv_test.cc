@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/float_formats.h"
+#include "core/float_formats.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"

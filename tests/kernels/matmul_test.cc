@@ -11,7 +11,7 @@
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"
-#include "kernels/cpu/float_formats.h"
+#include "core/float_formats.h"
 #include "tests/kernels/matmul_reference.h"
 
 namespace kiln {

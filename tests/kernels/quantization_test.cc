@@ -1,6 +1,7 @@
-// Quantization kernels (src/kernels/cpu/quantization.cc) and the float8 and
-// f16 conversions (float_formats.h), against values worked out by hand or
-// taken from the ONNX operator documentation's examples.
+// Quantization kernels (src/kernels/cpu/quantization.cc) against values
+// worked out by hand or taken from the ONNX operator documentation's
+// examples. (The float8 and f16 conversions themselves are tested in
+// tests/core/float_formats_test.cc.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/float_formats.h"
+#include "core/float_formats.h"
 #include "kernels/kernel.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -40,43 +41,6 @@ std::vector<T> runKernel(const std::string& op, std::vector<Operand> inputs, std
 Operand retyped(Operand op, DType dtype) {
   op.info.dtype = dtype;
   return op;
-}
-
-// ------------------------------------------------------------ float formats
-
-TEST(FloatFormats, Float8RoundTripsEveryCode) {
-  for (const Float8Format* format : {&kFloat8E4M3, &kFloat8E5M2}) {
-    for (int code = 0; code < 256; ++code) {
-      const float value = float8ToFloat(static_cast<uint8_t>(code), *format);
-      if (std::isnan(value)) continue;
-      if (std::isinf(value)) continue;
-      EXPECT_EQ(floatToFloat8(value, *format, true), code) << "code " << code << " value " << value;
-    }
-  }
-}
-
-TEST(FloatFormats, Float8RoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(float8ToFloat(0x7E, kFloat8E4M3), 448.0f);
-  EXPECT_EQ(float8ToFloat(0x7B, kFloat8E5M2), 57344.0f);
-  EXPECT_EQ(float8ToFloat(0x01, kFloat8E4M3), std::ldexp(1.0f, -9));  // smallest subnormal
-  EXPECT_TRUE(std::isnan(float8ToFloat(0x7F, kFloat8E4M3)));
-  EXPECT_TRUE(std::isinf(float8ToFloat(0x7C, kFloat8E5M2)));
-  // 1.0625 lies halfway between 1 (0x38) and 1.125 (0x39): ties to even.
-  EXPECT_EQ(floatToFloat8(1.0625f, kFloat8E4M3, true), 0x38);
-  EXPECT_EQ(floatToFloat8(1.1875f, kFloat8E4M3, true), 0x3A);  // between 1.125 and 1.25: to 1.25 (even)
-  EXPECT_EQ(floatToFloat8(-500.0f, kFloat8E4M3, true), 0xFE);
-  EXPECT_EQ(floatToFloat8(500.0f, kFloat8E4M3, false), 0x7F);  // NaN
-  EXPECT_EQ(floatToFloat8(1e6f, kFloat8E5M2, false), 0x7C);   // inf
-  EXPECT_EQ(floatToFloat8(std::numeric_limits<float>::infinity(), kFloat8E5M2, true), 0x7B);
-  EXPECT_EQ(floatToFloat8(std::ldexp(1.0f, -11), kFloat8E4M3, true), 0x00);  // a quarter of the smallest subnormal
-  EXPECT_EQ(floatToFloat8(std::ldexp(3.0f, -11), kFloat8E4M3, true), 0x01);
-}
-
-TEST(FloatFormats, HalfAndBfloat16) {
-  EXPECT_EQ(floatToHalf(1.0f), 0x3C00);
-  EXPECT_EQ(halfToFloat(0x3555), 0.333251953125f);
-  EXPECT_EQ(floatToBfloat16(1.0f), 0x3F80);
-  EXPECT_EQ(bfloat16ToFloat(floatToBfloat16(3.140625f)), 3.140625f);
 }
 
 // ------------------------------------------------------- QuantizeLinear

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/float_formats.h"
+#include "core/float_formats.h"
 #include "kiln/dtype.h"
 
 namespace kiln {
@@ -51,8 +51,10 @@ inline float loadAsFloat(const std::byte* data, DType dtype, int64_t i) {
     case DType::kI16: return static_cast<float>(loadElement<int16_t>(data, i));
     case DType::kI32: return static_cast<float>(loadElement<int32_t>(data, i));
     case DType::kI64: return static_cast<float>(loadElement<int64_t>(data, i));
-    case DType::kF8E4M3: return float8ToFloat(loadElement<uint8_t>(data, i), kFloat8E4M3);
-    case DType::kF8E5M2: return float8ToFloat(loadElement<uint8_t>(data, i), kFloat8E5M2);
+    case DType::kF8E4M3:
+      return static_cast<float>(miniFloatToDouble(loadElement<uint8_t>(data, i), MiniFloat::kF8E4M3FN));
+    case DType::kF8E5M2:
+      return static_cast<float>(miniFloatToDouble(loadElement<uint8_t>(data, i), MiniFloat::kF8E5M2));
     default: return 0;
   }
 }

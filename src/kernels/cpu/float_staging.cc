@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/float_formats.h"
+#include "core/float_formats.h"
 
 namespace kiln::fp {
 

@@ -44,7 +44,7 @@
 #include "core/fused_activation.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/float_formats.h"
+#include "core/float_formats.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"

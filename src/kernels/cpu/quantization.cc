@@ -11,7 +11,7 @@
 // src/ops/quantization_ops.cc); ParamLayout maps an element of x to its
 // parameter. Quantized types: u8, i8, u16, i16 (round half to even, then
 // clamp) and f8e4m3, f8e5m2 (round to nearest even, `saturate` as in
-// float_formats.h). Scales are f32, f16 or bf16; x / scale is computed in
+// core/float_formats.h). Scales are f32, f16 or bf16; x / scale is computed in
 // f32 and rounded to the `precision` type (default: the scale's), as ONNX
 // specifies. The integer products accumulate in i32 (exact for every K below
 // 2^15 at 8 bits); the requantization multiplier is formed in the scales'
@@ -90,8 +90,9 @@ void integerRange(DType dtype, double& lo, double& hi) {
 // (float8).
 void storeQuantized(std::byte* y, DType dtype, int64_t i, double scaled, double zero, bool saturate) {
   if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
-    const Float8Format& format = dtype == DType::kF8E4M3 ? kFloat8E4M3 : kFloat8E5M2;
-    storeElement(y, i, floatToFloat8(static_cast<float>(scaled + zero), format, saturate));
+    const MiniFloat format = dtype == DType::kF8E4M3 ? MiniFloat::kF8E4M3FN : MiniFloat::kF8E5M2;
+    // x / scale is an f32 value (the rounding ONNX specifies); then to float8.
+    storeElement(y, i, static_cast<uint8_t>(doubleToMiniFloat(static_cast<float>(scaled + zero), format, saturate)));
     return;
   }
   double lo = 0;
