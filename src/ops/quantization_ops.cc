@@ -26,8 +26,13 @@ bool isQuantizedType(DType dtype) {
     case DType::kI8:
     case DType::kU16:
     case DType::kI16:
+    case DType::kU4:
+    case DType::kI4:
+    case DType::kU2:
+    case DType::kI2:
     case DType::kF8E4M3:
     case DType::kF8E5M2:
+    case DType::kF4E2M1:
       return true;
     default:
       return false;
@@ -104,7 +109,7 @@ void quantizeLinear(InferenceContext& context) {
     out = zero;
   }
   if (!isQuantizedType(out)) {
-    context.fail("no quantized type {} (kiln quantizes to u8, i8, u16, i16, f8e4m3, f8e5m2)", dtypeName(out));
+    context.fail("no quantized type {} (kiln quantizes to u8, i8, u16, i16, u4, i4, u2, i2, f8e4m3, f8e5m2, f4e2m1)", dtypeName(out));
   }
   checkQuantizationParameters(context, 1);
   context.output(0) = ValueType{out, context.inputType(0).shape};
@@ -113,7 +118,7 @@ void quantizeLinear(InferenceContext& context) {
 void dequantizeLinear(InferenceContext& context) {
   const DType x = context.inputType(0).dtype;
   if (!isQuantizedType(x) && x != DType::kI32) {
-    context.fail("x must be u8, i8, u16, i16, i32, f8e4m3 or f8e5m2, found {}", dtypeName(x));
+    context.fail("x must be u8, i8, u16, i16, i32, u4, i4, u2, i2, f8e4m3, f8e5m2 or f4e2m1, found {}", dtypeName(x));
   }
   const DType scale = context.inputType(1).dtype;
   if (!isScaleType(scale)) context.fail("x_scale must be f32, f16 or bf16, found {}", dtypeName(scale));

@@ -99,6 +99,30 @@ TEST(QuantizeLinearKernel, Float8AndHalfScale) {
             (std::vector<int16_t>{3001}));
 }
 
+// Sub-byte types hold one element per byte, in its low bits (as Cast).
+TEST(QuantizeLinearKernel, SubByteTypes) {
+  // i4 per axis: [2, 3] with scales 1 and 2 along axis 0; clamped to [-8, 7].
+  const std::vector<uint8_t> i4 = runKernel<uint8_t>(
+      "QuantizeLinear",
+      {operand<float>({2, 3}, {1, -9, 20, 3, -5, 15}), operand<float>({2}, {1, 2}),
+       retyped(operand<uint8_t>({2}, {0, 0x0F}), DType::kI4)},  // zero points 0 and -1
+      {output(DType::kI4, {2, 3})}, params({{"axis", int64_t{0}}}));
+  // 1, -8 (clamped), 7 (clamped); 2 - 1 = 1, -2 (-2.5 to even) - 1 = -3, 8 - 1 = 7.
+  EXPECT_EQ(i4, (std::vector<uint8_t>{0x1, 0x8, 0x7, 0x1, 0xD, 0x7}));
+  EXPECT_EQ(runKernel<float>("DequantizeLinear",
+                             {retyped(operand<uint8_t>({3}, {0x1, 0x8, 0xD}), DType::kI4), operand<float>({}, {0.5f}),
+                              retyped(operand<uint8_t>({}, {0x1}), DType::kI4)},
+                             {output(DType::kF32, {3})}),
+            (std::vector<float>{0, -4.5f, -2}));
+  EXPECT_EQ(runKernel<uint8_t>("QuantizeLinear", {operand<float>({4}, {0, 1, 3.5f, 9}), operand<float>({}, {1})},
+                               {output(DType::kU2, {4})}, params({{"output_dtype", int64_t{25}}})),
+            (std::vector<uint8_t>{0, 1, 3, 3}));
+  // f4e2m1 (values 0, 0.5, 1, 1.5, 2, 3, 4, 6): 2.5 -> 2 (even), 100 -> 6.
+  EXPECT_EQ(runKernel<uint8_t>("QuantizeLinear", {operand<float>({4}, {2.5f, -1.25f, 100, 0.2f}), operand<float>({}, {1})},
+                               {output(DType::kF4E2M1, {4})}, params({{"output_dtype", int64_t{23}}})),
+            (std::vector<uint8_t>{0x4, 0xA, 0x7, 0x0}));
+}
+
 TEST(QuantizeLinearKernel, Errors) {
   const Operand x = operand<float>({2, 3}, std::vector<float>(6));
   EXPECT_THAT(prepareError("QuantizeLinear", {x, operand<float>({2}, {1, 1})}, {output(DType::kU8, {2, 3})}),

@@ -26,12 +26,20 @@ void storeElement(std::byte* data, int64_t i, T v) {
   std::memcpy(data + static_cast<size_t>(i) * sizeof(T), &v, sizeof v);
 }
 
+// The value of a sub-byte integer element (i4, u4, i2, u2: one element per
+// byte, in its low `bits` bits).
+inline int32_t subByteValue(uint8_t byte, int bits, bool is_signed) {
+  const int32_t v = byte & ((1 << bits) - 1);
+  return is_signed && (v >> (bits - 1)) != 0 ? v - (1 << bits) : v;
+}
+
 // True for the types loadAsFloat reads.
 inline bool isLoadableAsFloat(DType dtype) {
   switch (dtype) {
     case DType::kF32: case DType::kF64: case DType::kF16: case DType::kBF16:
     case DType::kU8: case DType::kI8: case DType::kU16: case DType::kI16:
     case DType::kI32: case DType::kI64: case DType::kF8E4M3: case DType::kF8E5M2:
+    case DType::kU4: case DType::kI4: case DType::kU2: case DType::kI2: case DType::kF4E2M1:
       return true;
     default:
       return false;
@@ -51,6 +59,12 @@ inline float loadAsFloat(const std::byte* data, DType dtype, int64_t i) {
     case DType::kI16: return static_cast<float>(loadElement<int16_t>(data, i));
     case DType::kI32: return static_cast<float>(loadElement<int32_t>(data, i));
     case DType::kI64: return static_cast<float>(loadElement<int64_t>(data, i));
+    case DType::kU4: return static_cast<float>(subByteValue(loadElement<uint8_t>(data, i), 4, false));
+    case DType::kI4: return static_cast<float>(subByteValue(loadElement<uint8_t>(data, i), 4, true));
+    case DType::kU2: return static_cast<float>(subByteValue(loadElement<uint8_t>(data, i), 2, false));
+    case DType::kI2: return static_cast<float>(subByteValue(loadElement<uint8_t>(data, i), 2, true));
+    case DType::kF4E2M1:
+      return static_cast<float>(miniFloatToDouble(loadElement<uint8_t>(data, i) & 0xFu, MiniFloat::kF4E2M1));
     case DType::kF8E4M3:
       return static_cast<float>(miniFloatToDouble(loadElement<uint8_t>(data, i), MiniFloat::kF8E4M3FN));
     case DType::kF8E5M2:

@@ -9,8 +9,9 @@
 //
 // Scales and zero points are per tensor, per axis or blocked (see
 // src/ops/quantization_ops.cc); ParamLayout maps an element of x to its
-// parameter. Quantized types: u8, i8, u16, i16 (round half to even, then
-// clamp) and f8e4m3, f8e5m2 (round to nearest even, `saturate` as in
+// parameter. Quantized types: u8, i8, u16, i16, u4, i4, u2, i2 (round half
+// to even, then clamp; the sub-byte ones one element per byte) and f8e4m3,
+// f8e5m2, f4e2m1 (round to nearest even, `saturate` as in
 // core/float_formats.h). Scales are f32, f16 or bf16; x / scale is computed in
 // f32 and rounded to the `precision` type (default: the scale's), as ONNX
 // specifies. The integer products accumulate in i32 (exact for every K below
@@ -55,7 +56,8 @@ bool isScaleType(DType dtype) { return dtype == DType::kF32 || dtype == DType::k
 bool isQuantizedType(DType dtype) {
   switch (dtype) {
     case DType::kU8: case DType::kI8: case DType::kU16: case DType::kI16:
-    case DType::kF8E4M3: case DType::kF8E5M2:
+    case DType::kU4: case DType::kI4: case DType::kU2: case DType::kI2:
+    case DType::kF8E4M3: case DType::kF8E5M2: case DType::kF4E2M1:
       return true;
     default:
       return false;
@@ -80,6 +82,10 @@ void integerRange(DType dtype, double& lo, double& hi) {
     case DType::kI8: lo = -128; hi = 127; return;
     case DType::kU16: lo = 0; hi = 65535; return;
     case DType::kI16: lo = -32768; hi = 32767; return;
+    case DType::kU4: lo = 0; hi = 15; return;
+    case DType::kI4: lo = -8; hi = 7; return;
+    case DType::kU2: lo = 0; hi = 3; return;
+    case DType::kI2: lo = -2; hi = 1; return;
     default: lo = hi = 0; return;
   }
 }
@@ -89,8 +95,11 @@ void integerRange(DType dtype, double& lo, double& hi) {
 // range (integers; NaN gives the zero point), or converted with `saturate`
 // (float8).
 void storeQuantized(std::byte* y, DType dtype, int64_t i, double scaled, double zero, bool saturate) {
-  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
-    const MiniFloat format = dtype == DType::kF8E4M3 ? MiniFloat::kF8E4M3FN : MiniFloat::kF8E5M2;
+  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2 || dtype == DType::kF4E2M1) {
+    // float4 E2M1 has no infinity or NaN: it always saturates.
+    const MiniFloat format = dtype == DType::kF8E4M3   ? MiniFloat::kF8E4M3FN
+                             : dtype == DType::kF8E5M2 ? MiniFloat::kF8E5M2
+                                                       : MiniFloat::kF4E2M1;
     // x / scale is an f32 value (the rounding ONNX specifies); then to float8.
     storeElement(y, i, static_cast<uint8_t>(doubleToMiniFloat(static_cast<float>(scaled + zero), format, saturate)));
     return;
@@ -105,6 +114,12 @@ void storeQuantized(std::byte* y, DType dtype, int64_t i, double scaled, double 
     case DType::kI8: storeElement(y, i, static_cast<int8_t>(q)); return;
     case DType::kU16: storeElement(y, i, static_cast<uint16_t>(q)); return;
     case DType::kI16: storeElement(y, i, static_cast<int16_t>(q)); return;
+    case DType::kU4: case DType::kI4:  // one element per byte, in its low bits (two's complement)
+      storeElement(y, i, static_cast<uint8_t>(static_cast<int32_t>(q) & 0xF));
+      return;
+    case DType::kU2: case DType::kI2:
+      storeElement(y, i, static_cast<uint8_t>(static_cast<int32_t>(q) & 0x3));
+      return;
     default: return;
   }
 }
@@ -238,7 +253,7 @@ std::unique_ptr<KernelState> prepareQuantize(const KernelSetup& setup) {
   const TensorInfo& y = setup.outputs[0];
   expectType(op, x, isScaleType(x.dtype) || x.dtype == DType::kI32, "x", "f32, f16, bf16, i32");
   expectType(op, setup.inputs[1], isScaleType(setup.inputs[1].dtype), "y_scale", "f32, f16, bf16");
-  expectType(op, y, isQuantizedType(y.dtype), "output", "u8, i8, u16, i16, f8e4m3, f8e5m2");
+  expectType(op, y, isQuantizedType(y.dtype), "output", "u8, i8, u16, i16, u4, i4, u2, i2, f8e4m3, f8e5m2, f4e2m1");
   const TensorInfo& zero = inputAt(setup, 2);
   if (present(zero) && zero.dtype != y.dtype) {
     throw UsageError(fmt::format("{}: the zero point {} and the output {} must have one type", op, typeText(zero),
@@ -284,7 +299,7 @@ std::unique_ptr<KernelState> prepareDequantize(const KernelSetup& setup) {
   expectCounts(op, setup, 2, 3, 1, 1);
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
-  expectType(op, x, isQuantizedType(x.dtype) || x.dtype == DType::kI32, "x", "u8, i8, u16, i16, i32, f8e4m3, f8e5m2");
+  expectType(op, x, isQuantizedType(x.dtype) || x.dtype == DType::kI32, "x", "u8, i8, u16, i16, i32, u4, i4, u2, i2, f8e4m3, f8e5m2, f4e2m1");
   expectType(op, setup.inputs[1], isScaleType(setup.inputs[1].dtype), "x_scale", "f32, f16, bf16");
   expectType(op, y, isScaleType(y.dtype), "output", "f32, f16, bf16");
   const TensorInfo& zero = inputAt(setup, 2);
