@@ -103,3 +103,23 @@ def test_runner_refuses_negative_threads(mlp_onnx, tmp_path):
     kiln.compile(mlp_onnx, tmp_path / "mlp.kiln", batch=2)
     with pytest.raises(kiln.Error, match="threads"):
         kiln.Runner(tmp_path / "mlp.kiln", threads=-1)
+
+
+def test_float8_inputs_and_outputs_travel_as_ml_dtypes(tmp_path):
+    # x (f8e4m3) -> DequantizeLinear -> f32, and f32 -> QuantizeLinear -> f8e5m2.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    nodes = [helper.make_node("DequantizeLinear", ["x", "scale"], ["y"]),
+             helper.make_node("QuantizeLinear", ["y", "scale", "zero"], ["q"])]
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+             numpy_helper.from_array(np.zeros(1, ml_dtypes.float8_e5m2), "zero")]
+    graph = helper.make_graph(nodes, "f8", [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+                               helper.make_tensor_value_info("q", TensorProto.FLOAT8E5M2, [4])], inits)
+    path = tmp_path / "f8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), path)
+    kiln.compile(path, tmp_path / "f8.kiln")
+    x = np.array([1.0, -3.0, 448.0, 0.0625], ml_dtypes.float8_e4m3fn)
+    outputs = kiln.Runner(tmp_path / "f8.kiln").run({"x": x})
+    np.testing.assert_array_equal(outputs["y"], x.astype(np.float32) * 0.5)
+    assert outputs["q"].dtype == ml_dtypes.float8_e5m2
+    np.testing.assert_array_equal(outputs["q"].astype(np.float32), x.astype(np.float32))

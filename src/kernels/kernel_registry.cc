@@ -32,6 +32,9 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerFeatureNormalizationKernels(r);
     registerRecurrentKernels(r);
     registerCastKernels(r);
+    registerQuantizationKernels(r);
+    registerSignalKernels(r);
+    registerSamplingKernels(r);
     return r;
   }();
   return registry;

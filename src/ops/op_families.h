@@ -16,5 +16,8 @@ void registerNormalizationOps(OpRegistry& registry);  // normalization_ops.cc: L
 void registerRecurrentOps(OpRegistry& registry);    // recurrent_ops.cc: RNN, GRU, LSTM
 void registerLossOps(OpRegistry& registry);         // loss_ops.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void registerTransformerOps(OpRegistry& registry);  // transformer_ops.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
+void registerQuantizationOps(OpRegistry& registry);  // quantization_ops.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
+void registerSignalOps(OpRegistry& registry);        // signal_ops.cc: DFT, STFT, window functions, MelWeightMatrix
+void registerSamplingOps(OpRegistry& registry);      // sampling_ops.cc: GridSample, AffineGrid, RoiAlign, DeformConv
 
 }  // namespace kiln

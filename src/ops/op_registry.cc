@@ -96,6 +96,9 @@ OpRegistry& OpRegistry::global() {
     registerLossOps(r);
     registerNormalizationOps(r);
     registerRecurrentOps(r);
+    registerQuantizationOps(r);
+    registerSignalOps(r);
+    registerSamplingOps(r);
     return r;
   }();
   return registry;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/float_formats.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -251,6 +252,48 @@ TEST(ConvKernel, ConcurrentRunsOnOneState) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
+// f64 and f16 run on the direct loop: against the same double reference,
+// to their own precision.
+TEST(ConvKernel, OtherFloatTypesOnTheLoop) {
+  const Ints xs{2, 4, 6, 5};
+  const Ints ws{6, 2, 3, 2};
+  const Attrs a{.strides = {2, 1}, .dilations = {1, 2}, .pads = {1, 0, 2, 1}, .group = 2};
+  const std::vector<float> x = randomValues<float>(elementCount(xs), 70, -1, 1);
+  const std::vector<float> w = randomValues<float>(elementCount(ws), 71, -1, 1);
+  const std::vector<float> b = randomValues<float>(6, 72, -1, 1);
+  Ints pad_begin, out;
+  convGeometry(xs, ws, a, pad_begin, out);
+  const Reference want = convReference(xs, x, ws, w, &b, a, pad_begin, out);
+  auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  std::vector<Operand> inputs = {operand(xs, widen(x)), operand(ws, widen(w)), operand<double>({6}, widen(b))};
+  std::vector<Operand> outputs = {output(DType::kF64, out)};
+  PreparedKernel("Conv", inputs, outputs, params(a, 2)).run(inputs, outputs);
+  const std::vector<double> got = outputs[0].values<double>();
+  ASSERT_EQ(got.size(), want.values.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.values[i], 1e-12) << i;
+
+  auto half = [](const std::vector<float>& v, const Ints& shape) {
+    std::vector<uint16_t> bits;
+    for (float f : v) bits.push_back(floatToHalf(f));
+    Operand op = operand(shape, bits);
+    op.info.dtype = DType::kF16;
+    return op;
+  };
+  // Inputs rounded to f16 first: the reference of those values.
+  std::vector<float> x16, w16, b16;
+  for (float f : x) x16.push_back(halfToFloat(floatToHalf(f)));
+  for (float f : w) w16.push_back(halfToFloat(floatToHalf(f)));
+  for (float f : b) b16.push_back(halfToFloat(floatToHalf(f)));
+  const Reference want16 = convReference(xs, x16, ws, w16, &b16, a, pad_begin, out);
+  std::vector<Operand> inputs16 = {half(x, xs), half(w, ws), half(b, {6})};
+  std::vector<Operand> outputs16 = {output(DType::kF16, out)};
+  PreparedKernel("Conv", inputs16, outputs16, params(a, 2)).run(inputs16, outputs16);
+  const std::vector<uint16_t> got16 = outputs16[0].values<uint16_t>();
+  for (size_t i = 0; i < got16.size(); ++i) {
+    EXPECT_NEAR(halfToFloat(got16[i]), want16.values[i], 1e-3 * (1 + std::abs(want16.values[i]))) << i;
+  }
+}
+
 TEST(ConvKernel, PrepareErrors) {
   using ::testing::HasSubstr;
   const auto x = operand<float>({1, 4, 5, 5}, std::vector<float>(100, 0));
@@ -279,7 +322,10 @@ TEST(ConvKernel, PrepareErrors) {
               HasSubstr("the bias f32[5] must be [6]"));
   EXPECT_THAT(prepareError("Conv", {operand<double>({1, 4, 5, 5}, std::vector<double>(100, 0)), w},
                            {output(DType::kF64, {1, 6, 3, 3})}, group2),
-              HasSubstr("Conv: no kernel for f64 inputs (supports f32)"));
+              HasSubstr("Conv: input 1 is f32[6, 2, 3, 3]; every input must be static and f64"));
+  EXPECT_THAT(prepareError("Conv", {operand<int32_t>({1, 4, 5, 5}, std::vector<int32_t>(100, 0)), w},
+                           {output(DType::kI32, {1, 6, 3, 3})}, group2),
+              HasSubstr("Conv: no kernel for i32 inputs (supports f32; f16, bf16, f64 of one type)"));
   EXPECT_THAT(prepareError("Conv", {operand<float>({1, 4, 2, 2}, std::vector<float>(16, 0)), w},
                            {output(DType::kF32, {1, 6, 1, 1})}, group2),
               HasSubstr("the kernel spans 3 elements (dilations included) but the padded input has 2"));
@@ -387,6 +433,30 @@ TEST(ConvTransposeKernel, Shapes) {
   for (const char* mode : {"SAME_UPPER", "SAME_LOWER"}) {
     checkConvTranspose({1, 2, 5, 4}, {2, 3, 3, 3}, {.strides = {2, 2}, .auto_pad = mode}, true, seed += 10);
   }
+}
+
+// output_shape larger than the input, kernel and strides give (ONNX's
+// test_convtranspose_output_shape): the padding total is negative, split by
+// floor division, so the extra rows and columns come at the end, as with
+// output_padding; asking for more than the end can take is an error.
+TEST(ConvTransposeKernel, OutputShapeBeyondTheFullSize) {
+  const Ints xs{1, 1, 3, 3};
+  const Ints ws{1, 2, 3, 3};
+  const std::vector<float> x = randomValues<float>(elementCount(xs), 900, -1, 1);
+  const std::vector<float> w = randomValues<float>(elementCount(ws), 901, -1, 1);
+  const Attrs a{.strides = {3, 2}};
+  const Ints out{1, 2, 10, 8};  // the full size is [9, 7]
+  const Reference want = convTransposeReference(xs, x, ws, w, nullptr, a, {0, 0}, out);
+  ParamMap p = params(a, 2);
+  p.set("output_shape", Ints{10, 8});
+  std::vector<Operand> inputs = {operand(xs, x), operand(ws, w)};
+  std::vector<Operand> outputs = {output(DType::kF32, out)};
+  const PreparedKernel kernel("ConvTranspose", inputs, outputs, p);
+  kernel.run(inputs, outputs);
+  EXPECT_TRUE(matches(outputs[0].values<float>(), want));
+  p.set("output_shape", Ints{11, 7});
+  EXPECT_THAT(prepareError("ConvTranspose", inputs, {output(DType::kF32, {1, 2, 11, 7})}, p),
+              ::testing::HasSubstr("output size 11 is larger than the 9"));
 }
 
 TEST(ConvTransposeKernel, PrepareErrors) {

@@ -11,6 +11,7 @@
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "core/float_formats.h"
 #include "tests/kernels/matmul_reference.h"
 
 namespace kiln {
@@ -139,6 +140,46 @@ TEST(MatMulKernel, ConcurrentRunsOnOneState) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
+// The loop kernel in the other types: f64 against the double reference
+// (exact to rounding), integers exactly, f16 to f16 precision.
+TEST(MatMulKernel, OtherElementTypes) {
+  const std::vector<int64_t> a_shape{2, 3, 17};
+  const std::vector<int64_t> b_shape{17, 20};
+  const std::vector<float> a = randomValues<float>(elementCount(a_shape), 11, -1, 1);
+  const std::vector<float> b = randomValues<float>(elementCount(b_shape), 12, -1, 1);
+  const Reference want = matmulReference(a_shape, a, b_shape, b);
+  const std::vector<int64_t> out_shape{2, 3, 20};
+  {
+    std::vector<Operand> inputs = {operand(a_shape, std::vector<double>(a.begin(), a.end())),
+                                   operand(b_shape, std::vector<double>(b.begin(), b.end()))};
+    std::vector<Operand> outputs = {output(DType::kF64, out_shape)};
+    PreparedKernel("MatMul", inputs, outputs).run(inputs, outputs);
+    const std::vector<double> got = outputs[0].values<double>();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.values[i], 1e-12) << i;
+  }
+  {
+    std::vector<uint16_t> a16;
+    std::vector<uint16_t> b16;
+    for (float v : a) a16.push_back(floatToHalf(v));
+    for (float v : b) b16.push_back(floatToHalf(v));
+    Operand a_op = operand(a_shape, a16);
+    Operand b_op = operand(b_shape, b16);
+    a_op.info.dtype = b_op.info.dtype = DType::kF16;
+    std::vector<Operand> inputs = {a_op, b_op};
+    std::vector<Operand> outputs = {output(DType::kF16, out_shape)};
+    PreparedKernel("MatMul", inputs, outputs).run(inputs, outputs);
+    const std::vector<uint16_t> got = outputs[0].values<uint16_t>();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(halfToFloat(got[i]), want.values[i], 1e-2) << i;
+  }
+  {
+    // Integers, 1-D B: [2, 3] x [3] -> [2].
+    std::vector<Operand> inputs = {operand<int32_t>({2, 3}, {1, -2, 3, 4, 5, -6}), operand<int32_t>({3}, {7, 8, 9})};
+    std::vector<Operand> outputs = {output(DType::kI32, {2})};
+    PreparedKernel("MatMul", inputs, outputs).run(inputs, outputs);
+    EXPECT_EQ(outputs[0].values<int32_t>(), (std::vector<int32_t>{7 - 16 + 27, 28 + 40 - 54}));
+  }
+}
+
 TEST(MatMulKernel, PrepareErrors) {
   const Operand f23 = operand<float>({2, 3}, std::vector<float>(6, 1));
   const Operand f45 = operand<float>({4, 5}, std::vector<float>(20, 1));
@@ -149,7 +190,8 @@ TEST(MatMulKernel, PrepareErrors) {
             "MatMul: output is f32[2, 6] but the inputs give f32[2, 5]");
   EXPECT_EQ(
       prepareError("MatMul", {operand<int32_t>({2, 3}, std::vector<int32_t>(6)), f35}, {output(DType::kI32, {2, 5})}),
-      "MatMul: no kernel for i32 inputs (supports f32); input 0 is i32[2, 3]");
+      "MatMul: no kernel for i32 inputs (supports f32; f64, f16, bf16, i32, i64, u32, u64 of one type); input 0 is "
+      "i32[2, 3]");
   EXPECT_EQ(prepareError("MatMul", {operand<float>({}, {1}), f35}, {output(DType::kF32, {5})}),
             "MatMul: input 0 is a scalar; MatMul needs at least one dimension");
   EXPECT_EQ(prepareError(

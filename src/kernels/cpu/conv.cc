@@ -1,7 +1,10 @@
 // Conv and ConvTranspose (ONNX) on the CPU in f32, through oneDNN's
 // convolution_forward and deconvolution_forward primitives, over 1, 2 or 3
 // spatial axes; and kiln.NhwcConv, Conv on [N, H, W, C] activations (see
-// src/passes/channels_last.h), where oneDNN's fastest kernels are.
+// src/passes/channels_last.h), where oneDNN's fastest kernels are. Conv in
+// f16, bf16 and f64 runs on a direct loop (accumulating in double, rounding
+// once per output element), which oneDNN's CPU build does not offer
+// everywhere.
 //
 // prepare resolves the attributes (kernel_shape from the weights, strides,
 // dilations, pads or auto_pad, group, ConvTranspose's output_padding and
@@ -31,7 +34,9 @@
 #include <vector>
 
 #include "kernels/cpu/channels_last.h"
+#include "kernels/cpu/conv_geometry.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/element_access.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/cpu/window_attributes.h"
 #include "kernels/kernel.h"
@@ -57,6 +62,9 @@ struct ConvState final : KernelState {
   int residual_post_op = -1;  // the index of the fused residual Add among the post-ops
   // A slot's weights point at the packed weights for good, or at W per call.
   onednn::ExecutionSlots slots;
+  // Conv in another float type: the direct loop, no oneDNN primitive.
+  DType loop_type = DType::kUndefined;
+  ConvGeometry geometry;
 };
 
 std::string typeString(const TensorInfo& info) {
@@ -107,8 +115,9 @@ void checkInputs(std::string_view op, const KernelSetup& setup) {
     const TensorInfo& input = setup.inputs[i];
     if (input.dtype == DType::kUndefined && i == 2) continue;
     if (input.dtype != DType::kF32) {
-      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32); input {} is {}", op,
-                                   dtypeName(input.dtype), i, typeString(input)));
+      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32{}); input {} is {}", op,
+                                   dtypeName(input.dtype), op == "Conv" ? "; f16, bf16, f64 of one type" : "", i,
+                                   typeString(input)));
     }
     if (!input.isStatic()) {
       throw UsageError(fmt::format("{}: needs static shapes, input {} is {}", op, i, typeString(input)));
@@ -272,15 +281,20 @@ ConvShape convTransposeShape(const KernelSetup& setup) {
     int64_t end = 0;
     if (!output_shape.empty() || auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower) {
       s.out[i] = output_shape.empty() ? s.in[i] * s.strides[i] : output_shape[i];
+      // The padding that takes `full` to the output size. It may be negative
+      // when output_shape asks for more than `full`: ONNX (the reference
+      // implementation) then splits it with floor division as for positive
+      // totals, so the extra elements land at the end like output_padding.
       const int64_t total = full - s.out[i];
-      if (total < 0) {
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor(total / 2)
+      // ONNX: SAME_UPPER puts the smaller half first; otherwise the larger.
+      begin = auto_pad == AutoPad::kSameUpper ? half : total - half;
+      end = total - begin;
+      if (begin < 0) {
         throw UsageError(fmt::format("ConvTranspose: spatial axis {}: output size {} is larger than the {} the "
-                                     "input, kernel and strides give",
+                                     "input, kernel and strides give by more than the end padding can take",
                                      i, s.out[i], full));
       }
-      // ONNX: SAME_UPPER puts the smaller half first; otherwise the larger.
-      begin = auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
-      end = total - begin;
     } else {
       begin = auto_pad == AutoPad::kValid ? 0 : pads[i];
       end = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
@@ -458,9 +472,87 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   return state;
 }
 
+// ------------------------------------------------------ f16, bf16, f64 loop
+
+bool isLoopType(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF64; }
+
+// Conv(X, W, B?) in one of the loop types, for every attribute Conv has.
+std::unique_ptr<KernelState> prepareLoopConv(const KernelSetup& setup) {
+  constexpr std::string_view op = "Conv";
+  const DType dtype = setup.inputs[0].dtype;
+  if (setup.inputs.size() < 2 || setup.inputs.size() > 3 || setup.outputs.size() != 1) {
+    throw UsageError(fmt::format("{}: expects 2 or 3 inputs and 1 output", op));
+  }
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    const TensorInfo& input = setup.inputs[i];
+    if (input.dtype == DType::kUndefined && i == 2) continue;
+    if (input.dtype != dtype || !input.isStatic()) {
+      throw UsageError(fmt::format("{}: input {} is {}; every input must be static and {}", op, i, typeString(input),
+                                   dtypeName(dtype)));
+    }
+  }
+  if (setup.outputs[0].dtype != dtype) {
+    throw UsageError(fmt::format("{}: the output {} must be {}", op, typeString(setup.outputs[0]), dtypeName(dtype)));
+  }
+  auto state = std::make_unique<ConvState>();
+  state->loop_type = dtype;
+  state->geometry = convGeometry(op, setup.params, setup.inputs[0], setup.inputs[1], setup.outputs[0]);
+  state->has_bias = setup.inputs.size() == 3 && setup.inputs[2].dtype != DType::kUndefined;
+  if (state->has_bias) checkBias(op, setup, state->geometry.out_channels);
+  return state;
+}
+
+void runLoopConv(const ConvState& state, const KernelCall& call) {
+  const ConvGeometry& g = state.geometry;
+  const DType t = state.loop_type;
+  const std::byte* x = call.inputs[0].data;
+  const std::byte* w = call.inputs[1].data;
+  const std::byte* bias = state.has_bias ? call.inputs[2].data : nullptr;
+  std::byte* y = call.outputs[0].data;
+  const int64_t group_in = g.in_channels / g.group;
+  const int64_t group_out = g.out_channels / g.group;
+  for (int64_t n = 0; n < g.batch; ++n) {
+    for (int64_t m = 0; m < g.out_channels; ++m) {
+      const int64_t first_channel = (m / group_out) * group_in;
+      int64_t position = 0;
+      for (int64_t od = 0; od < g.out[0]; ++od) {
+        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+          for (int64_t ow = 0; ow < g.out[2]; ++ow, ++position) {
+            double sum = bias ? loadAsDouble(bias, t, m) : 0.0;
+            for (int64_t c = 0; c < group_in; ++c) {
+              const int64_t x_plane = (n * g.in_channels + first_channel + c) * g.inPlane();
+              const int64_t w_kernel = (m * group_in + c) * g.kernelSize();
+              for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+                const int64_t id = od * g.strides[0] - g.pad_begin[0] + kd * g.dilations[0];
+                if (id < 0 || id >= g.in[0]) continue;
+                for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+                  const int64_t ih = oh * g.strides[1] - g.pad_begin[1] + kh * g.dilations[1];
+                  if (ih < 0 || ih >= g.in[1]) continue;
+                  for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+                    const int64_t iw = ow * g.strides[2] - g.pad_begin[2] + kw * g.dilations[2];
+                    if (iw < 0 || iw >= g.in[2]) continue;
+                    const int64_t xi = x_plane + (id * g.in[1] + ih) * g.in[2] + iw;
+                    const int64_t wi = w_kernel + (kd * g.kernel[1] + kh) * g.kernel[2] + kw;
+                    sum += loadAsDouble(x, t, xi) * loadAsDouble(w, t, wi);
+                  }
+                }
+              }
+            }
+            storeFloat(y, t, (n * g.out_channels + m) * g.outPlane() + position, sum);
+          }
+        }
+      }
+    }
+  }
+}
+
 void runConv(const KernelCall& call) {
   const auto& state = static_cast<const ConvState&>(*call.state);
   if (state.empty) return;
+  if (state.loop_type != DType::kUndefined) {
+    runLoopConv(state, call);
+    return;
+  }
   ExecutionSlot& slot = state.slots.claim();
   dnnl_exec_arg_t args[6];
   int count = 0;
@@ -482,6 +574,7 @@ void runConv(const KernelCall& call) {
 }
 
 std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {
+  if (!setup.inputs.empty() && isLoopType(setup.inputs[0].dtype)) return prepareLoopConv(setup);
   return makeState("Conv", setup, convShape(setup));
 }
 

@@ -21,5 +21,8 @@ void registerRecurrentKernels(KernelRegistry& registry);    // recurrent.cc: RNN
 void registerLossKernels(KernelRegistry& registry);         // losses.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Dropout
 void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
 void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, CastLike (every dtype)
+void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
+void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
+void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv
 
 }  // namespace kiln

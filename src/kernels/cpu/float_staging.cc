@@ -3,59 +3,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/float_formats.h"
+
 namespace kiln::fp {
 
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);  // inf, NaN
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // subnormal: mantissa * 2^-24
-    std::memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-uint16_t floatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
-  if (abs < 0x38800000u) {  // subnormal or zero: round abs / 2^-24 to an integer
-    float a;
-    std::memcpy(&a, &abs, sizeof a);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  const uint32_t odd = (abs >> 13) & 1u;
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>((abs + 0xFFFu + odd - 0x38000000u) >> 13));
-}
-
-float bfloat16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-uint16_t floatToBfloat16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  const uint32_t odd = (bits >> 16) & 1u;
-  return static_cast<uint16_t>((bits + 0x7FFFu + odd) >> 16);
-}
+// The conversions themselves are float_formats.h's (shared with Cast, the
+// quantization kernels and the MatMul/Conv loops).
+float halfToFloat(uint16_t h) { return kiln::halfToFloat(h); }
+uint16_t floatToHalf(float f) { return kiln::floatToHalf(f); }
+float bfloat16ToFloat(uint16_t b) { return kiln::bfloat16ToFloat(b); }
+uint16_t floatToBfloat16(float f) { return kiln::floatToBfloat16(f); }
 
 bool isNarrowFloat(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16; }
 bool isComputedInF32(DType dtype) { return dtype == DType::kF32 || isNarrowFloat(dtype); }

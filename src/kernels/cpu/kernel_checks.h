@@ -23,6 +23,19 @@ inline std::string typeText(const TensorInfo& info) { return fmt::format("{}{}",
 inline bool present(std::span<const TensorInfo> infos, size_t index) {
   return index < infos.size() && infos[index].dtype != DType::kUndefined;
 }
+inline bool present(const TensorInfo& info) { return info.dtype != DType::kUndefined; }
+
+// Input `index`, or an omitted input when the node has fewer.
+inline const TensorInfo& inputAt(const KernelSetup& setup, size_t index) {
+  static const TensorInfo kOmitted;
+  return index < setup.inputs.size() ? setup.inputs[index] : kOmitted;
+}
+
+// The bytes of input `index` when it is a constant of the executable, else
+// nullptr.
+inline const std::byte* constantInput(const KernelSetup& setup, size_t index) {
+  return index < setup.constants.size() ? setup.constants[index] : nullptr;
+}
 
 inline int64_t elementCount(const std::vector<int64_t>& shape) {
   int64_t n = 1;

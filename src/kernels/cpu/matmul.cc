@@ -1,6 +1,10 @@
 // MatMul (numpy semantics) and Gemm (ONNX) on the CPU in f32, through
 // oneDNN's matmul primitive, with a plain loop kernel for what oneDNN cannot
 // take (empty tensors, K = 0, more than 12 dimensions, a refused primitive).
+// MatMul in the other types ONNX allows (f64, f16, bf16, i32, i64, u32, u64)
+// runs on the loop kernel only: f16 and bf16 accumulate in f32 and round once
+// per element, f64 in f64, the integer types in 64 bits (wrapping as numpy
+// does for the 32-bit ones).
 //
 // prepare describes the product once (1-D operands promoted, batch dimensions
 // broadcast and collapsed), creates the oneDNN primitive for exactly those
@@ -40,6 +44,7 @@
 #include "core/fused_activation.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "core/float_formats.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -82,38 +87,83 @@ struct Product {
 
 // ------------------------------------------------------------- loop kernel
 
+// How the loop kernel reads and writes one element type: Storage in memory,
+// Acc to accumulate in. Only F32 has Gemm's alpha, beta and C.
+struct F32 {
+  using Storage = float;
+  using Acc = float;
+  static Acc load(Storage v) { return v; }
+  static Storage store(Acc v) { return v; }
+};
+struct F64 {
+  using Storage = double;
+  using Acc = double;
+  static Acc load(Storage v) { return v; }
+  static Storage store(Acc v) { return v; }
+};
+struct F16 {
+  using Storage = uint16_t;
+  using Acc = float;
+  static Acc load(Storage v) { return halfToFloat(v); }
+  static Storage store(Acc v) { return floatToHalf(v); }
+};
+struct BF16 {
+  using Storage = uint16_t;
+  using Acc = float;
+  static Acc load(Storage v) { return bfloat16ToFloat(v); }
+  static Storage store(Acc v) { return floatToBfloat16(v); }
+};
+// Integers accumulate in 64 bits, unsigned so that overflow wraps (defined).
+template <typename T>
+struct Integer {
+  using Storage = T;
+  using Acc = uint64_t;
+  static Acc load(Storage v) { return static_cast<Acc>(static_cast<int64_t>(v)); }
+  static Storage store(Acc v) { return static_cast<Storage>(v); }
+};
+
 // One matrix of Y. kUnitN: B's rows are contiguous, so the block loads vectorise.
-template <bool kUnitN>
-void productMatrix(const float* a, const float* b, const float* c, float* y, const Product& p) {
-  const auto finish = [&](float acc, const float* c_row, int64_t j) {
-    const float v = p.alpha * acc;
-    return p.has_c ? v + p.beta * c_row[j * p.c_n] : v;
+template <typename E, bool kUnitN>
+void productMatrix(const typename E::Storage* a, const typename E::Storage* b, const typename E::Storage* c,
+                   typename E::Storage* y, const Product& p) {
+  using Acc = typename E::Acc;
+  const auto finish = [&](Acc acc, const typename E::Storage* c_row, int64_t j) {
+    if constexpr (std::is_same_v<E, F32>) {
+      const float v = p.alpha * acc;
+      return p.has_c ? v + p.beta * c_row[j * p.c_n] : v;
+    } else {
+      (void)c_row;
+      (void)j;
+      return E::store(acc);
+    }
   };
   for (int64_t i = 0; i < p.m; ++i) {
-    const float* a_row = a + i * p.a_m;
-    const float* c_row = p.has_c ? c + i * p.c_m : nullptr;
-    float* y_row = y + i * p.n;
+    const auto* a_row = a + i * p.a_m;
+    const auto* c_row = p.has_c ? c + i * p.c_m : nullptr;
+    auto* y_row = y + i * p.n;
     int64_t j = 0;
     // A fixed-size block of accumulators vectorises at -O2 (see mapBlocked in
     // elementwise.cc) and stays in L1 while k runs.
     for (; j + kBlock <= p.n; j += kBlock) {
-      float acc[kBlock] = {};
+      Acc acc[kBlock] = {};
       for (int64_t kk = 0; kk < p.k; ++kk) {
-        const float av = a_row[kk * p.a_k];
-        const float* b_block = b + kk * p.b_k + j * p.b_n;
-        for (int64_t jj = 0; jj < kBlock; ++jj) acc[jj] += av * b_block[kUnitN ? jj : jj * p.b_n];
+        const Acc av = E::load(a_row[kk * p.a_k]);
+        const auto* b_block = b + kk * p.b_k + j * p.b_n;
+        for (int64_t jj = 0; jj < kBlock; ++jj) acc[jj] += av * E::load(b_block[kUnitN ? jj : jj * p.b_n]);
       }
       for (int64_t jj = 0; jj < kBlock; ++jj) y_row[j + jj] = finish(acc[jj], c_row, j + jj);
     }
     for (; j < p.n; ++j) {
-      float acc = 0;
-      for (int64_t kk = 0; kk < p.k; ++kk) acc += a_row[kk * p.a_k] * b[kk * p.b_k + j * p.b_n];
+      Acc acc = 0;
+      for (int64_t kk = 0; kk < p.k; ++kk) acc += E::load(a_row[kk * p.a_k]) * E::load(b[kk * p.b_k + j * p.b_n]);
       y_row[j] = finish(acc, c_row, j);
     }
   }
 }
 
-void loopProduct(const float* a, const float* b, const float* c, float* y, const Product& p) {
+template <typename E>
+void loopProduct(const typename E::Storage* a, const typename E::Storage* b, const typename E::Storage* c,
+                 typename E::Storage* y, const Product& p) {
   if (p.m == 0 || p.n == 0) return;
   int64_t count = 1;
   for (uint32_t d = 0; d < p.batch_rank; ++d) count *= p.batch[d];
@@ -121,11 +171,11 @@ void loopProduct(const float* a, const float* b, const float* c, float* y, const
   int64_t ao = 0;
   int64_t bo = 0;
   for (int64_t t = 0; t < count; ++t) {
-    float* y_matrix = y + t * p.m * p.n;
+    auto* y_matrix = y + t * p.m * p.n;
     if (p.b_n == 1) {
-      productMatrix<true>(a + ao, b + bo, c, y_matrix, p);
+      productMatrix<E, true>(a + ao, b + bo, c, y_matrix, p);
     } else {
-      productMatrix<false>(a + ao, b + bo, c, y_matrix, p);
+      productMatrix<E, false>(a + ao, b + bo, c, y_matrix, p);
     }
     for (uint32_t d = p.batch_rank; d-- > 0;) {
       ao += p.a_batch_stride[d];
@@ -135,6 +185,29 @@ void loopProduct(const float* a, const float* b, const float* c, float* y, const
       bo -= p.b_batch_stride[d] * p.batch[d];
       index[d] = 0;
     }
+  }
+}
+
+// The loop kernel for a MatMul of element type `dtype` (not f32).
+template <typename E>
+void typedLoopProduct(const KernelCall& call, const Product& p) {
+  using T = typename E::Storage;
+  loopProduct<E>(call.inputs[0].as<const T>(), call.inputs[1].as<const T>(), nullptr, call.outputs[0].as<T>(), p);
+}
+
+using TypedLoop = void (*)(const KernelCall& call, const Product& p);
+
+// The loop for a MatMul in `dtype`, or nullptr when there is none.
+TypedLoop typedLoop(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: return &typedLoopProduct<F64>;
+    case DType::kF16: return &typedLoopProduct<F16>;
+    case DType::kBF16: return &typedLoopProduct<BF16>;
+    case DType::kI32: return &typedLoopProduct<Integer<int32_t>>;
+    case DType::kI64: return &typedLoopProduct<Integer<int64_t>>;
+    case DType::kU32: return &typedLoopProduct<Integer<uint32_t>>;
+    case DType::kU64: return &typedLoopProduct<Integer<uint64_t>>;
+    default: return nullptr;
   }
 }
 
@@ -175,6 +248,7 @@ struct MatMulState final : KernelState {
   PostOps post_ops;
   int residual_arg = 0;  // the execute argument of the residual's binary post-op
   bool use_dnnl = false;
+  TypedLoop typed_loop = nullptr;  // MatMul in a type other than f32
   dnnl::matmul primitive;
   bool weights_packed = false;
   dnnl::memory packed_weights;
@@ -326,12 +400,16 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const Product& p, co
 void runProduct(const KernelCall& call) {
   const auto& state = static_cast<const MatMulState&>(*call.state);
   const Product& p = state.product;
+  if (state.typed_loop != nullptr) {
+    state.typed_loop(call, p);
+    return;
+  }
   const float* a = call.inputs[0].as<const float>();
   const float* b = call.inputs[1].as<const float>();
   const float* c = p.has_c ? call.inputs[2].as<const float>() : nullptr;
   float* y = call.outputs[0].as<float>();
   if (!state.use_dnnl) {
-    loopProduct(a, b, c, y, p);
+    loopProduct<F32>(a, b, c, y, p);
     return;
   }
   if (state.c_mode == CMode::kSum) copyBroadcastC(c, y, p);
@@ -384,8 +462,9 @@ void expectF32Inputs(std::string_view op, const KernelSetup& setup, size_t min_i
     const TensorInfo& input = setup.inputs[i];
     if (input.dtype == DType::kUndefined) continue;  // an omitted optional input
     if (input.dtype != DType::kF32) {
-      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32); input {} is {}", op,
-                                   dtypeName(input.dtype), i, typeString(input)));
+      throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32{}); input {} is {}", op,
+                                   dtypeName(input.dtype), op == "MatMul" ? "; f64, f16, bf16, i32, i64, u32, u64 of one type" : "",
+                                   i, typeString(input)));
     }
     if (!input.isStatic()) {
       throw UsageError(fmt::format("{}: needs static shapes, input {} is {}", op, i, typeString(input)));
@@ -393,8 +472,9 @@ void expectF32Inputs(std::string_view op, const KernelSetup& setup, size_t min_i
   }
 }
 
-void expectOutput(std::string_view op, const KernelSetup& setup, const std::vector<int64_t>& shape) {
-  const TensorInfo expected{DType::kF32, shape};
+void expectOutput(std::string_view op, const KernelSetup& setup, const std::vector<int64_t>& shape,
+                  DType dtype = DType::kF32) {
+  const TensorInfo expected{dtype, shape};
   if (setup.outputs[0] != expected) {
     throw UsageError(
         fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
@@ -456,7 +536,7 @@ Product describeMatMul(std::string_view op, const KernelSetup& setup) {
   }
   if (!a_vector) out.push_back(p.m);
   if (!b_vector) out.push_back(p.n);
-  expectOutput(op, setup, out);
+  expectOutput(op, setup, out, setup.inputs[0].dtype);
 
   p.a_m = p.k;
   p.a_k = 1;
@@ -487,6 +567,18 @@ Product describeMatMul(std::string_view op, const KernelSetup& setup) {
 }
 
 std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
+  const DType dtype = setup.inputs.size() == 2 ? setup.inputs[0].dtype : DType::kF32;
+  if (const TypedLoop loop = typedLoop(dtype); loop != nullptr && setup.inputs[1].dtype == dtype) {
+    // The loop kernel in that type; the checks expectF32Inputs makes.
+    for (const TensorInfo& input : setup.inputs) {
+      if (!input.isStatic()) throw UsageError(fmt::format("MatMul: needs static shapes, got {}", typeString(input)));
+    }
+    if (setup.outputs.size() != 1) throw UsageError("MatMul: expects 1 output");
+    auto state = std::make_unique<MatMulState>();
+    state->product = describeMatMul("MatMul", setup);
+    state->typed_loop = loop;
+    return state;
+  }
   expectF32Inputs("MatMul", setup, 2, 2);
   return makeState("MatMul", describeMatMul("MatMul", setup), constantInput(setup, 1), nullptr);
 }
