@@ -23,6 +23,17 @@ _NUMPY_DTYPES = {
     "f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8, "u8": np.uint8, "i16": np.int16,
     "u16": np.uint16, "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "bool": np.bool_,
 }
+# bfloat16 and the 8-bit floats come from ml_dtypes (as in onnx's own numpy
+# helpers); they cross into C++ as unsigned integers of their size.
+_STORAGE_DTYPES = {}
+try:
+    import ml_dtypes
+
+    _NUMPY_DTYPES.update({"bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn,
+                          "f8e5m2": ml_dtypes.float8_e5m2})
+    _STORAGE_DTYPES.update({"bf16": np.uint16, "f8e4m3": np.uint8, "f8e5m2": np.uint8})
+except ImportError:  # without ml_dtypes those types stay out of reach from numpy
+    pass
 
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -67,7 +78,13 @@ class Runner:
                 raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
             if array.shape != shape:
                 raise Error(f"input '{name}' must have shape {shape}, got {array.shape}")
-            arrays.append(np.ascontiguousarray(array))  # a copy only when not C-contiguous
-        outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
+            array = np.ascontiguousarray(array)  # a copy only when not C-contiguous
+            arrays.append(array.view(_STORAGE_DTYPES[dtype]) if dtype in _STORAGE_DTYPES else array)
+        for name, _, dtype in self.outputs:
+            if dtype not in _NUMPY_DTYPES:
+                raise Error(f"output '{name}' has dtype {dtype}, which numpy cannot hold")
+        outputs = [np.empty(shape, dtype=_STORAGE_DTYPES.get(dtype, _NUMPY_DTYPES[dtype]))
+                   for _, shape, dtype in self.outputs]
         self._executor.run(arrays, outputs)
-        return {name: array for (name, _, _), array in zip(self.outputs, outputs)}
+        return {name: array.view(_NUMPY_DTYPES[dtype]) if dtype in _STORAGE_DTYPES else array
+                for (name, _, dtype), array in zip(self.outputs, outputs)}

@@ -11,5 +11,6 @@ void registerElementwiseOps(OpRegistry& registry);  // elementwise.cc: unary, bi
 void registerShapeOps(OpRegistry& registry);        // shape_ops.cc: Reshape, Transpose, Concat, Slice, Gather, ...
 void registerNnOps(OpRegistry& registry);           // nn_ops.cc: Conv, pooling, MatMul, Gemm, normalisation, Softmax
 void registerReductionOps(OpRegistry& registry);    // reductions.cc: ReduceSum/Mean/Max/..., ArgMax/ArgMin
+void registerIndexingOps(OpRegistry& registry);     // indexing_ops.cc: TensorScatter, EyeLike, Einsum, Det, ...
 
 }  // namespace kiln

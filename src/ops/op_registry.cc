@@ -62,6 +62,7 @@ OpRegistry& OpRegistry::global() {
     registerShapeOps(r);
     registerNnOps(r);
     registerReductionOps(r);
+    registerIndexingOps(r);
     return r;
   }();
   return registry;

@@ -16,5 +16,6 @@ void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Re
 void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, ConvTranspose (oneDNN)
 void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
 void registerNormalizationKernels(KernelRegistry& registry);  // normalization.cc: BatchNormalization, LayerNormalization, Softmax, LogSoftmax
+void registerIndexingKernels(KernelRegistry& registry);  // indexing.cc: gathers, scatters, TopK, Trilu, OneHot, Range, CumSum, Einsum, ...
 
 }  // namespace kiln

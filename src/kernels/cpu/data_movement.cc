@@ -1634,6 +1634,21 @@ std::unique_ptr<KernelState> prepareNhwcResize(const KernelSetup& setup) {
   return prepareResize(nchw.get(), /*channels_last=*/true);
 }
 
+// Upsample (opsets 7 to 9) is Resize with asymmetric coordinates and
+// nearest rounding down; opset 7 gives its scales as an attribute, which
+// becomes a constant input here.
+std::unique_ptr<KernelState> prepareUpsample(const KernelSetup& setup) {
+  ParamMap params = setup.params;
+  params.set("coordinate_transformation_mode", std::string("asymmetric"));
+  params.set("nearest_mode", std::string("floor"));
+  if (setup.inputs.size() != 1) return prepareResize(KernelSetup{params, setup.inputs, setup.outputs, setup.constants}, false);
+  std::vector<float> scales;
+  for (double scale : setup.params.getFloats("scales", {})) scales.push_back(static_cast<float>(scale));
+  const std::array<TensorInfo, 2> inputs{setup.inputs[0], TensorInfo{DType::kF32, {static_cast<int64_t>(scales.size())}}};
+  const std::array<const std::byte*, 2> constants{nullptr, reinterpret_cast<const std::byte*>(scales.data())};
+  return prepareResize(KernelSetup{params, inputs, setup.outputs, constants}, false);
+}
+
 }  // namespace
 
 void registerDataMovementKernels(KernelRegistry& registry) {
@@ -1648,6 +1663,7 @@ void registerDataMovementKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Cast", &prepareCast, &runCast});
   registry.add(KernelDef{"Pad", &preparePad, &runPad});
   registry.add(KernelDef{"Resize", &prepareNchwResize, &runResize});
+  registry.add(KernelDef{"Upsample", &prepareUpsample, &runResize});
   registry.add(KernelDef{"kiln.NhwcResize", &prepareNhwcResize, &runResize});
 }
 

@@ -1,4 +1,4 @@
-// Pooling (ONNX) on the CPU in f32: MaxPool and AveragePool over 1 to 3
+// Pooling (ONNX) on the CPU in f32: MaxPool, AveragePool and LpPool over 1 to 3
 // spatial axes through oneDNN's pooling_v2 primitive, with a loop kernel of
 // our own where oneDNN would compute something else or refuses; and
 // GlobalAveragePool and GlobalMaxPool as loops. The kiln.Nhwc* forms (see
@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
@@ -58,6 +59,9 @@ struct Window {
   bool max = false;
   bool count_include_pad = false;
   bool channels_last = false;  // [N, spatial..., C] in memory (kiln.Nhwc* pools)
+  int64_t p = 0;               // LpPool's exponent; 0 for the other pools
+  bool indices = false;        // MaxPool's Indices output is wanted
+  bool column_major = false;   // storage_order 1: the indices count the spatial axes from the last
   int64_t batch = 0;
   int64_t channels = 0;
   int64_t rows = 0;  // N * C
@@ -79,7 +83,8 @@ struct PoolState final : KernelState {
 
 // ------------------------------------------------------------- loop kernel
 
-void loopPool(const float* x, float* y, const Window& w) {
+// `indices`: MaxPool's Indices output, or nullptr.
+void loopPool(const float* x, float* y, const Window& w, int64_t* indices = nullptr) {
   const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
   const int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
   // Row r is one (n, c) plane; its elements are `step` apart.
@@ -96,6 +101,7 @@ void loopPool(const float* x, float* y, const Window& w) {
                                                        o1 * w.stride[1] - w.pad_begin[1],
                                                        o2 * w.stride[2] - w.pad_begin[2]};
           float acc = w.max ? -std::numeric_limits<float>::infinity() : 0.0f;
+          int64_t best = -1;  // MaxPool: where acc came from, in the input plane
           int64_t valid = 0;
           int64_t padded = 0;  // taps inside the explicit pads or the input
           for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
@@ -113,15 +119,32 @@ void loopPool(const float* x, float* y, const Window& w) {
                 const float v = xr[((i0 * w.in[1] + i1) * w.in[2] + i2) * step];
                 ++valid;
                 if (w.max) {
-                  acc = v > acc || v != v ? v : acc;  // NaN propagates
+                  if (best < 0 || v > acc || (v != v && acc == acc)) {  // NaN propagates
+                    acc = v;
+                    best = w.column_major ? (i2 * w.in[1] + i1) * w.in[0] + i0 : (i0 * w.in[1] + i1) * w.in[2] + i2;
+                  }
+                } else if (w.p == 1) {
+                  acc += std::abs(v);
+                } else if (w.p == 2) {
+                  acc += v * v;
+                } else if (w.p > 0) {
+                  acc += std::pow(std::abs(v), static_cast<float>(w.p));
                 } else {
                   acc += v;
                 }
               }
             }
           }
-          if (!w.max) acc /= static_cast<float>(w.count_include_pad ? padded : valid);
-          yr[((o0 * w.out[1] + o1) * w.out[2] + o2) * step] = acc;
+          if (w.p == 2) {
+            acc = std::sqrt(acc);
+          } else if (w.p > 2) {
+            acc = std::pow(acc, 1.0f / static_cast<float>(w.p));
+          } else if (!w.max && w.p == 0) {
+            acc /= static_cast<float>(w.count_include_pad ? padded : valid);
+          }
+          const int64_t at = ((o0 * w.out[1] + o1) * w.out[2] + o2) * step;
+          yr[at] = acc;
+          if (indices != nullptr) indices[r * out_plane + at] = r * in_plane + std::max<int64_t>(best, 0);
         }
       }
     }
@@ -171,7 +194,8 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
 void runPool(const KernelCall& call) {
   const auto& state = static_cast<const PoolState&>(*call.state);
   if (!state.use_dnnl) {
-    loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window);
+    loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window,
+             state.window.indices ? call.outputs[1].as<int64_t>() : nullptr);
     return;
   }
   ExecutionSlot& slot = state.slots.claim();
@@ -207,13 +231,14 @@ void expectOutput(std::string_view op, const KernelSetup& setup, const Ints& sha
   }
 }
 
+// `p`: LpPool's exponent, 0 for MaxPool and AveragePool.
 std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max,
-                                         bool channels_last = false) {
+                                         bool channels_last = false, int64_t p = 0) {
   expectF32Input(op, setup);
-  if (max && setup.outputs.size() == 2) {
-    throw UsageError("MaxPool: the Indices output (output 1) is not supported; only Y");
+  const bool indices = max && !channels_last && setup.outputs.size() == 2;
+  if (setup.outputs.size() != (indices ? 2u : 1u)) {
+    throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   }
-  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   const Ints& x = setup.inputs[0].shape;
   const size_t n = x.size() - 2;
   if (n > kMaxSpatial) {
@@ -235,6 +260,9 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
   auto state = std::make_unique<PoolState>();
   Window& w = state->window;
   w.max = max;
+  w.p = p;
+  w.indices = indices;
+  w.column_major = setup.params.getInt("storage_order", 0) != 0;
   w.count_include_pad = setup.params.getInt("count_include_pad", 0) != 0;
   w.channels_last = channels_last;
   w.batch = x[0];
@@ -285,7 +313,12 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
     out_shape.push_back(out);
   }
   expectOutput(op, setup, out_shape);
+  if (indices && setup.outputs[1] != TensorInfo{DType::kI64, out_shape}) {
+    throw UsageError(fmt::format("{}: the Indices output is {}, expected i64{}", op, typeString(setup.outputs[1]),
+                                 TensorInfo{DType::kI64, out_shape}.shapeString()));
+  }
   if (w.rows == 0) return state;  // the loop kernel does nothing
+  if (indices || p != 0) return state;  // oneDNN gives neither
   if (!max && w.count_include_pad && ceil_extra) return state;  // see the top of the file
   try {
     prepareDnnl(*state, n, pad_right);
@@ -298,6 +331,11 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
 }
 
 std::unique_ptr<KernelState> prepareMaxPool(const KernelSetup& setup) { return preparePool("MaxPool", setup, true); }
+std::unique_ptr<KernelState> prepareLpPool(const KernelSetup& setup) {
+  const int64_t p = setup.params.getInt("p", 2);
+  if (p < 1) throw UsageError(fmt::format("LpPool: p must be 1 or more, got {}", p));
+  return preparePool("LpPool", setup, false, false, p);
+}
 std::unique_ptr<KernelState> prepareAveragePool(const KernelSetup& setup) {
   return preparePool("AveragePool", setup, false);
 }
@@ -437,6 +475,7 @@ void runGlobalMax(const KernelCall& call) {
 void registerPoolKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"MaxPool", &prepareMaxPool, &runPool});
   registry.add(KernelDef{"AveragePool", &prepareAveragePool, &runPool});
+  registry.add(KernelDef{"LpPool", &prepareLpPool, &runPool});
   registry.add(KernelDef{"GlobalAveragePool", &prepareGlobalAverage, &runGlobalAverage});
   registry.add(KernelDef{"GlobalMaxPool", &prepareGlobalMax, &runGlobalMax});
   registry.add(KernelDef{"kiln.NhwcMaxPool", &prepareNhwcMaxPool, &runPool});

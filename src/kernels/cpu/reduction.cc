@@ -1,6 +1,6 @@
 // Reduction CPU kernels with ONNX semantics: ReduceSum, ReduceMean,
 // ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare,
-// ReduceLogSum, and ArgMax / ArgMin.
+// ReduceLogSum, ReduceLogSumExp, and ArgMax / ArgMin.
 //
 // prepare merges adjacent input dimensions that are all kept or all reduced
 // (dropping those of size 1), so the input reads as alternating kept (K) and
@@ -124,6 +124,21 @@ struct L1 : Sum {
 struct LogSum : Sum {
   static constexpr std::string_view kName = "ReduceLogSum";
   static constexpr bool kIntegers = false;
+  template <typename T>
+  static T finish(T a, int64_t) {
+    return std::log(a);
+  }
+};
+// log(sum(exp(x))), without shifting by the maximum: as ONNX's reference,
+// so exp overflows where it does.
+struct LogSumExp : Sum {
+  static constexpr std::string_view kName = "ReduceLogSumExp";
+  static constexpr bool kIntegers = false;
+  static constexpr VectorForm kVector = VectorForm::kNone;
+  template <typename T>
+  static T map(T x) {
+    return std::exp(x);
+  }
   template <typename T>
   static T finish(T a, int64_t) {
     return std::log(a);
@@ -538,6 +553,7 @@ void registerReductionKernels(KernelRegistry& registry) {
   addReduce<L2>(registry);
   addReduce<SumSquare>(registry);
   addReduce<LogSum>(registry);
+  addReduce<LogSumExp>(registry);
   registry.add(KernelDef{"ArgMax", &prepareArg<true>, &runArg});
   registry.add(KernelDef{"ArgMin", &prepareArg<false>, &runArg});
 }
