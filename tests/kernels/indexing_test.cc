@@ -260,8 +260,14 @@ TEST(Col2Im, FoldsOverlappingBlocks) {
 
 TEST(MaxUnpool, PlacesValuesAtTheirIndices) {
   EXPECT_EQ(run<float>("MaxUnpool", {operand<float>({1, 1, 1, 2}, {5, 6}), operand<int64_t>({1, 1, 1, 2}, {1, 3})},
-                       {output(DType::kF32, {1, 1, 2, 2})}),
+                       {output(DType::kF32, {1, 1, 2, 2})}, params({{"kernel_shape", std::vector<int64_t>{2, 1}}})),
             (std::vector<float>{0, 5, 0, 6}));
+  // A larger output_shape holds the unpooled [2, 2] in its corner.
+  EXPECT_EQ(run<float>("MaxUnpool",
+                       {operand<float>({1, 1, 1, 2}, {5, 6}), operand<int64_t>({1, 1, 1, 2}, {1, 3}),
+                        operand<int64_t>({4}, {1, 1, 3, 3})},
+                       {output(DType::kF32, {1, 1, 3, 3})}, params({{"kernel_shape", std::vector<int64_t>{2, 1}}})),
+            (std::vector<float>{0, 5, 0, 0, 6, 0, 0, 0, 0}));
 }
 
 TEST(Hardmax, FirstMaximumAlongTheAxis) {
@@ -299,6 +305,39 @@ TEST(Det, BatchedWithPivoting) {
             (std::vector<double>{-2}));
   EXPECT_EQ(run<double>("Det", {operand<double>({3, 3}, {x.begin() + 4, x.end()})}, {output(DType::kF64, {})}),
             (std::vector<double>{24}));
+}
+
+// Resize's general kernel (resize_general.cc), against onnx's reference
+// implementation's results for the same cases.
+TEST(GeneralResize, CubicAlongOneAxis) {
+  const std::vector<float> got = run<float>(
+      "Resize",
+      {operand<float>({1, 4}, {1, 2, 4, 8}), omitted(), operand<float>({1}, {2}, true), omitted()},
+      {output(DType::kF32, {1, 8})}, params({{"mode", std::string("cubic")}, {"axes", std::vector<int64_t>{1}}}));
+  const std::vector<float> expected{0.89453125f, 1.15625f, 1.5625f, 2.41796875f, 3.16015625f, 5.1171875f, 7.1640625f, 8.421875f};
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5) << i;
+}
+
+TEST(GeneralResize, AntialiasCropAndAspectRatio) {
+  EXPECT_EQ(run<float>("Resize",
+                       {operand<float>({1, 4}, {1, 2, 4, 8}), omitted(), operand<float>({2}, {1, 0.5f}, true), omitted()},
+                       {output(DType::kF32, {1, 2})}, params({{"mode", std::string("linear")}, {"antialias", int64_t{1}}})),
+            (std::vector<float>{1.75f, 5.75f}));
+  EXPECT_EQ(run<float>("Resize",
+                       {operand<float>({1, 4}, {1, 2, 4, 8}), operand<float>({4}, {0, 0.25f, 1, 1.5f}, true), omitted(),
+                        operand<int64_t>({2}, {1, 3}, true)},
+                       {output(DType::kF32, {1, 3})},
+                       params({{"mode", std::string("linear")},
+                               {"coordinate_transformation_mode", std::string("tf_crop_and_resize")},
+                               {"extrapolation_value", -1.0}})),
+            (std::vector<float>{1.75f, 6.5f, -1.0f}));
+  EXPECT_EQ(run<float>("Resize",
+                       {operand<float>({2, 3}, {0, 1, 2, 3, 4, 5}), omitted(), omitted(), operand<int64_t>({2}, {4, 4}, true)},
+                       {output(DType::kF32, {3, 4})},
+                       params({{"keep_aspect_ratio_policy", std::string("not_larger")},
+                               {"axes", std::vector<int64_t>{0, 1}}})),
+            (std::vector<float>{0, 1, 1, 2, 3, 4, 4, 5, 3, 4, 4, 5}));
 }
 
 TEST(IndexingKernels, RunWithoutAllocating) {

@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/resize_general.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -1354,6 +1355,8 @@ struct ResizeState final : KernelState {
   // nearest: the source index; linear: the two sources and the weight of the second.
   std::vector<int64_t> row0, row1, col0, col1;
   std::vector<float> row_w, col_w;
+  // What this 2-D kernel does not do runs in resize_general.cc's kernel.
+  std::unique_ptr<KernelState> general;
 };
 
 double sourceCoordinate(CoordinateMode mode, int64_t i, double scale, int64_t in, int64_t out) {
@@ -1470,6 +1473,10 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   auto state = std::make_unique<ResizeState>();
+  if (needsGeneralResize(setup)) {
+    state->general = prepareGeneralResize(setup, channels_last);
+    return state;
+  }
   const std::string mode = setup.params.getString("mode", "nearest");
   if (mode == "linear" || mode == "bilinear") {
     state->linear = true;
@@ -1605,6 +1612,12 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
 
 void runResize(const KernelCall& call) {
   const auto& state = static_cast<const ResizeState&>(*call.state);
+  if (state.general) {
+    KernelCall general = call;
+    general.state = state.general.get();
+    runGeneralResize(general);
+    return;
+  }
   if (state.planes * state.inner * state.out_h * state.out_w == 0) return;
   double scale_h = state.scale_h;
   double scale_w = state.scale_w;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/numeric_types.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -44,6 +45,12 @@ namespace kiln {
 namespace {
 
 using Ints = std::vector<int64_t>;
+using numeric::Arith;
+using numeric::BFloat16;
+using numeric::Half;
+using numeric::TypeTag;
+using numeric::withFloatType;
+using numeric::withNumericType;
 
 // ------------------------------------------------------------------ helpers
 
@@ -142,126 +149,6 @@ auto withElementSize(size_t size, F&& f) {
       return f(uint32_t{});
     default:
       return f(uint64_t{});
-  }
-}
-
-// ---------------------------------------------------------- numeric types
-
-// The 16-bit floats, stored as their bits; arithmetic on them runs in f32.
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
-
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // mantissa * 2^-24
-    std::memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-// Round to nearest, ties to even.
-uint16_t floatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
-  if (abs < 0x38800000u) {
-    float a;
-    std::memcpy(&a, &abs, sizeof a);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  const uint32_t rounded = abs + 0xFFFu + ((abs >> 13) & 1u);
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13));
-}
-
-float bfloatToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-uint16_t floatToBfloat(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
-// How a kernel computes in element type T: in Acc, loading and storing
-// through these.
-template <typename T>
-struct Arith {
-  using Acc = T;
-  static Acc load(T v) { return v; }
-  static T store(Acc v) { return v; }
-};
-template <>
-struct Arith<Half> {
-  using Acc = float;
-  static float load(Half v) { return halfToFloat(v.bits); }
-  static Half store(float v) { return Half{floatToHalf(v)}; }
-};
-template <>
-struct Arith<BFloat16> {
-  using Acc = float;
-  static float load(BFloat16 v) { return bfloatToFloat(v.bits); }
-  static BFloat16 store(float v) { return BFloat16{floatToBfloat(v)}; }
-};
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(TypeTag<T>{}) for the arithmetic type of `dtype`; false for the
-// types without one (bool, the 8-bit floats).
-template <typename F>
-bool withNumericType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32: f(TypeTag<float>{}); return true;
-    case DType::kF64: f(TypeTag<double>{}); return true;
-    case DType::kF16: f(TypeTag<Half>{}); return true;
-    case DType::kBF16: f(TypeTag<BFloat16>{}); return true;
-    case DType::kI8: f(TypeTag<int8_t>{}); return true;
-    case DType::kU8: f(TypeTag<uint8_t>{}); return true;
-    case DType::kI16: f(TypeTag<int16_t>{}); return true;
-    case DType::kU16: f(TypeTag<uint16_t>{}); return true;
-    case DType::kI32: f(TypeTag<int32_t>{}); return true;
-    case DType::kU32: f(TypeTag<uint32_t>{}); return true;
-    case DType::kI64: f(TypeTag<int64_t>{}); return true;
-    case DType::kU64: f(TypeTag<uint64_t>{}); return true;
-    default: return false;
-  }
-}
-
-template <typename F>
-bool withFloatType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32: f(TypeTag<float>{}); return true;
-    case DType::kF64: f(TypeTag<double>{}); return true;
-    case DType::kF16: f(TypeTag<Half>{}); return true;
-    case DType::kBF16: f(TypeTag<BFloat16>{}); return true;
-    default: return false;
   }
 }
 
@@ -1530,10 +1417,16 @@ void runCol2Im(const KernelCall& call) {
 
 // ---------------------------------------------------------------- MaxUnpool
 
-// The indices are flat positions in the whole output (as MaxPool's Indices).
+// The indices are flat positions in the tensor that MaxPool read, of the
+// shape the attributes give back; an output_shape larger than that holds it
+// in its leading corner, zeros around (as ONNX's reference does).
 struct MaxUnpoolState final : KernelState {
+  uint32_t rank = 0;
+  std::array<int64_t, kMaxRank> unpooled{};     // the shape the indices address
+  std::array<int64_t, kMaxRank> out_strides{};  // of the output, elements
   uint64_t count = 0;
   uint64_t out_count = 0;
+  bool same = true;  // unpooled == the output shape
   size_t element_size = 0;
 };
 
@@ -1547,11 +1440,31 @@ std::unique_ptr<KernelState> prepareMaxUnpool(const KernelSetup& setup) {
     throw UsageError(fmt::format("MaxUnpool: indices must be i64 of the input's shape {}, got {}", typeString(x),
                                  typeString(indices)));
   }
-  if (x.shape.size() < 3 || y.dtype != x.dtype || y.shape.size() != x.shape.size() || y.shape[0] != x.shape[0] ||
+  const size_t rank = x.shape.size();
+  if (rank < 3 || y.dtype != x.dtype || y.shape.size() != rank || y.shape[0] != x.shape[0] ||
       y.shape[1] != x.shape[1]) {
     throw UsageError(fmt::format("MaxUnpool: output {} does not fit input {}", typeString(y), typeString(x)));
   }
+  const size_t n = rank - 2;
+  const Ints kernel = setup.params.getInts("kernel_shape", {});
+  const Ints strides = setup.params.getInts("strides", Ints(n, 1));
+  const Ints pads = setup.params.getInts("pads", Ints(2 * n, 0));
+  if (kernel.size() != n || strides.size() != n || pads.size() != 2 * n) {
+    throw UsageError(fmt::format("MaxUnpool: kernel_shape, strides and pads must have {}, {} and {} values", n, n, 2 * n));
+  }
   auto state = std::make_unique<MaxUnpoolState>();
+  state->rank = static_cast<uint32_t>(rank);
+  const Ints out_strides = stridesOf(y.shape);
+  for (size_t d = 0; d < rank; ++d) {
+    const size_t s = d - 2;
+    state->unpooled[d] = d < 2 ? x.shape[d] : (x.shape[d] - 1) * strides[s] - pads[s] - pads[s + n] + kernel[s];
+    if (state->unpooled[d] > y.shape[d]) {
+      throw UsageError(fmt::format("MaxUnpool: output {} is smaller than the unpooled shape along axis {} ({})",
+                                   typeString(y), d, state->unpooled[d]));
+    }
+    state->same = state->same && state->unpooled[d] == y.shape[d];
+    state->out_strides[d] = out_strides[d];
+  }
   state->count = x.numElements();
   state->out_count = y.numElements();
   state->element_size = dtypeSize(x.dtype);
@@ -1564,9 +1477,19 @@ void runMaxUnpool(const KernelCall& call) {
   std::memset(y, 0, s.out_count * s.element_size);
   const std::byte* x = call.inputs[0].data;
   const int64_t* indices = call.inputs[1].as<const int64_t>();
+  uint64_t unpooled_count = 1;
+  for (uint32_t d = 0; d < s.rank; ++d) unpooled_count *= static_cast<uint64_t>(s.unpooled[d]);
   for (uint64_t i = 0; i < s.count; ++i) {
-    const int64_t at = indices[i];
-    if (at < 0 || static_cast<uint64_t>(at) >= s.out_count) continue;
+    int64_t at = indices[i];
+    if (at < 0 || static_cast<uint64_t>(at) >= unpooled_count) continue;
+    if (!s.same) {
+      int64_t rest = at;
+      at = 0;
+      for (uint32_t d = s.rank; d-- > 0;) {
+        at += (rest % s.unpooled[d]) * s.out_strides[d];
+        rest /= s.unpooled[d];
+      }
+    }
     std::memcpy(y + static_cast<uint64_t>(at) * s.element_size, x + i * s.element_size, s.element_size);
   }
 }
