@@ -256,6 +256,15 @@ TEST(Col2Im, FoldsOverlappingBlocks) {
                         operand<int64_t>({1}, {2}, true)},
                        {output(DType::kF32, {1, 1, 3})}),
             (std::vector<float>{1, 12, 20}));
+  // block_shape read at run; one that does not fit gives zeros.
+  EXPECT_EQ(run<float>("Col2Im",
+                       {operand<float>({1, 2, 2}, columns), operand<int64_t>({1}, {3}), operand<int64_t>({1}, {2})},
+                       {output(DType::kF32, {1, 1, 3})}),
+            (std::vector<float>{1, 12, 20}));
+  EXPECT_EQ(run<float>("Col2Im",
+                       {operand<float>({1, 2, 2}, columns), operand<int64_t>({1}, {3}), operand<int64_t>({1}, {3})},
+                       {output(DType::kF32, {1, 1, 3})}),
+            (std::vector<float>{0, 0, 0}));
 }
 
 TEST(MaxUnpool, PlacesValuesAtTheirIndices) {

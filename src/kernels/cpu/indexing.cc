@@ -1302,18 +1302,42 @@ void runCenterCropPad(const KernelCall& call) {
 
 // Sums blocks of columns back into an image: column (c, k, l) of the input,
 // k the position inside the block and l the block's position, adds into
-// image pixel l * stride - pad_begin + k * dilation.
+// image pixel l * stride - pad_begin + k * dilation. The image shape is the
+// output's; a block_shape that is not a constant is read at run, where one
+// that does not fit the input gives zeros.
+struct Col2ImGeometry {
+  std::array<int64_t, kMaxRank> block{}, grid{};  // grid: block positions per axis
+};
+
 struct Col2ImState final : KernelState {
-  using Loop = void (*)(const Col2ImState& s, const std::byte* x, std::byte* y);
+  using Loop = void (*)(const Col2ImState& s, const Col2ImGeometry& g, const std::byte* x, std::byte* y);
   Loop loop = nullptr;
   size_t spatial = 0;
   int64_t batch = 0, channels = 0;
-  Ints image, block, grid, strides, dilations, pads;  // grid: blocks per axis
+  std::array<int64_t, kMaxRank> image{}, strides{}, dilations{};
+  std::array<int64_t, 2 * kMaxRank> all_pads{};  // the begin pads, then the end pads
   int64_t block_size = 1, grid_size = 1, image_size = 1;
+  Col2ImGeometry geometry;  // when block_shape is a constant
+  bool block_at_run = false;
+  DType block_dtype = DType::kI64;
 };
 
+// The block positions per axis for `block`; false when they do not fit.
+bool col2ImGeometry(const Col2ImState& s, Col2ImGeometry& g) {
+  int64_t block_size = 1, grid_size = 1;
+  for (size_t d = 0; d < s.spatial; ++d) {
+    const int64_t extent = s.dilations[d] * (g.block[d] - 1) + 1;
+    const int64_t room = s.image[d] + s.all_pads[d] + s.all_pads[d + s.spatial] - extent;
+    if (g.block[d] < 1 || room < 0) return false;
+    g.grid[d] = room / s.strides[d] + 1;
+    block_size *= g.block[d];
+    grid_size *= g.grid[d];
+  }
+  return block_size == s.block_size && grid_size == s.grid_size;
+}
+
 template <typename T>
-void col2ImLoop(const Col2ImState& s, const std::byte* x_bytes, std::byte* y_bytes) {
+void col2ImLoop(const Col2ImState& s, const Col2ImGeometry& g, const std::byte* x_bytes, std::byte* y_bytes) {
   using A = Arith<T>;
   using Acc = typename A::Acc;
   const T* x = reinterpret_cast<const T*>(x_bytes);
@@ -1332,18 +1356,18 @@ void col2ImLoop(const Col2ImState& s, const std::byte* x_bytes, std::byte* y_byt
         int64_t pixel = 0;
         bool inside = true;
         for (size_t d = 0; d < n; ++d) {
-          const int64_t at = l[d] * s.strides[d] - s.pads[d] + k[d] * s.dilations[d];
+          const int64_t at = l[d] * s.strides[d] - s.all_pads[d] + k[d] * s.dilations[d];
           inside = inside && at >= 0 && at < s.image[d];
           pixel = pixel * s.image[d] + at;
         }
         if (inside) image[static_cast<size_t>(pixel)] += A::load(columns[kb * s.grid_size + lb]);
         for (size_t d = n; d-- > 0;) {
-          if (++l[d] < s.grid[d]) break;
+          if (++l[d] < g.grid[d]) break;
           l[d] = 0;
         }
       }
       for (size_t d = n; d-- > 0;) {
-        if (++k[d] < s.block[d]) break;
+        if (++k[d] < g.block[d]) break;
         k[d] = 0;
       }
     }
@@ -1355,56 +1379,57 @@ void col2ImLoop(const Col2ImState& s, const std::byte* x_bytes, std::byte* y_byt
 std::unique_ptr<KernelState> prepareCol2Im(const KernelSetup& setup) {
   expectCounts("Col2Im", setup, 3, 3);
   const TensorInfo& x = setup.inputs[0];
+  const TensorInfo& y = setup.outputs[0];
   if (x.shape.size() != 3) {
     throw UsageError(fmt::format("Col2Im: needs an input [N, C * prod(block_shape), L], got {}", typeString(x)));
   }
-  const std::byte* image_bytes = constantInput(setup, 1);
-  const std::byte* block_bytes = constantInput(setup, 2);
   expectIndexType("Col2Im", setup.inputs[1], "image_shape");
   expectIndexType("Col2Im", setup.inputs[2], "block_shape");
-  if (block_bytes == nullptr) throw UsageError("Col2Im: block_shape must be a constant");
   auto state = std::make_unique<Col2ImState>();
   const size_t n = setup.inputs[2].numElements();
-  if (n == 0 || n > kMaxRank - 2 || setup.inputs[1].numElements() != n) {
-    throw UsageError(fmt::format("Col2Im: image_shape {} and block_shape {} must have one length, 1 to {}",
-                                 typeString(setup.inputs[1]), typeString(setup.inputs[2]), kMaxRank - 2));
+  if (n == 0 || n + 2 > kMaxRank || setup.inputs[1].numElements() != n || y.shape.size() != n + 2 || y.dtype != x.dtype) {
+    throw UsageError(fmt::format("Col2Im: image_shape {}, block_shape {} and the output {} must have one spatial rank, "
+                                 "1 to {}",
+                                 typeString(setup.inputs[1]), typeString(setup.inputs[2]), typeString(y), kMaxRank - 2));
   }
   state->spatial = n;
-  const TensorInfo& y = setup.outputs[0];
-  for (size_t d = 0; d < n; ++d) {
-    state->block.push_back(readInt(block_bytes, setup.inputs[2].dtype, d));
-    // The image shape is the output's, which a constant input must match.
-    state->image.push_back(y.shape.size() == n + 2 ? y.shape[d + 2] : 0);
-    if (image_bytes != nullptr && readInt(image_bytes, setup.inputs[1].dtype, d) != state->image.back()) {
-      throw UsageError(fmt::format("Col2Im: image_shape disagrees with the output {}", typeString(y)));
-    }
-  }
-  state->strides = setup.params.getInts("strides", Ints(n, 1));
-  state->dilations = setup.params.getInts("dilations", Ints(n, 1));
-  state->pads = setup.params.getInts("pads", Ints(2 * n, 0));
-  if (state->strides.size() != n || state->dilations.size() != n || state->pads.size() != 2 * n) {
+  const Ints strides = setup.params.getInts("strides", Ints(n, 1));
+  const Ints dilations = setup.params.getInts("dilations", Ints(n, 1));
+  const Ints pads = setup.params.getInts("pads", Ints(2 * n, 0));
+  if (strides.size() != n || dilations.size() != n || pads.size() != 2 * n) {
     throw UsageError(fmt::format("Col2Im: strides, dilations and pads must have {}, {} and {} values", n, n, 2 * n));
   }
+  const std::byte* image_bytes = constantInput(setup, 1);
   for (size_t d = 0; d < n; ++d) {
-    const int64_t extent = state->dilations[d] * (state->block[d] - 1) + 1;
-    const int64_t room = state->image[d] + state->pads[d] + state->pads[d + n] - extent;
-    if (state->block[d] < 1 || state->strides[d] < 1 || state->dilations[d] < 1 || room < 0) {
-      throw UsageError(fmt::format("Col2Im: block_shape, strides or dilations do not fit the image along axis {}", d));
+    state->image[d] = y.shape[d + 2];
+    if (image_bytes != nullptr && readInt(image_bytes, setup.inputs[1].dtype, d) != state->image[d]) {
+      throw UsageError(fmt::format("Col2Im: image_shape disagrees with the output {}", typeString(y)));
     }
-    state->grid.push_back(room / state->strides[d] + 1);
-    state->block_size *= state->block[d];
-    state->grid_size *= state->grid.back();
+    if (strides[d] < 1 || dilations[d] < 1) throw UsageError("Col2Im: strides and dilations must be positive");
+    state->strides[d] = strides[d];
+    state->dilations[d] = dilations[d];
+    state->all_pads[d] = pads[d];
+    state->all_pads[d + n] = pads[d + n];
     state->image_size *= state->image[d];
   }
-  if (x.shape[1] % state->block_size != 0 || x.shape[2] != state->grid_size) {
-    throw UsageError(fmt::format("Col2Im: input {} does not hold blocks of {} over {} positions", typeString(x),
-                                 state->block_size, state->grid_size));
-  }
   state->batch = x.shape[0];
-  state->channels = x.shape[1] / state->block_size;
-  Ints out{state->batch, state->channels};
-  out.insert(out.end(), state->image.begin(), state->image.end());
-  expectOutput("Col2Im", y, x.dtype, out);
+  state->channels = y.shape[1];
+  if (y.shape[0] != x.shape[0] || state->channels == 0 || x.shape[1] % state->channels != 0) {
+    throw UsageError(fmt::format("Col2Im: output {} does not fit input {}", typeString(y), typeString(x)));
+  }
+  state->block_size = x.shape[1] / state->channels;
+  state->grid_size = x.shape[2];
+  state->block_dtype = setup.inputs[2].dtype;
+  if (const std::byte* block_bytes = constantInput(setup, 2)) {
+    for (size_t d = 0; d < n; ++d) state->geometry.block[d] = readInt(block_bytes, state->block_dtype, d);
+    if (!col2ImGeometry(*state, state->geometry)) {
+      throw UsageError(fmt::format("Col2Im: block_shape does not fit input {} and output {} (with these strides, "
+                                   "dilations and pads)",
+                                   typeString(x), typeString(y)));
+    }
+  } else {
+    state->block_at_run = true;
+  }
   withFloatType(x.dtype, [&](auto tag) { state->loop = &col2ImLoop<typename decltype(tag)::type>; });
   if (state->loop == nullptr) throw UsageError(fmt::format("Col2Im: no kernel for {} data", dtypeName(x.dtype)));
   return state;
@@ -1412,7 +1437,15 @@ std::unique_ptr<KernelState> prepareCol2Im(const KernelSetup& setup) {
 
 void runCol2Im(const KernelCall& call) {
   const auto& s = static_cast<const Col2ImState&>(*call.state);
-  s.loop(s, call.inputs[0].data, call.outputs[0].data);
+  Col2ImGeometry geometry = s.geometry;
+  if (s.block_at_run) {
+    for (size_t d = 0; d < s.spatial; ++d) geometry.block[d] = readInt(call.inputs[2].data, s.block_dtype, d);
+    if (!col2ImGeometry(s, geometry)) {
+      std::memset(call.outputs[0].data, 0, call.outputs[0].numElements() * dtypeSize(call.outputs[0].dtype));
+      return;
+    }
+  }
+  s.loop(s, geometry, call.inputs[0].data, call.outputs[0].data);
 }
 
 // ---------------------------------------------------------------- MaxUnpool
