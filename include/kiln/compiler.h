@@ -7,7 +7,11 @@
 //   Executable (ExecutableSpec), Metadata (anchors, program flow), and one
 //   TensorData blob per constant, used in place by the runtime.
 //
-// Shapes must be static at compile time (ONNX import fixes input shapes).
+// When every shape is known at compile time the package holds a step
+// program. When some shape is only known at run time (a symbolic input
+// dimension, or a shape read from an input's values such as a Reshape's
+// target), it holds the graph instead, and DynamicExecutor compiles it per
+// input signature (src/format/graph_package.h).
 // Problems are GraphErrors: every operator without a schema, or without a
 // kernel (when `has_kernel` is given), is listed at once.
 //
@@ -47,6 +51,10 @@ struct CompileReport {
   uint64_t lower_bound_bytes = 0;  // peak of simultaneously live intermediates
   uint64_t naive_bytes = 0;        // sum of all intermediates
   std::string plan_summary;        // one line, for --plan-report
+  // The model's shapes are only known at run time: the package holds its
+  // graph, which DynamicExecutor specializes per input signature (the
+  // step, view and arena figures above are then 0).
+  bool runtime_shapes = false;
 };
 
 CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +25,7 @@
 namespace kiln {
 
 class PackageReader;
+struct ExecutableSpec;
 
 struct TensorSlot {
   std::string name;
@@ -34,13 +36,24 @@ struct ExecutorOptions {
   // Threads each kernel may use; 0: the process default (OMP_NUM_THREADS, or
   // one per core). Applies to the threads that load and run this executor.
   int threads = 0;
+  // The caller owns the arena and hands it over with setArena() before the
+  // first run (several executors that never run at the same time can then
+  // share one arena; see DynamicExecutor). Off: the executor allocates its
+  // own at load.
+  bool external_arena = false;
 };
+
+// Gives the bytes of an in-memory executable's constant by name; they must
+// outlive the executor.
+using ConstantBytes = std::function<std::span<const std::byte>(const std::string& name)>;
 
 class Executor {
  public:
   // Loads model `model` (a Metadata name; empty: the package's only model).
   explicit Executor(const std::filesystem::path& package, const std::string& model = "",
                     const ExecutorOptions& options = {});
+  // Loads an executable built in memory (run-time shape specialization).
+  Executor(ExecutableSpec spec, const ConstantBytes& constants, const ExecutorOptions& options = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -48,7 +61,13 @@ class Executor {
   const std::vector<TensorSlot>& inputs() const;
   const std::vector<TensorSlot>& outputs() const;
   uint64_t arenaBytes() const;
+  // With ExecutorOptions::external_arena: the arena to use from now on, at
+  // least arenaBytes() long and 64-byte aligned.
+  void setArena(std::byte* arena);
   size_t stepCount() const;
+  // Steps run by all calls so far, sub-programs' included (an If counts
+  // the steps of the branch it took, a Loop its body's every iteration).
+  uint64_t stepsRun() const;
 
   // `inputs[i]` holds inputs()[i].info.sizeInBytes() bytes, `outputs[i]` has
   // room for outputs()[i]; the caller keeps them alive during the call.

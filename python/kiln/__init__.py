@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ._kiln import Error, Executor
+from ._kiln import DynamicExecutor, Error, Executor, is_graph_package
 from ._kiln import compile as _compile
 
 __all__ = ["Error", "Runner", "compile"]
@@ -37,14 +37,18 @@ except ImportError:  # without ml_dtypes those types stay out of reach from nump
 
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-            batch: Optional[int] = None) -> dict:
+            batch: Optional[int] = None, dynamic: bool = False) -> dict:
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
-    unknown leading input dimension. Returns the compile report (steps, views,
-    constants, arena bytes against the lower bound)."""
+    unknown leading input dimension. With dynamic=True, input dimensions left
+    unknown stay symbolic and the package is specialized per input signature
+    at run time (so is a model whose shapes depend on input values, always).
+    Returns the compile report (steps, views, constants, arena bytes against
+    the lower bound; runtime_shapes tells whether the package is specialized
+    at run time)."""
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
-    return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch))
+    return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic))
 
 
 class Runner:
@@ -54,14 +58,47 @@ class Runner:
     without copying when it is C-contiguous (others are copied once), and the
     model writes straight into the output arrays it returns. One run() at a
     time per Runner; the GIL is released while the model runs. `threads`:
-    threads per kernel (0: OMP_NUM_THREADS, or one per core)."""
+    threads per kernel (0: OMP_NUM_THREADS, or one per core).
 
-    def __init__(self, path, model: str = "", threads: int = 0):
+    Packages with run-time shapes (compile(..., dynamic=True), or shapes read
+    from input values) accept any size in their unknown dimensions (-1 in
+    `inputs`): each new input signature is compiled once and cached, up to
+    `plan_cache_capacity` of them; memory_stats() reports the shared arena
+    and the cache, shrink() gives the memory back."""
+
+    def __init__(self, path, model: str = "", threads: int = 0, plan_cache_capacity: int = 16):
         if threads < 0:
             raise Error(f"threads must be 0 or more, got {threads}")
-        self._executor = Executor(str(path), model, threads)
+        self.dynamic = is_graph_package(str(path), model)
+        if self.dynamic:
+            self._executor = DynamicExecutor(str(path), model, threads, plan_cache_capacity)
+        else:
+            self._executor = Executor(str(path), model, threads)
         self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
         self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]
+
+    @property
+    def steps_run(self) -> int:
+        """Kernel steps run by all calls so far, sub-programs' included (an If
+        counts the branch it took, a Loop every iteration of its body); for
+        static packages only."""
+        if self.dynamic:
+            raise Error("steps_run is not kept for packages with run-time shapes")
+        return self._executor.steps_run
+
+    def memory_stats(self) -> dict:
+        """arena_bytes, and for run-time-shape packages the plan cache's hits,
+        misses (each one a compile), evictions and size."""
+        if self.dynamic:
+            return self._executor.memory_stats()
+        return {"arena_bytes": self._executor.arena_bytes, "plan_cache_hits": 0, "plan_cache_misses": 0,
+                "plan_cache_evictions": 0, "cached_plans": 1}
+
+    def shrink(self) -> None:
+        """Frees the arena and the cached specializations of a run-time-shape
+        package (they are rebuilt on the next call); nothing for others."""
+        if self.dynamic:
+            self._executor.shrink()
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict:
         expected = {name for name, _, _ in self.inputs}
@@ -76,15 +113,36 @@ class Runner:
             array = np.asarray(inputs[name])
             if array.dtype != _NUMPY_DTYPES[dtype]:
                 raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
-            if array.shape != shape:
-                raise Error(f"input '{name}' must have shape {shape}, got {array.shape}")
+            if not _fits(array.shape, shape, self.dynamic):
+                raise Error(f"input '{name}' must have shape {_show(shape)}, got {array.shape}")
             array = np.ascontiguousarray(array)  # a copy only when not C-contiguous
             arrays.append(array.view(_STORAGE_DTYPES[dtype]) if dtype in _STORAGE_DTYPES else array)
-        for name, _, dtype in self.outputs:
-            if dtype not in _NUMPY_DTYPES:
-                raise Error(f"output '{name}' has dtype {dtype}, which numpy cannot hold")
-        outputs = [np.empty(shape, dtype=_STORAGE_DTYPES.get(dtype, _NUMPY_DTYPES[dtype]))
-                   for _, shape, dtype in self.outputs]
-        self._executor.run(arrays, outputs)
+        if self.dynamic:
+            dtypes = [dtype for _, _, dtype in self.inputs]
+            slots = self._executor.outputs_for(arrays, dtypes)
+            outputs = [_empty(shape, dtype) for _, shape, dtype in slots]
+            self._executor.run(arrays, dtypes, outputs)
+        else:
+            slots = self.outputs
+            outputs = [_empty(shape, dtype) for _, shape, dtype in slots]
+            self._executor.run(arrays, outputs)
         return {name: array.view(_NUMPY_DTYPES[dtype]) if dtype in _STORAGE_DTYPES else array
-                for (name, _, dtype), array in zip(self.outputs, outputs)}
+                for (name, _, _), (_, _, dtype), array in zip(self.outputs, slots, outputs)}
+
+
+def _empty(shape, dtype: str) -> np.ndarray:
+    if dtype not in _NUMPY_DTYPES:
+        raise Error(f"an output has dtype {dtype}, which numpy cannot hold")
+    return np.empty(tuple(shape), dtype=_STORAGE_DTYPES.get(dtype, _NUMPY_DTYPES[dtype]))
+
+
+def _fits(actual: tuple, declared: tuple, dynamic: bool) -> bool:
+    if not dynamic:
+        return actual == declared
+    if len(declared) and len(actual) != len(declared):
+        return False
+    return all(d == -1 or d == a for a, d in zip(actual, declared))
+
+
+def _show(shape: tuple) -> str:
+    return "(" + ", ".join("?" if d == -1 else str(d) for d in shape) + ")"

@@ -11,6 +11,7 @@
 
 #include "kernels/kernel.h"
 #include "kiln/compiler.h"
+#include "kiln/dynamic_executor.h"
 #include "kiln/error.h"
 #include "kiln/executor.h"
 #include "kiln/onnx_import.h"
@@ -25,10 +26,12 @@ using Array = nb::ndarray<nb::c_contig, nb::device::cpu>;
 using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
-                      const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch) {
+                      const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
+                      bool dynamic) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
+  options.require_static_inputs = !dynamic;
   kiln::OnnxModel model = kiln::importOnnx(onnx_path, options);
   kiln::CompileOptions compile_options;
   compile_options.model_name = std::filesystem::path(onnx_path).stem().string();
@@ -43,6 +46,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   result["lower_bound_bytes"] = report.lower_bound_bytes;
   result["naive_bytes"] = report.naive_bytes;
   result["plan"] = report.plan_summary;
+  result["runtime_shapes"] = report.runtime_shapes;
   return result;
 }
 
@@ -81,12 +85,90 @@ void run(kiln::Executor& executor, const std::vector<ConstArray>& inputs, const 
   executor.run(in, out);
 }
 
+// Pointers and TensorInfos of the caller's input arrays.
+struct CallInputs {
+  std::vector<kiln::TensorInfo> infos;
+  std::vector<const std::byte*> data;
+};
+
+CallInputs callInputs(const kiln::DynamicExecutor& executor, const std::vector<ConstArray>& inputs,
+                      const std::vector<std::string>& dtypes) {
+  if (inputs.size() != executor.inputs().size() || dtypes.size() != inputs.size()) {
+    throw kiln::UsageError("wrong number of arrays");
+  }
+  CallInputs call;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto dtype = kiln::dtypeFromName(dtypes[i]);
+    if (!dtype) throw kiln::UsageError("unknown dtype " + dtypes[i]);
+    kiln::TensorInfo info{*dtype, {}};
+    for (size_t d = 0; d < inputs[i].ndim(); ++d) info.shape.push_back(static_cast<int64_t>(inputs[i].shape(d)));
+    if (inputs[i].nbytes() != info.sizeInBytes()) throw kiln::UsageError("input array size does not match its dtype");
+    call.infos.push_back(info);
+    call.data.push_back(static_cast<const std::byte*>(inputs[i].data()));
+  }
+  return call;
+}
+
+nb::list outputsFor(kiln::DynamicExecutor& executor, const std::vector<ConstArray>& inputs,
+                    const std::vector<std::string>& dtypes) {
+  const CallInputs call = callInputs(executor, inputs, dtypes);
+  return slots(executor.outputsFor(call.infos, call.data));
+}
+
+void runDynamic(kiln::DynamicExecutor& executor, const std::vector<ConstArray>& inputs,
+                const std::vector<std::string>& dtypes, const std::vector<Array>& outputs) {
+  const CallInputs call = callInputs(executor, inputs, dtypes);
+  const auto& expected = executor.outputsFor(call.infos, call.data);
+  if (outputs.size() != expected.size()) throw kiln::UsageError("wrong number of output arrays");
+  std::vector<std::byte*> out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].nbytes() != expected[i].info.sizeInBytes()) {
+      throw kiln::UsageError(fmt::format("output '{}' has {} bytes, expected {}", expected[i].name,
+                                         outputs[i].nbytes(), expected[i].info.sizeInBytes()));
+    }
+    out.push_back(static_cast<std::byte*>(outputs[i].data()));
+  }
+  nb::gil_scoped_release release;
+  executor.run(call.infos, call.data, out);
+}
+
+
 }  // namespace
 
 NB_MODULE(_kiln, m) {
   m.doc() = "kiln: compile neural networks ahead of time and run them";
   nb::exception<kiln::Error>(m, "Error");
-  m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"));
+  m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
+        nb::arg("dynamic") = false);
+  m.def(
+      "is_graph_package", [](const std::string& path, const std::string& model) { return kiln::hasRuntimeShapes(path, model); },
+      nb::arg("path"), nb::arg("model") = "");
+  nb::class_<kiln::DynamicExecutor>(m, "DynamicExecutor")
+      .def(
+          "__init__",
+          [](kiln::DynamicExecutor* self, const std::string& path, const std::string& model, int threads,
+             size_t capacity) {
+            new (self) kiln::DynamicExecutor(
+                path, model, kiln::DynamicExecutorOptions{.threads = threads, .plan_cache_capacity = capacity});
+          },
+          nb::arg("path"), nb::arg("model") = "", nb::arg("threads") = 0, nb::arg("plan_cache_capacity") = 16)
+      .def_prop_ro("inputs", [](const kiln::DynamicExecutor& e) { return slots(e.inputs()); })
+      .def_prop_ro("outputs", [](const kiln::DynamicExecutor& e) { return slots(e.outputs()); })
+      .def_prop_ro("shape_inputs", &kiln::DynamicExecutor::shapeInputs)
+      .def("outputs_for", &outputsFor, nb::arg("inputs"), nb::arg("dtypes"))
+      .def("run", &runDynamic, nb::arg("inputs"), nb::arg("dtypes"), nb::arg("outputs"))
+      .def("memory_stats",
+           [](const kiln::DynamicExecutor& e) {
+             const kiln::DynamicMemoryStats s = e.memoryStats();
+             nb::dict d;
+             d["arena_bytes"] = s.arena_bytes;
+             d["plan_cache_hits"] = s.plan_cache_hits;
+             d["plan_cache_misses"] = s.plan_cache_misses;
+             d["plan_cache_evictions"] = s.plan_cache_evictions;
+             d["cached_plans"] = s.cached_plans;
+             return d;
+           })
+      .def("shrink", &kiln::DynamicExecutor::shrink);
   nb::class_<kiln::Executor>(m, "Executor")
       .def(
           "__init__",
@@ -98,5 +180,6 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("outputs", [](const kiln::Executor& e) { return slots(e.outputs()); })
       .def_prop_ro("arena_bytes", &kiln::Executor::arenaBytes)
       .def_prop_ro("step_count", &kiln::Executor::stepCount)
+      .def_prop_ro("steps_run", &kiln::Executor::stepsRun)
       .def("run", &run, nb::arg("inputs"), nb::arg("outputs"));
 }

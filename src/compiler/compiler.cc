@@ -6,8 +6,11 @@
 #include <cstring>
 #include <set>
 
+#include "compiler/compile_program.h"
 #include "compiler/memory_planner.h"
 #include "format/executable_spec.h"
+#include "format/graph_package.h"
+#include "ir/graph_codec.h"
 #include "kiln/error.h"
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
@@ -95,6 +98,8 @@ ParamMap paramsOf(const Node& node) {
                                            node.name, node.op_type, key));
             }
             params.set(key, scalarOf(*value));
+          } else if constexpr (std::is_same_v<T, GraphPtr>) {
+            // If/Loop/Scan subgraphs are lowered to sub-programs.
           } else {
             throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (tensor, graph or string list) cannot be "
                                          "passed to a kernel yet",
@@ -106,9 +111,25 @@ ParamMap paramsOf(const Node& node) {
   return params;
 }
 
-// Removes nodes whose outputs nothing reads, repeatedly.
+// The names that subgraphs of `graph` (at any depth) read from outside.
+void collectCaptured(const Graph& graph, std::set<std::string>& names) {
+  for (NodeId id : graph.nodeIds()) {
+    for (const Graph* sub : graph.node(id).subgraphs()) {
+      for (ValueId v : sub->outerScopeValues()) names.insert(sub->value(v).name);
+      collectCaptured(*sub, names);
+    }
+  }
+}
+
+// Removes nodes whose outputs nothing reads, repeatedly. Values that
+// subgraphs read by name count as read.
 void removeDeadNodes(Graph& graph) {
   std::set<ValueId> outputs(graph.outputs().begin(), graph.outputs().end());
+  std::set<std::string> captured;
+  collectCaptured(graph, captured);
+  for (const std::string& name : captured) {
+    if (const auto id = graph.findValue(name)) outputs.insert(*id);
+  }
   bool changed = true;
   while (changed) {
     changed = false;
@@ -125,68 +146,128 @@ void removeDeadNodes(Graph& graph) {
   }
 }
 
+bool isControlFlow(const Node& node) {
+  return node.domain.empty() && (node.op_type == "If" || node.op_type == "Loop" || node.op_type == "Scan");
+}
+
+// Lowers a graph to an ExecutableSpec: values get storage, nodes become
+// steps, subgraphs of If/Loop/Scan become sub-programs, and the arena is
+// planned, sub-programs inside their control-flow step's workspace.
 class Lowering {
  public:
   Lowering(const Graph& graph, const CompileOptions& options, int64_t opset)
       : graph_(graph), options_(options), opset_(opset) {}
 
-  ExecutableSpec lower(CompileReport& report) {
-    checkKernels();
-    index_.assign(graph_.valueCount(), kNoValueIndex);
+  ExecutableSpec lower(CompileReport& report, std::vector<ConstantPtr>& constants) {
+    checkKernels(graph_);
+    collectCaptured(graph_, captured_);
+    Scope top{&graph_, std::vector<uint32_t>(graph_.valueCount(), kNoValueIndex), nullptr};
+    scope_ = &top;
     for (ValueId id : graph_.inputs()) {
       spec_.inputs.push_back(define(id, ValueStorage::kInput, static_cast<uint32_t>(spec_.inputs.size())));
     }
-    for (ValueId id : graph_.initializers()) {
-      if (!neededAtRunTime(id)) continue;
-      const uint32_t constant = static_cast<uint32_t>(spec_.constants.size());
-      spec_.constants.push_back(graph_.value(id).name);
-      define(id, ValueStorage::kConstant, constant);
-      report.constant_bytes += graph_.value(id).initializer->bytes.size();
-    }
-    report.constants = spec_.constants.size();
-    for (NodeId id : graph_.topologicalOrder()) lowerNode(graph_.node(id), report);
+    defineConstants(graph_, report);
+    for (NodeId id : graph_.topologicalOrder()) lowerNode(graph_.node(id), report, spec_.steps);
     bindOutputs();
     planArena(report);
     report.steps = spec_.steps.size();
+    constants = std::move(constant_data_);
     return std::move(spec_);
   }
 
  private:
+  // The spec value of each of a graph's values, and the graph around it.
+  struct Scope {
+    const Graph* graph;
+    std::vector<uint32_t> index;  // ValueId -> spec value index
+    const Scope* parent;
+  };
+
+  const Graph& graph() const { return *scope_->graph; }
+
+  // The spec value of `id` in the current graph; captured values resolve in
+  // the enclosing scopes by name.
+  uint32_t indexOf(ValueId id) const {
+    const Scope* scope = scope_;
+    ValueId value = id;
+    while (scope->index.at(value) == kNoValueIndex && scope->graph->value(value).kind == ValueKind::kOuterScope) {
+      const std::string& name = scope->graph->value(value).name;
+      scope = scope->parent;
+      const auto outer = scope == nullptr ? std::nullopt : scope->graph->findValue(name);
+      if (!outer) throw GraphError(fmt::format("captured value '{}' is not defined in an enclosing graph", name));
+      value = *outer;
+    }
+    const uint32_t index = scope->index.at(value);
+    if (index == kNoValueIndex) {
+      throw GraphError(fmt::format("value '{}' is read before it is computed", scope->graph->value(value).name));
+    }
+    return index;
+  }
+
   // Views read only their first input at run time (a Reshape's shape was
   // used at compile time).
   bool neededAtRunTime(ValueId id) const {
     if (isGraphOutput(id)) return true;
-    return std::any_of(graph_.value(id).users.begin(), graph_.value(id).users.end(), [&](const Use& use) {
-      return !(isView(graph_.node(use.node)) && use.input_index > 0);
-    });
+    if (scope_->parent != nullptr) return true;  // subgraph constants: cheap, keep them all
+    const auto& users = graph().value(id).users;
+    return captured_.contains(graph().value(id).name) || std::any_of(users.begin(), users.end(), [&](const Use& use) {
+             return !(isView(graph().node(use.node)) && use.input_index > 0);
+           });
   }
 
   bool isGraphOutput(ValueId id) const {
-    return std::find(graph_.outputs().begin(), graph_.outputs().end(), id) != graph_.outputs().end();
+    return std::find(graph().outputs().begin(), graph().outputs().end(), id) != graph().outputs().end();
   }
 
+  void defineConstants(const Graph& g, CompileReport& report) {
+    for (ValueId id : g.initializers()) {
+      if (!neededAtRunTime(id)) continue;
+      const uint32_t constant = static_cast<uint32_t>(spec_.constants.size());
+      // Subgraph constants get their graph's name as a prefix: names are
+      // only unique within one graph.
+      const std::string name = scope_->parent == nullptr ? g.value(id).name : subgraphPrefix() + g.value(id).name;
+      spec_.constants.push_back(name);
+      constant_data_.push_back(g.value(id).initializer);
+      define(id, ValueStorage::kConstant, constant);
+      report.constant_bytes += g.value(id).initializer->bytes.size();
+    }
+    report.constants = spec_.constants.size();
+  }
+
+  std::string subgraphPrefix() const { return fmt::format("sub{}/", subprogram_counter_); }
+
   uint32_t define(ValueId id, ValueStorage storage, uint32_t index, uint64_t offset = 0) {
-    const Value& value = graph_.value(id);
+    const Value& value = graph().value(id);
     const auto info = value.type.tensorInfo();
     if (!info || !info->isStatic()) {
       throw GraphError(fmt::format("value '{}' has shape {} at compile time; kiln needs static shapes (fix the "
                                    "inputs with --shape or --batch)",
                                    value.name, value.type.toString()));
     }
-    index_[id] = static_cast<uint32_t>(spec_.values.size());
+    scope_->index[id] = static_cast<uint32_t>(spec_.values.size());
     spec_.values.push_back(ValueSpec{value.name, *info, storage, offset, index});
-    return index_[id];
+    return scope_->index[id];
   }
 
-  void checkKernels() const {
+  uint32_t defineRaw(const std::string& name, TensorInfo info) {
+    spec_.values.push_back(ValueSpec{name, std::move(info), ValueStorage::kArena, 0, 0});
+    return static_cast<uint32_t>(spec_.values.size() - 1);
+  }
+
+  void checkKernels(const Graph& g) const {
     if (!options_.has_kernel) return;
     std::set<std::string> missing;
-    for (NodeId id : graph_.nodeIds()) {
-      const Node& node = graph_.node(id);
-      if (!isView(node) && !options_.has_kernel(kernelName(node))) {
-        missing.insert(fmt::format("op '{}' (domain '{}')", node.op_type, node.domain.empty() ? "ai.onnx" : node.domain));
+    std::function<void(const Graph&)> visit = [&](const Graph& graph) {
+      for (NodeId id : graph.nodeIds()) {
+        const Node& node = graph.node(id);
+        if (!isView(node) && !isControlFlow(node) && !options_.has_kernel(kernelName(node))) {
+          missing.insert(
+              fmt::format("op '{}' (domain '{}')", node.op_type, node.domain.empty() ? "ai.onnx" : node.domain));
+        }
+        for (const Graph* sub : node.subgraphs()) visit(*sub);
       }
-    }
+    };
+    visit(g);
     if (!missing.empty()) {
       throw GraphError(fmt::format("Unsupported: {} operator{} without a CPU kernel: {}", missing.size(),
                                    missing.size() == 1 ? "" : "s", fmt::join(missing, ", ")));
@@ -199,7 +280,7 @@ class Lowering {
   void checkSoftmaxSemantics(const Node& node) const {
     static const std::set<std::string> kSoftmaxLike = {"Softmax", "LogSoftmax", "Hardmax"};
     if (!node.domain.empty() || !kSoftmaxLike.contains(node.op_type) || opset_ >= 13) return;
-    const auto& shape = graph_.value(node.inputs[0]).type.shape;
+    const auto& shape = graph().value(node.inputs[0]).type.shape;
     const auto rank = static_cast<int64_t>(shape ? shape->size() : 0);
     int64_t axis = node.intAttribute("axis", 1);
     if (axis < 0) axis += rank;
@@ -210,13 +291,17 @@ class Lowering {
     }
   }
 
-  void lowerNode(const Node& node, CompileReport& report) {
+  void lowerNode(const Node& node, CompileReport& report, std::vector<StepSpec>& steps) {
     checkSoftmaxSemantics(node);
+    if (isControlFlow(node)) {
+      lowerControlFlow(node, report, steps);
+      return;
+    }
     const ValueId first_input = node.inputs.empty() ? kNoValue : node.inputs[0];
     // A view aliases its input's memory, wherever that lives; only a view
     // that is a graph output is copied, into the caller's output buffer.
     if (isView(node) && first_input != kNoValue && !isGraphOutput(node.outputs[0])) {
-      define(node.outputs[0], ValueStorage::kAlias, index_[first_input]);
+      define(node.outputs[0], ValueStorage::kAlias, indexOf(first_input));
       ++report.views;
       return;
     }
@@ -225,10 +310,71 @@ class Lowering {
     if (!isView(node)) step.params = paramsOf(node);
     const size_t input_count = isView(node) ? 1 : node.inputs.size();
     for (size_t i = 0; i < input_count; ++i) {
-      step.inputs.push_back(node.inputs[i] == kNoValue ? kNoValueIndex : index_.at(node.inputs[i]));
+      step.inputs.push_back(node.inputs[i] == kNoValue ? kNoValueIndex : indexOf(node.inputs[i]));
     }
     for (ValueId output : node.outputs) step.outputs.push_back(define(output, ValueStorage::kArena, 0));
-    spec_.steps.push_back(std::move(step));
+    steps.push_back(std::move(step));
+  }
+
+  // An If, Loop or Scan step: its subgraphs become sub-programs, planned
+  // into one workspace (its last output) that lives in the parent's arena
+  // while the step runs.
+  void lowerControlFlow(const Node& node, CompileReport& report, std::vector<StepSpec>& steps) {
+    StepSpec step;
+    step.kernel = "kiln." + node.op_type;
+    step.params = paramsOf(node);
+    for (ValueId input : node.inputs) step.inputs.push_back(input == kNoValue ? kNoValueIndex : indexOf(input));
+    std::set<uint32_t> captured;
+    uint64_t workspace = 0;
+    std::vector<std::vector<uint32_t>> region_values;
+    const std::vector<std::string> order =
+        node.op_type == "If" ? std::vector<std::string>{"then_branch", "else_branch"} : std::vector<std::string>{"body"};
+    for (const std::string& name : order) {
+      const auto it = node.attributes.find(name);
+      if (it == node.attributes.end() || !std::holds_alternative<GraphPtr>(it->second)) {
+        throw GraphError(fmt::format("node '{}' ({}) has no graph attribute '{}'", node.name, node.op_type, name));
+      }
+      region_values.emplace_back();
+      const auto [program, bytes] = lowerSubgraph(*std::get<GraphPtr>(it->second), report, captured, region_values.back());
+      step.subprograms.push_back(program);
+      workspace = std::max(workspace, bytes);
+    }
+    step.params.set("captured_from", static_cast<int64_t>(step.inputs.size()));
+    step.params.set("workspace_bytes", static_cast<int64_t>(workspace));
+    step.inputs.insert(step.inputs.end(), captured.begin(), captured.end());
+    for (ValueId output : node.outputs) step.outputs.push_back(define(output, ValueStorage::kArena, 0));
+    const uint32_t workspace_value = defineRaw(fmt::format("{}:workspace", node.name),
+                                               TensorInfo{DType::kU8, {static_cast<int64_t>(std::max<uint64_t>(workspace, 1))}});
+    step.outputs.push_back(workspace_value);
+    workspaces_.push_back({workspace_value, std::move(region_values)});
+    steps.push_back(std::move(step));
+  }
+
+  // Lowers `body` into a sub-program; returns its index and the bytes its
+  // arena values need (planned from offset 0 of its region). Outer values
+  // it reads go into `captured`.
+  std::pair<uint32_t, uint64_t> lowerSubgraph(const Graph& body, CompileReport& report, std::set<uint32_t>& captured,
+                                              std::vector<uint32_t>& region) {
+    ++subprogram_counter_;
+    Scope scope{&body, std::vector<uint32_t>(body.valueCount(), kNoValueIndex), scope_};
+    Scope* saved = scope_;
+    scope_ = &scope;
+    SubProgramSpec program;
+    for (ValueId id : body.inputs()) program.inputs.push_back(define(id, ValueStorage::kArena, 0));
+    defineConstants(body, report);
+    for (ValueId id : body.outerScopeValues()) {
+      const uint32_t index = indexOf(id);
+      scope.index[id] = index;
+      captured.insert(index);
+    }
+    for (NodeId id : body.topologicalOrder()) lowerNode(body.node(id), report, program.steps);
+    for (ValueId id : body.outputs()) program.outputs.push_back(indexOf(id));
+    scope_ = saved;
+    // The formal inputs and the outputs live through the whole sub-program:
+    // the executor writes the inputs before and reads the outputs after it.
+    const uint64_t bytes = planRegion(program.steps, program.inputs, program.outputs, region);
+    spec_.subprograms.push_back(std::move(program));
+    return {static_cast<uint32_t>(spec_.subprograms.size() - 1), bytes};
   }
 
   // Graph outputs live in the caller's buffers. An output that a step writes
@@ -237,7 +383,7 @@ class Lowering {
   void bindOutputs() {
     std::set<uint32_t> taken;
     for (uint32_t i = 0; i < graph_.outputs().size(); ++i) {
-      const uint32_t value = index_.at(graph_.outputs()[i]);
+      const uint32_t value = indexOf(graph_.outputs()[i]);
       ValueSpec& spec = spec_.values[value];
       if (spec.storage == ValueStorage::kArena && taken.insert(value).second) {
         spec.storage = ValueStorage::kOutput;
@@ -248,37 +394,80 @@ class Lowering {
       ValueSpec copy{spec.name + ":output", spec.info, ValueStorage::kOutput, 0, i};
       spec_.values.push_back(copy);
       const auto copy_index = static_cast<uint32_t>(spec_.values.size() - 1);
-      spec_.steps.push_back(StepSpec{"kiln.Copy", {value}, {copy_index}, {}});
+      spec_.steps.push_back(StepSpec{"kiln.Copy", {value}, {copy_index}, {}, {}});
       spec_.outputs.push_back(copy_index);
     }
   }
 
-  // Lifetimes of arena values over step indices; an alias keeps its base
-  // alive for as long as it is read.
-  void planArena(CompileReport& report) {
-    std::vector<uint32_t> arena_values;
+  uint32_t rootOf(uint32_t value) const {
+    while (spec_.values[value].storage == ValueStorage::kAlias) value = spec_.values[value].index;
+    return value;
+  }
+
+  // Plans the arena values that `steps` define (and `formal` ones) over step
+  // indices; an alias keeps its base alive for as long as it is read; values
+  // in `whole` live from the first step to the last. Sets their offsets
+  // from 0 and returns the plan; `planned` receives the values placed.
+  MemoryPlan planSteps(const std::vector<StepSpec>& steps, const std::vector<uint32_t>& formal,
+                       const std::vector<uint32_t>& whole, std::vector<uint32_t>& planned) {
     std::vector<TensorLifetime> lifetimes;
-    std::vector<int64_t> slot(spec_.values.size(), -1);
-    auto rootOf = [&](uint32_t value) {
-      while (spec_.values[value].storage == ValueStorage::kAlias) value = spec_.values[value].index;
-      return value;
+    std::map<uint32_t, size_t> slot;
+    const auto last = static_cast<uint32_t>(steps.empty() ? 0 : steps.size() - 1);
+    auto add = [&](uint32_t root, uint32_t step) {
+      if (spec_.values[root].storage != ValueStorage::kArena || slot.contains(root)) return;
+      slot[root] = lifetimes.size();
+      planned.push_back(root);
+      lifetimes.push_back({spec_.values[root].info.sizeInBytes(), step, step});
     };
-    for (uint32_t s = 0; s < spec_.steps.size(); ++s) {
-      for (uint32_t output : spec_.steps[s].outputs) {
-        const uint32_t root = rootOf(output);
-        if (spec_.values[root].storage != ValueStorage::kArena || slot[root] >= 0) continue;
-        slot[root] = static_cast<int64_t>(lifetimes.size());
-        arena_values.push_back(root);
-        lifetimes.push_back({spec_.values[root].info.sizeInBytes(), s, s});
-      }
-      for (uint32_t input : spec_.steps[s].inputs) {
+    for (uint32_t value : formal) add(value, 0);
+    for (uint32_t s = 0; s < steps.size(); ++s) {
+      for (uint32_t output : steps[s].outputs) add(rootOf(output), s);
+      for (uint32_t input : steps[s].inputs) {
         if (input == kNoValueIndex) continue;
-        const uint32_t root = rootOf(input);
-        if (slot[root] >= 0) lifetimes[static_cast<size_t>(slot[root])].last_step = s;
+        const auto it = slot.find(rootOf(input));
+        if (it != slot.end()) lifetimes[it->second].last_step = s;
       }
     }
+    for (uint32_t value : whole) {
+      const auto it = slot.find(rootOf(value));
+      if (it == slot.end()) continue;
+      lifetimes[it->second].first_step = 0;
+      lifetimes[it->second].last_step = last;
+    }
     const MemoryPlan plan = planMemory(lifetimes);
-    for (size_t i = 0; i < arena_values.size(); ++i) spec_.values[arena_values[i]].offset = plan.offsets[i];
+    for (size_t i = 0; i < planned.size(); ++i) spec_.values[planned[i]].offset = plan.offsets[i];
+    return plan;
+  }
+
+  uint64_t planRegion(const std::vector<StepSpec>& steps, const std::vector<uint32_t>& formal,
+                      const std::vector<uint32_t>& outputs, std::vector<uint32_t>& region) {
+    std::vector<uint32_t> whole = formal;
+    whole.insert(whole.end(), outputs.begin(), outputs.end());
+    const MemoryPlan plan = planSteps(steps, formal, whole, region);
+    return plan.arena_bytes;
+  }
+
+  // Moves the values of workspace `w`'s regions to where the workspace was
+  // placed; nested workspaces move with their parent's region.
+  void placeWorkspace(size_t w, uint64_t base) {
+    for (const auto& region : workspaces_[w].regions) {
+      for (uint32_t value : region) {
+        spec_.values[value].offset += base;
+        for (size_t nested = 0; nested < workspaces_.size(); ++nested) {
+          if (workspaces_[nested].value == value) placeWorkspace(nested, spec_.values[value].offset);
+        }
+      }
+    }
+  }
+
+  void planArena(CompileReport& report) {
+    std::vector<uint32_t> planned;
+    const MemoryPlan plan = planSteps(spec_.steps, {}, {}, planned);
+    for (uint32_t value : planned) {
+      for (size_t w = 0; w < workspaces_.size(); ++w) {
+        if (workspaces_[w].value == value) placeWorkspace(w, spec_.values[value].offset);
+      }
+    }
     spec_.arena_bytes = plan.arena_bytes;
     report.arena_bytes = plan.arena_bytes;
     report.lower_bound_bytes = plan.lower_bound_bytes;
@@ -286,11 +475,20 @@ class Lowering {
     report.plan_summary = describePlan(plan);
   }
 
+  struct Workspace {
+    uint32_t value;                            // the control-flow step's workspace output
+    std::vector<std::vector<uint32_t>> regions;  // per sub-program, the values planned in it
+  };
+
   const Graph& graph_;
   const CompileOptions& options_;
   int64_t opset_;  // of the default domain
   ExecutableSpec spec_;
-  std::vector<uint32_t> index_;  // graph ValueId -> spec value index
+  Scope* scope_ = nullptr;
+  std::vector<ConstantPtr> constant_data_;  // per spec constant
+  std::vector<Workspace> workspaces_;
+  std::set<std::string> captured_;
+  size_t subprogram_counter_ = 0;
 };
 
 Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t program) {
@@ -303,16 +501,135 @@ Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t pro
   return anchor;
 }
 
+// Whether `graph` can be planned ahead of time, and if not, which inputs'
+// values its shapes depend on.
+struct RuntimeShapes {
+  bool dynamic = false;
+  std::vector<std::string> shape_inputs;
+};
+
+// Model inputs up to this many elements may be shape inputs (a Reshape's
+// target shape, Range's limits); larger ones are data, and a shape that
+// depends on data is an error at specialization.
+constexpr uint64_t kMaxShapeInputElements = 64;
+
+bool hasUnknownShape(const Graph& graph, const Node& node) {
+  return std::any_of(node.outputs.begin(), node.outputs.end(),
+                     [&](ValueId v) { return !graph.value(v).type.hasStaticShape(); });
+}
+
+// Infers what can be inferred, folds what can be folded, and follows every
+// value whose contents a schema needed (and did not have) back to the
+// model inputs it is computed from. Shape and Size end the walk: their
+// results depend on shapes only.
+RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int64_t>& opsets) {
+  std::vector<ValueId> wanted;
+  const InferenceOptions lenient{.lenient = true, .wanted_values = &wanted};
+  inferTypes(graph, opsets, lenient);
+  while (foldConstants(graph) > 0) {
+    wanted.clear();
+    inferTypes(graph, opsets, lenient);
+  }
+  RuntimeShapes result;
+  for (ValueId id : graph.inputs()) result.dynamic |= !graph.value(id).type.hasStaticShape();
+  std::vector<ValueId> stack;
+  for (ValueId id : wanted) {
+    const auto& users = graph.value(id).users;
+    if (std::any_of(users.begin(), users.end(), [&](const Use& use) { return hasUnknownShape(graph, graph.node(use.node)); })) {
+      stack.push_back(id);
+    }
+  }
+  std::set<ValueId> seen;
+  std::set<std::string> shape_inputs;
+  while (!stack.empty()) {
+    const ValueId id = stack.back();
+    stack.pop_back();
+    if (!seen.insert(id).second) continue;
+    const Value& value = graph.value(id);
+    if (value.kind == ValueKind::kGraphInput) {
+      const auto info = value.type.tensorInfo();
+      if (info && info->isStatic() && info->numElements() <= kMaxShapeInputElements) shape_inputs.insert(value.name);
+      continue;
+    }
+    if (value.kind != ValueKind::kNodeOutput) continue;
+    const Node& producer = graph.node(value.producer);
+    if (producer.domain.empty() && (producer.op_type == "Shape" || producer.op_type == "Size")) continue;
+    for (ValueId input : producer.inputs) {
+      if (input != kNoValue) stack.push_back(input);
+    }
+  }
+  result.shape_inputs.assign(shape_inputs.begin(), shape_inputs.end());
+  result.dynamic |= !result.shape_inputs.empty();
+  return result;
+}
+
+// Initializers at least this large are written as TensorData blobs (mapped,
+// shared by every specialization); smaller ones stay inside the graph.
+constexpr uint64_t kExternalInitializerBytes = 1024;
+
+std::string opsetOptionKey(const std::string& domain) { return "opset:" + (domain.empty() ? std::string("ai.onnx") : domain); }
+
+TensorInfo anchorInfo(const ValueType& type) {
+  TensorInfo info;
+  info.dtype = type.dtype;
+  if (type.shape) {
+    for (const Dim& dim : *type.shape) info.shape.push_back(dim.isKnown() ? dim.size : kDynamicDim);
+  }
+  return info;
+}
+
+CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, int64_t>& opsets,
+                                const RuntimeShapes& runtime, const std::vector<std::string>& output_names,
+                                const std::filesystem::path& output, const CompileOptions& options) {
+  auto external = [](const Value& value) { return value.initializer->bytes.size() >= kExternalInitializerBytes; };
+  Metadata metadata;
+  metadata.executable = options.model_name;
+  metadata.programs = {{0, "load"}, {1, "main"}};
+  metadata.program_flow = {.load = {0}, .main = {1}, .save = {}};
+  metadata.options[std::string(kExecutableFormatOption)] = std::string(kGraphExecutableFormat);
+  std::string shape_inputs;
+  for (const std::string& name : runtime.shape_inputs) shape_inputs += (shape_inputs.empty() ? "" : ",") + name;
+  if (!shape_inputs.empty()) metadata.options[std::string(kShapeInputsOption)] = shape_inputs;
+  for (const auto& [domain, version] : opsets) metadata.options[opsetOptionKey(domain)] = std::to_string(version);
+  auto anchor = [&](const Value& value, AnchorDirection direction) {
+    Anchor a;
+    a.name = value.name;
+    a.handle = (direction == AnchorDirection::kInput ? "h2d_" : "d2h_") + value.name;
+    a.programs = {1};
+    a.info = anchorInfo(value.type);
+    a.direction = direction;
+    return a;
+  };
+  for (ValueId id : graph.inputs()) metadata.anchors.push_back(anchor(graph.value(id), AnchorDirection::kInput));
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    Anchor a = anchor(graph.value(graph.outputs()[i]), AnchorDirection::kOutput);
+    a.name = output_names[i];
+    a.handle = "d2h_" + a.name;
+    metadata.anchors.push_back(a);
+  }
+
+  CompileReport report;
+  report.runtime_shapes = true;
+  PackageWriter writer(output);
+  writer.writeExecutable(options.model_name, encodeGraph(graph, external));
+  writer.writeMetadata(options.model_name, metadata);
+  for (ValueId id : graph.initializers()) {
+    const Value& value = graph.value(id);
+    if (!external(value)) continue;
+    writer.writeTensorData(value.name, value.initializer->info, value.initializer->bytes);
+    ++report.constants;
+    report.constant_bytes += value.initializer->bytes.size();
+  }
+  writer.close();
+  return report;
+}
+
 }  // namespace
 
-CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
-                      const CompileOptions& options) {
-  auto progress = [&](const std::string& stage, double fraction) {
-    if (options.progress) options.progress(stage, fraction);
-  };
+CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                               const CompileOptions& options) {
   // Folding shape arithmetic makes more shapes concrete; infer again until
   // nothing more folds.
-  progress("inferring types", 0.0);
   inferTypes(graph, opsets);
   while (foldConstants(graph) > 0) inferTypes(graph, opsets);
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
@@ -335,10 +652,33 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 
-  CompileReport report;
+  CompiledProgram program;
+  program.spec = Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second)
+                     .lower(program.report, program.constants);
+  return program;
+}
+
+CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,
+                      const CompileOptions& options) {
+  auto progress = [&](const std::string& stage, double fraction) {
+    if (options.progress) options.progress(stage, fraction);
+  };
+  progress("inferring types", 0.0);
+  // Passes may replace an output value (folding it to a constant, say); the
+  // model's outputs keep their names.
+  std::vector<std::string> output_names;
+  for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
+  const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets);
+  if (runtime.dynamic) {
+    progress("writing package", 0.2);
+    CompileReport report = writeGraphPackage(graph, opsets, runtime, output_names, output, options);
+    progress("done", 1.0);
+    return report;
+  }
+  CompiledProgram program = compileProgram(graph, opsets, options);
   progress("planning memory", 0.1);
-  const ExecutableSpec spec =
-      Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second).lower(report);
+  CompileReport report = program.report;
+  const ExecutableSpec& spec = program.spec;
 
   constexpr uint32_t kLoadProgram = 0;
   constexpr uint32_t kMainProgram = 1;
@@ -359,7 +699,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   }
   for (uint32_t value : spec.outputs) {
     Anchor anchor = anchorFor(spec.values[value], AnchorDirection::kOutput, kMainProgram);
-    anchor.name = graph.value(graph.outputs()[spec.values[value].index]).name;
+    anchor.name = output_names.at(spec.values[value].index);
     anchor.handle = "d2h_" + anchor.name;
     metadata.anchors.push_back(anchor);
   }
@@ -371,11 +711,10 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   writer.writeExecutable(options.model_name, encodeExecutable(spec));
   writer.writeMetadata(options.model_name, metadata);
   uint64_t written = 0;
-  for (const ValueSpec& value : spec.values) {
-    if (value.storage != ValueStorage::kConstant) continue;
-    const Value& source = graph.value(*graph.findValue(value.name));
-    writer.writeTensorData(value.name, value.info, source.initializer->bytes);
-    written += source.initializer->bytes.size();
+  for (size_t c = 0; c < spec.constants.size(); ++c) {
+    const Constant& constant = *program.constants[c];
+    writer.writeTensorData(spec.constants[c], constant.info, constant.bytes);
+    written += constant.bytes.size();
     const double share = static_cast<double>(written) / static_cast<double>(std::max<uint64_t>(report.constant_bytes, 1));
     progress("writing package", std::min(1.0, 0.2 + 0.8 * share));
   }

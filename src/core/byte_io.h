@@ -58,6 +58,13 @@ class ByteCursor {
   int64_t i64(std::string_view field) { return fixed<int64_t>(field); }
   bool boolean(std::string_view field);
   std::string string(std::string_view field);
+  // The next `size` bytes, in place (valid while the underlying bytes are).
+  std::span<const std::byte> bytes(size_t size, std::string_view field) {
+    need(size, field);
+    const auto result = bytes_.subspan(position_, size);
+    position_ += size;
+    return result;
+  }
 
   // Reads a list count and checks that `count` items of at least
   // `min_item_size` bytes can still fit, so that a corrupt count cannot make

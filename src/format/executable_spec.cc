@@ -18,6 +18,32 @@ std::vector<uint32_t> decodeIndices(ByteCursor& in, std::string_view field) {
   return list;
 }
 
+void encodeSteps(ByteWriter& out, const std::vector<StepSpec>& steps) {
+  out.u32(static_cast<uint32_t>(steps.size()));
+  for (const StepSpec& step : steps) {
+    out.string(step.kernel);
+    encodeIndices(out, step.inputs);
+    encodeIndices(out, step.outputs);
+    step.params.encode(out);
+    encodeIndices(out, step.subprograms);
+  }
+}
+
+std::vector<StepSpec> decodeSteps(ByteCursor& in, uint32_t version) {
+  std::vector<StepSpec> result;
+  const uint32_t steps = in.count("steps", 4 + 4 + 4 + 4);
+  for (uint32_t i = 0; i < steps; ++i) {
+    StepSpec step;
+    step.kernel = in.string("kernel");
+    step.inputs = decodeIndices(in, "step inputs");
+    step.outputs = decodeIndices(in, "step outputs");
+    step.params = ParamMap::decode(in);
+    if (version >= 2) step.subprograms = decodeIndices(in, "step subprograms");
+    result.push_back(std::move(step));
+  }
+  return result;
+}
+
 }  // namespace
 
 std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec) {
@@ -36,12 +62,12 @@ std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec) {
     out.u64(v.offset);
     out.u32(v.index);
   }
-  out.u32(static_cast<uint32_t>(spec.steps.size()));
-  for (const StepSpec& step : spec.steps) {
-    out.string(step.kernel);
-    encodeIndices(out, step.inputs);
-    encodeIndices(out, step.outputs);
-    step.params.encode(out);
+  encodeSteps(out, spec.steps);
+  out.u32(static_cast<uint32_t>(spec.subprograms.size()));
+  for (const SubProgramSpec& program : spec.subprograms) {
+    encodeIndices(out, program.inputs);
+    encodeIndices(out, program.outputs);
+    encodeSteps(out, program.steps);
   }
   return out.take();
 }
@@ -49,7 +75,7 @@ std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec) {
 ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::string& source) {
   ByteCursor in(bytes, source, 0);
   const uint32_t version = in.u32("executable version");
-  if (version != kExecutableVersion) {
+  if (version != 1 && version != kExecutableVersion) {
     in.failAt(0, fmt::format("executable version {} is not the version this runtime runs ({}): recompile the model "
                              "with this kiln",
                              version, kExecutableVersion));
@@ -74,14 +100,16 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
     if (!v.info.isStatic()) in.failAt(storage_at, fmt::format("value '{}' has a dynamic shape", v.name));
     spec.values.push_back(std::move(v));
   }
-  const uint32_t steps = in.count("steps", 4 + 4 + 4 + 4);
-  for (uint32_t i = 0; i < steps; ++i) {
-    StepSpec step;
-    step.kernel = in.string("kernel");
-    step.inputs = decodeIndices(in, "step inputs");
-    step.outputs = decodeIndices(in, "step outputs");
-    step.params = ParamMap::decode(in);
-    spec.steps.push_back(std::move(step));
+  spec.steps = decodeSteps(in, version);
+  if (version >= 2) {
+    const uint32_t subprograms = in.count("subprograms", 12);
+    for (uint32_t i = 0; i < subprograms; ++i) {
+      SubProgramSpec program;
+      program.inputs = decodeIndices(in, "subprogram inputs");
+      program.outputs = decodeIndices(in, "subprogram outputs");
+      program.steps = decodeSteps(in, version);
+      spec.subprograms.push_back(std::move(program));
+    }
   }
   if (in.remaining() != 0) in.fail(fmt::format("{} unexpected trailing bytes", in.remaining()));
 
@@ -124,14 +152,36 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
       }
     }
   }
-  for (const StepSpec& step : spec.steps) {
-    for (const auto* list : {&step.inputs, &step.outputs}) {
-      for (uint32_t index : *list) {
-        if (index != kNoValueIndex && index >= value_count) {
-          fail(fmt::format("step '{}' refers to value {} of {}", step.kernel, index, value_count));
+  // `limit`: the sub-programs a step may run (those listed before its own
+  // sub-program), so that sub-programs cannot run themselves.
+  auto checkSteps = [&](const std::vector<StepSpec>& steps, size_t limit) {
+    for (const StepSpec& step : steps) {
+      for (const auto* list : {&step.inputs, &step.outputs}) {
+        for (uint32_t index : *list) {
+          if (index != kNoValueIndex && index >= value_count) {
+            fail(fmt::format("step '{}' refers to value {} of {}", step.kernel, index, value_count));
+          }
         }
       }
+      for (uint32_t program : step.subprograms) {
+        if (program >= limit) fail(fmt::format("step '{}' runs sub-program {} of {}", step.kernel, program, limit));
+      }
     }
+  };
+  checkSteps(spec.steps, spec.subprograms.size());
+  for (size_t k = 0; k < spec.subprograms.size(); ++k) {
+    const SubProgramSpec& program = spec.subprograms[k];
+    for (const auto* list : {&program.inputs, &program.outputs}) {
+      for (uint32_t index : *list) {
+        if (index >= value_count) fail(fmt::format("sub-program {} refers to value {} of {}", k, index, value_count));
+      }
+    }
+    for (uint32_t index : program.inputs) {
+      if (spec.values[index].storage != ValueStorage::kArena) {
+        fail(fmt::format("sub-program {} input '{}' is not an arena value", k, spec.values[index].name));
+      }
+    }
+    checkSteps(program.steps, k);
   }
   return spec;
 }

@@ -10,11 +10,27 @@
 //   kAlias     the memory of value `index`, `offset` bytes in (views:
 //              Reshape, Flatten, Squeeze, Unsqueeze share their input)
 //
+// Control flow (If, Loop, Scan) runs sub-programs: a step whose kernel is
+// kiln.If / kiln.Loop / kiln.Scan names them in `subprograms` (If: then,
+// else; Loop and Scan: body), and the executor runs them itself. A
+// sub-program has formal inputs (arena values the executor fills before it
+// runs: a body's iteration number, condition, carried values, slices),
+// steps and outputs (any values, read after it ran). Sub-programs share the
+// executable's value table; their arena values lie in the workspace of the
+// control-flow step that runs them (its last output), inside the parent's
+// arena, so running them allocates nothing. A control-flow step's inputs
+// are the node's inputs, then the outer values its sub-programs read
+// (param `captured_from` is where those start), to keep them alive.
+//
 // Encoding: u32 version, u64 arena_bytes, list<string> constants,
-// list<u32> inputs, list<u32> outputs, list<Value>, list<Step>, where
-// Value = string name, TensorInfo, u8 storage, u64 offset, u32 index and
-// Step = string kernel, list<u32> inputs (0xFFFFFFFF: omitted), list<u32>
-// outputs, ParamMap params. docs/format.md gives the primitives.
+// list<u32> inputs, list<u32> outputs, list<Value>, list<Step>,
+// list<SubProgram> (version 2), where Value = string name, TensorInfo, u8
+// storage, u64 offset, u32 index; Step = string kernel, list<u32> inputs
+// (0xFFFFFFFF: omitted), list<u32> outputs, ParamMap params, list<u32>
+// subprograms (version 2); SubProgram = list<u32> inputs, list<u32>
+// outputs, list<Step>. A sub-program's steps name only sub-programs listed
+// before it. docs/format.md gives the primitives. Version 1 (no control
+// flow) is still read.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +43,7 @@
 
 namespace kiln {
 
-inline constexpr uint32_t kExecutableVersion = 1;
+inline constexpr uint32_t kExecutableVersion = 2;
 inline constexpr uint32_t kNoValueIndex = 0xFFFFFFFFu;
 
 enum class ValueStorage : uint8_t { kArena = 0, kConstant = 1, kInput = 2, kOutput = 3, kAlias = 4 };
@@ -46,7 +62,15 @@ struct StepSpec {
   std::vector<uint32_t> inputs;
   std::vector<uint32_t> outputs;
   ParamMap params;
+  std::vector<uint32_t> subprograms;  // for control-flow steps
   friend bool operator==(const StepSpec&, const StepSpec&) = default;
+};
+
+struct SubProgramSpec {
+  std::vector<uint32_t> inputs;   // formal inputs: arena values filled by the executor
+  std::vector<uint32_t> outputs;
+  std::vector<StepSpec> steps;
+  friend bool operator==(const SubProgramSpec&, const SubProgramSpec&) = default;
 };
 
 struct ExecutableSpec {
@@ -56,6 +80,7 @@ struct ExecutableSpec {
   std::vector<uint32_t> outputs;  // value index of each model output
   std::vector<ValueSpec> values;
   std::vector<StepSpec> steps;    // the main program
+  std::vector<SubProgramSpec> subprograms;
   friend bool operator==(const ExecutableSpec&, const ExecutableSpec&) = default;
 };
 

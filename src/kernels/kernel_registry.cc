@@ -28,6 +28,10 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerPoolKernels(r);
     registerNormalizationKernels(r);
     registerIndexingKernels(r);
+    registerTransformerKernels(r);
+    registerLossKernels(r);
+    registerFeatureNormalizationKernels(r);
+    registerRecurrentKernels(r);
     return r;
   }();
   return registry;

@@ -2,6 +2,7 @@
 
 #include "ops/op_families.h"
 #include "ops/op_schema.h"
+#include "ops/shape_inference.h"
 
 namespace kiln {
 
@@ -27,7 +28,9 @@ const std::vector<Dim>& InferenceContext::inputShape(size_t index) const {
 
 ConstantPtr InferenceContext::inputConstant(size_t index) const {
   if (!hasInput(index)) return nullptr;
-  return graph_.value(node_.inputs[index]).initializer;
+  const Value& value = graph_.value(node_.inputs[index]);
+  if (!value.initializer && wanted_ != nullptr) wanted_->push_back(node_.inputs[index]);
+  return value.initializer;
 }
 
 std::optional<std::vector<int64_t>> InferenceContext::constantInts(size_t index) const {
@@ -49,6 +52,32 @@ std::optional<std::vector<int64_t>> InferenceContext::constantInts(size_t index)
   return values;
 }
 
+std::vector<ValueType> InferenceContext::inferSubgraph(Graph& body, const std::vector<ValueType>& input_types) const {
+  if (opsets_ == nullptr) fail("subgraphs can only be inferred within inferTypes()");
+  if (input_types.size() != body.inputs().size()) {
+    fail("subgraph '{}' takes {} inputs, the operator gives it {}", body.name(), body.inputs().size(), input_types.size());
+  }
+  for (size_t i = 0; i < input_types.size(); ++i) {
+    ValueType& declared = body.value(body.inputs()[i]).type;
+    if (declared.dtype != DType::kUndefined && input_types[i].dtype != DType::kUndefined &&
+        declared.dtype != input_types[i].dtype) {
+      fail("subgraph '{}' input '{}' is declared {} but receives {}", body.name(), body.value(body.inputs()[i]).name,
+           dtypeName(declared.dtype), dtypeName(input_types[i].dtype));
+    }
+    declared = input_types[i];
+  }
+  for (ValueId id : body.outerScopeValues()) {
+    Value& captured = body.value(id);
+    const auto outer = graph_.findValue(captured.name);
+    if (!outer) fail("subgraph '{}' reads '{}', which is not visible here", body.name(), captured.name);
+    captured.type = graph_.value(*outer).type;
+  }
+  inferTypes(body, *opsets_, InferenceOptions{.lenient = lenient_});
+  std::vector<ValueType> outputs;
+  for (ValueId id : body.outputs()) outputs.push_back(body.value(id).type);
+  return outputs;
+}
+
 void InferenceContext::failWith(const std::string& message) const {
   throw GraphError(fmt::format("node '{}' ({}): {}", node_.name, node_.op_type, message));
 }
@@ -63,6 +92,11 @@ OpRegistry& OpRegistry::global() {
     registerNnOps(r);
     registerReductionOps(r);
     registerIndexingOps(r);
+    registerControlFlowOps(r);
+    registerTransformerOps(r);
+    registerLossOps(r);
+    registerNormalizationOps(r);
+    registerRecurrentOps(r);
     return r;
   }();
   return registry;

@@ -41,10 +41,23 @@ class InferenceContext {
   const ValueType& inputType(size_t index) const;
   // The input's rank and dims when its shape is known; fails otherwise.
   const std::vector<Dim>& inputShape(size_t index) const;
-  // The value of a constant input (an initializer), or nullptr.
+  // The value of a constant input (an initializer), or nullptr. Asking for
+  // a value that is not constant is recorded when a recorder is set: those
+  // are the values the shapes depend on (see InferenceOptions).
   ConstantPtr inputConstant(size_t index) const;
   // The integer values of a constant i32/i64 input, or nullopt.
   std::optional<std::vector<int64_t>> constantInts(size_t index) const;
+
+  void recordWantedConstants(std::vector<ValueId>* sink) { wanted_ = sink; }
+
+  // For control flow: infers subgraph `body` (an attribute of this node)
+  // with its inputs typed `input_types` and the values it captures typed as
+  // this node's graph has them; returns its outputs' types.
+  std::vector<ValueType> inferSubgraph(Graph& body, const std::vector<ValueType>& input_types) const;
+  void setOpsets(const std::map<std::string, int64_t>* opsets, bool lenient) {
+    opsets_ = opsets;
+    lenient_ = lenient;
+  }
 
   ValueType& output(size_t index) { return outputs_.at(index); }
   std::vector<ValueType>& outputs() { return outputs_; }
@@ -61,6 +74,9 @@ class InferenceContext {
   const Node& node_;
   int64_t opset_;
   std::vector<ValueType> outputs_;
+  std::vector<ValueId>* wanted_ = nullptr;
+  const std::map<std::string, int64_t>* opsets_ = nullptr;
+  bool lenient_ = false;
 };
 
 using InferFunction = std::function<void(InferenceContext&)>;

@@ -33,7 +33,7 @@ std::vector<std::string> findUnsupportedOps(const Graph& graph, const std::map<s
   return {unsupported.begin(), unsupported.end()};
 }
 
-void inferTypes(Graph& graph, const std::map<std::string, int64_t>& opsets) {
+void inferTypes(Graph& graph, const std::map<std::string, int64_t>& opsets, const InferenceOptions& options) {
   if (const auto unsupported = findUnsupportedOps(graph, opsets); !unsupported.empty()) {
     throw GraphError(fmt::format("Unsupported: {} operator{} without a schema in kiln: {}", unsupported.size(),
                                  unsupported.size() == 1 ? "" : "s", fmt::join(unsupported, ", ")));
@@ -48,7 +48,17 @@ void inferTypes(Graph& graph, const std::map<std::string, int64_t>& opsets) {
     if (node.outputs.size() < schema->min_outputs || node.outputs.size() > schema->max_outputs) {
       context.fail("has {} to {} outputs, found {}", schema->min_outputs, schema->max_outputs, node.outputs.size());
     }
-    schema->infer(context);
+    context.recordWantedConstants(options.wanted_values);
+    context.setOpsets(&opsets, options.lenient);
+    if (options.lenient) {
+      try {
+        schema->infer(context);
+      } catch (const GraphError&) {
+        continue;  // its outputs stay as they are: unknown until run time
+      }
+    } else {
+      schema->infer(context);
+    }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       Value& output = graph.value(node.outputs[i]);
       const ValueType& inferred = context.output(i);

@@ -6,27 +6,20 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <set>
 
 #include "format/executable_spec.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "format/graph_package.h"
+#include "runtime/program.h"
 
 namespace kiln {
 namespace {
 
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
-};
-
-// One prepared step: its kernel and where its views sit in the view table.
-struct Step {
-  RunKernel run;
-  std::unique_ptr<KernelState> state;
-  uint32_t first_input;
-  uint32_t input_count;
-  uint32_t first_output;
-  uint32_t output_count;
 };
 
 // A view whose data pointer depends on the call: it points into input or
@@ -41,16 +34,20 @@ struct CallBinding {
 }  // namespace
 
 struct Executor::Impl {
-  PackageReader reader;
+  std::unique_ptr<PackageReader> reader;  // null for an in-memory executable
+  std::string source;                     // the package path, for messages
+  std::map<std::string, std::span<const std::byte>> constant_bytes;
   ExecutableSpec spec;
   std::vector<TensorSlot> inputs;
   std::vector<TensorSlot> outputs;
-  std::unique_ptr<std::byte, FreeDeleter> arena;
+  std::unique_ptr<std::byte, FreeDeleter> own_arena;
+  std::byte* arena = nullptr;
   std::vector<TensorView> views;  // the steps' inputs and outputs, step by step
+  std::vector<Program> programs;  // the sub-programs of control flow, as in spec.subprograms
   std::vector<Step> steps;
+  uint64_t steps_run = 0;
   std::vector<CallBinding> bindings;
-
-  explicit Impl(const std::filesystem::path& path) : reader(path) {}
+  std::vector<std::pair<uint32_t, uint64_t>> arena_views;  // (view, offset in the arena)
 
   int threads = 0;
 
@@ -80,12 +77,12 @@ struct Executor::Impl {
     const auto [root, offset] = rootOf(index);
     const ValueSpec& value = spec.values[root];
     switch (value.storage) {
-      case ValueStorage::kArena: return arena.get() + value.offset + offset;
-      case ValueStorage::kConstant: {
-        const TensorDataBlob* blob = reader.findTensorData(spec.constants[value.index]);
+      case ValueStorage::kArena:
+        arena_views.emplace_back(view, value.offset + offset);
+        return arena == nullptr ? nullptr : arena + value.offset + offset;
+      case ValueStorage::kConstant:
         // Kernels take non-const views; constants are only ever read.
-        return const_cast<std::byte*>(blob->data().data()) + offset;
-      }
+        return const_cast<std::byte*>(constant_bytes.at(spec.constants[value.index]).data()) + offset;
       case ValueStorage::kInput:
       case ValueStorage::kOutput:
         bindings.push_back({view, value.storage == ValueStorage::kOutput, value.index, offset});
@@ -95,14 +92,16 @@ struct Executor::Impl {
     return nullptr;
   }
 
-  void checkConstants() {
+  // Binds every constant to its TensorData blob, checking its type.
+  void bindPackageConstants() {
     for (const std::string& name : spec.constants) {
-      const TensorDataBlob* blob = reader.findTensorData(name);
-      if (blob == nullptr) throw FormatError(reader.sources().front(), 0, "constant '" + name + "' has no TensorData blob");
+      const TensorDataBlob* blob = reader->findTensorData(name);
+      if (blob == nullptr) throw FormatError(source, 0, "constant '" + name + "' has no TensorData blob");
+      constant_bytes[name] = blob->data();
     }
     for (const ValueSpec& value : spec.values) {
       if (value.storage != ValueStorage::kConstant) continue;
-      const TensorDataBlob* blob = reader.findTensorData(spec.constants[value.index]);
+      const TensorDataBlob* blob = reader->findTensorData(spec.constants[value.index]);
       if (blob->tensorInfo() != value.info) {
         throw FormatError(blob->info().source, blob->info().offset,
                           fmt::format("constant '{}' is {} but the executable expects {}", value.name,
@@ -111,63 +110,126 @@ struct Executor::Impl {
     }
   }
 
+  void bindMemoryConstants(const ConstantBytes& lookup) {
+    for (const std::string& name : spec.constants) constant_bytes[name] = lookup(name);
+    for (const ValueSpec& value : spec.values) {
+      if (value.storage != ValueStorage::kConstant) continue;
+      if (constant_bytes.at(spec.constants[value.index]).size() != value.info.sizeInBytes()) {
+        throw UsageError(fmt::format("constant '{}' has {} bytes, the executable expects {}", value.name,
+                                     constant_bytes.at(spec.constants[value.index]).size(), value.info.sizeInBytes()));
+      }
+    }
+  }
+
+  void setArena(std::byte* base) {
+    arena = base;
+    for (const auto& [view, offset] : arena_views) views[view].data = base + offset;
+  }
+
+  void finishLoad(const ExecutorOptions& options) {
+    for (uint32_t value : spec.inputs) inputs.push_back({spec.values[value].name, spec.values[value].info});
+    if (!options.external_arena) {
+      const uint64_t arena_bytes = std::max<uint64_t>(spec.arena_bytes, 64);
+      own_arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
+      if (!own_arena) throw std::bad_alloc();
+      arena = own_arena.get();
+    }
+    prepare();
+  }
+
+  uint32_t addView(uint32_t value) {
+    const auto view = static_cast<uint32_t>(views.size());
+    views.push_back(viewOf(spec.values[value].info, fixedData(value, view)));
+    return view;
+  }
+
   void prepare() {
     const KernelRegistry& kernels = KernelRegistry::cpu();
-    std::vector<std::string> missing;
-    for (const StepSpec& step : spec.steps) {
-      if (kernels.find(step.kernel) == nullptr) missing.push_back(step.kernel);
-    }
+    std::set<std::string> missing;
+    auto check = [&](const std::vector<StepSpec>& list) {
+      for (const StepSpec& step : list) {
+        if (!isControlFlowKernel(step.kernel) && kernels.find(step.kernel) == nullptr) missing.insert(step.kernel);
+      }
+    };
+    check(spec.steps);
+    for (const SubProgramSpec& program : spec.subprograms) check(program.steps);
     if (!missing.empty()) {
       throw UsageError(fmt::format("this build of kiln has no CPU kernel for: {} (the package needs a newer kiln)",
                                    fmt::join(missing, ", ")));
     }
-    for (const StepSpec& step_spec : spec.steps) {
-      const KernelDef* kernel = kernels.find(step_spec.kernel);
-      Step step{kernel->run, nullptr, static_cast<uint32_t>(views.size()),
-                static_cast<uint32_t>(step_spec.inputs.size()), 0, static_cast<uint32_t>(step_spec.outputs.size())};
+    // Control-flow steps keep pointers to their sub-programs: no reallocation.
+    programs.reserve(spec.subprograms.size());
+    for (const SubProgramSpec& sub : spec.subprograms) {
+      Program program;
+      for (uint32_t input : sub.inputs) program.input_views.push_back(addView(input));
+      program.steps = prepareSteps(sub.steps);
+      for (uint32_t output : sub.outputs) program.output_views.push_back(addView(output));
+      programs.push_back(std::move(program));
+    }
+    steps = prepareSteps(spec.steps);
+  }
+
+  std::vector<Step> prepareSteps(const std::vector<StepSpec>& list) {
+    const KernelRegistry& kernels = KernelRegistry::cpu();
+    std::vector<Step> prepared;
+    for (const StepSpec& step_spec : list) {
+      Step step;
+      step.first_input = static_cast<uint32_t>(views.size());
+      step.input_count = static_cast<uint32_t>(step_spec.inputs.size());
+      step.output_count = static_cast<uint32_t>(step_spec.outputs.size());
       std::vector<TensorInfo> input_infos;
       std::vector<const std::byte*> constants;
       for (uint32_t input : step_spec.inputs) {
-        const auto view = static_cast<uint32_t>(views.size());
         if (input == kNoValueIndex) {
           views.push_back(TensorView{});
           input_infos.push_back(TensorInfo{});
           constants.push_back(nullptr);
           continue;
         }
-        const ValueSpec& value = spec.values[input];
-        views.push_back(viewOf(value.info, fixedData(input, view)));
-        input_infos.push_back(value.info);
+        addView(input);
+        input_infos.push_back(spec.values[input].info);
         const bool constant = spec.values[rootOf(input).first].storage == ValueStorage::kConstant;
         constants.push_back(constant ? views.back().data : nullptr);
       }
       step.first_output = static_cast<uint32_t>(views.size());
       std::vector<TensorInfo> output_infos;
       for (uint32_t output : step_spec.outputs) {
-        const auto view = static_cast<uint32_t>(views.size());
-        views.push_back(viewOf(spec.values[output].info, fixedData(output, view)));
+        addView(output);
         output_infos.push_back(spec.values[output].info);
       }
       try {
-        step.state = kernel->prepare(KernelSetup{step_spec.params, input_infos, output_infos, constants});
+        if (isControlFlowKernel(step_spec.kernel)) {
+          std::vector<const Program*> subprograms;
+          for (uint32_t index : step_spec.subprograms) subprograms.push_back(&programs.at(index));
+          step.control = prepareControlFlow(step_spec.kernel, step_spec.params, std::move(subprograms),
+                                            &views[step.first_input], step.input_count, &views[step.first_output],
+                                            step.output_count);
+        } else {
+          const KernelDef* kernel = kernels.find(step_spec.kernel);
+          step.run = kernel->run;
+          step.state = kernel->prepare(KernelSetup{step_spec.params, input_infos, output_infos, constants});
+        }
       } catch (const Error& e) {
-        throw UsageError(fmt::format("step {} ({}): {}", steps.size(), step_spec.kernel, e.what()));
+        throw UsageError(fmt::format("step {} ({}): {}", prepared.size(), step_spec.kernel, e.what()));
       }
-      steps.push_back(std::move(step));
+      prepared.push_back(std::move(step));
     }
+    return prepared;
   }
 };
 
 Executor::Executor(const std::filesystem::path& package, const std::string& model, const ExecutorOptions& options)
-    : impl_(std::make_unique<Impl>(package)) {
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
   m.threads = options.threads;
   // Kernels may size their work split by the thread count when prepared.
   m.useThreads();
-  const auto metadata = m.reader.metadata();
+  m.reader = std::make_unique<PackageReader>(package);
+  m.source = package.string();
+  const auto metadata = m.reader->metadata();
   if (metadata.empty()) throw UsageError(package.string() + " holds no model");
-  const MetadataBlob* chosen = model.empty() ? metadata.front() : m.reader.findMetadata(model);
+  const MetadataBlob* chosen = model.empty() ? metadata.front() : m.reader->findMetadata(model);
   if (chosen == nullptr) throw UsageError(fmt::format("{} holds no model named '{}'", package.string(), model));
   if (model.empty() && metadata.size() > 1) {
     throw UsageError(fmt::format("{} holds {} models: name one", package.string(), metadata.size()));
@@ -176,20 +238,40 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
     throw UsageError(fmt::format("model '{}' targets device '{}'; this executor runs 'cpu' models", chosen->name(),
                                  chosen->metadata().target.device_kind));
   }
-  const ExecutableBlob* executable = m.reader.findExecutable(chosen->metadata().executable);
+  if (isGraphPackage(chosen->metadata())) {
+    throw UsageError(fmt::format("model '{}' in {} has shapes known only at run time: load it with "
+                                 "kiln::DynamicExecutor (kiln.Runner in Python does)",
+                                 chosen->name(), package.string()));
+  }
+  const ExecutableBlob* executable = m.reader->findExecutable(chosen->metadata().executable);
   m.spec = decodeExecutable(executable->read(), package.string() + " (executable '" + executable->name() + "')");
-  m.checkConstants();
-  for (uint32_t value : m.spec.inputs) m.inputs.push_back({m.spec.values[value].name, m.spec.values[value].info});
+  m.bindPackageConstants();
   for (const Anchor* anchor : chosen->metadata().outputs()) {
     m.outputs.push_back({anchor->name, anchor->info});
   }
   if (m.outputs.size() != m.spec.outputs.size()) {
     throw FormatError(package.string(), chosen->info().offset, "metadata and executable disagree on the outputs");
   }
-  const uint64_t arena_bytes = std::max<uint64_t>(m.spec.arena_bytes, 64);
-  m.arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
-  if (!m.arena) throw std::bad_alloc();
-  m.prepare();
+  m.finishLoad(options);
+}
+
+Executor::Executor(ExecutableSpec spec, const ConstantBytes& constants, const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
+  m.threads = options.threads;
+  m.useThreads();
+  m.source = "(in-memory executable)";
+  m.spec = std::move(spec);
+  m.bindMemoryConstants(constants);
+  for (uint32_t value : m.spec.outputs) {
+    // Output values carry their model output name unless a copy step made
+    // them ("name:output").
+    std::string name = m.spec.values[value].name;
+    if (name.ends_with(":output")) name.resize(name.size() - 7);
+    m.outputs.push_back({name, m.spec.values[value].info});
+  }
+  m.finishLoad(options);
 }
 
 Executor::~Executor() = default;
@@ -197,16 +279,14 @@ Executor::~Executor() = default;
 const std::vector<TensorSlot>& Executor::inputs() const { return impl_->inputs; }
 const std::vector<TensorSlot>& Executor::outputs() const { return impl_->outputs; }
 uint64_t Executor::arenaBytes() const { return impl_->spec.arena_bytes; }
+void Executor::setArena(std::byte* arena) { impl_->setArena(arena); }
+uint64_t Executor::stepsRun() const { return impl_->steps_run; }
 size_t Executor::stepCount() const { return impl_->steps.size(); }
 
 void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
   impl_->bind(inputs, outputs);
   impl_->useThreads();
-  Impl& m = *impl_;
-  for (const Step& step : m.steps) {
-    step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
-                        step.state.get()});
-  }
+  ProgramRunner(impl_->views, impl_->steps_run).run(impl_->steps);
 }
 
 void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
@@ -217,11 +297,10 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
   }
   m.bind(inputs, outputs);
   m.useThreads();
+  ProgramRunner runner(m.views, m.steps_run);
   for (size_t i = 0; i < m.steps.size(); ++i) {
-    const Step& step = m.steps[i];
     const auto start = std::chrono::steady_clock::now();
-    step.run(KernelCall{&m.views[step.first_input], step.input_count, &m.views[step.first_output], step.output_count,
-                        step.state.get()});
+    runner.runStep(m.steps[i]);
     step_ns[i] += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }

@@ -52,7 +52,8 @@ def test_dynamic_dimension_must_be_fixed(kiln, tmp_path):
     onnx.save(mlp_model(), tmp_path / "mlp.onnx")
     result = kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln")
     assert result.returncode == 1
-    assert "input 'x' dimension 0 ('batch') is not fixed: give it with --shape x:DIMS or --batch N" in result.stderr
+    assert ("input 'x' dimension 0 ('batch') is not fixed: give it with --shape x:DIMS or --batch N, or compile "
+            "with --dynamic to fix it at run time") in result.stderr
     assert not (tmp_path / "mlp.kiln").exists()
     assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln", "--shape", "x:2x8").returncode == 0
 

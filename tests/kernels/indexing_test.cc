@@ -279,14 +279,6 @@ TEST(MaxUnpool, PlacesValuesAtTheirIndices) {
             (std::vector<float>{0, 5, 0, 0, 6, 0, 0, 0, 0}));
 }
 
-TEST(Hardmax, FirstMaximumAlongTheAxis) {
-  EXPECT_EQ(run<float>("Hardmax", {operand<float>({2, 3}, {1, 3, 3, -1, -2, -3})}, {output(DType::kF32, {2, 3})}),
-            (std::vector<float>{0, 1, 0, 1, 0, 0}));
-  EXPECT_EQ(run<float>("Hardmax", {operand<float>({2, 3}, {1, 3, 3, -1, 4, -3})}, {output(DType::kF32, {2, 3})},
-                       params({{"axis", int64_t{0}}})),
-            (std::vector<float>{1, 0, 1, 0, 1, 0}));
-}
-
 TEST(Einsum, MatMulTraceTransposeAndEllipsis) {
   const std::vector<float> a{1, 2, 3, 4, 5, 6};      // [2, 3]
   const std::vector<float> b{1, 0, 2, 1, 0, 1};      // [3, 2]
@@ -335,6 +327,15 @@ TEST(GeneralResize, AntialiasCropAndAspectRatio) {
             (std::vector<float>{1.75f, 5.75f}));
   EXPECT_EQ(run<float>("Resize",
                        {operand<float>({1, 4}, {1, 2, 4, 8}), operand<float>({4}, {0, 0.25f, 1, 1.5f}, true), omitted(),
+                        operand<int64_t>({2}, {1, 3}, true)},
+                       {output(DType::kF32, {1, 3})},
+                       params({{"mode", std::string("linear")},
+                               {"coordinate_transformation_mode", std::string("tf_crop_and_resize")},
+                               {"extrapolation_value", -1.0}})),
+            (std::vector<float>{1.75f, 6.5f, -1.0f}));
+  // The same with the roi read at run.
+  EXPECT_EQ(run<float>("Resize",
+                       {operand<float>({1, 4}, {1, 2, 4, 8}), operand<float>({4}, {0, 0.25f, 1, 1.5f}), omitted(),
                         operand<int64_t>({2}, {1, 3}, true)},
                        {output(DType::kF32, {1, 3})},
                        params({{"mode", std::string("linear")},

@@ -93,11 +93,11 @@ Command addBenchCommand(CLI::App& app) {
     const auto load_start = std::chrono::steady_clock::now();
     Executor executor(args->package, args->model, ExecutorOptions{.threads = args->threads});
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-    const std::vector<std::vector<std::byte>> input_data = loadInputs(executor, args->inputs, /*random_missing=*/true);
+    const std::vector<NpyArray> input_data = loadInputs(executor.inputs(), args->inputs, /*random_missing=*/true);
     std::vector<std::vector<std::byte>> output_data;
     for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
     std::vector<const std::byte*> in;
-    for (const auto& data : input_data) in.push_back(data.data());
+    for (const auto& data : input_data) in.push_back(data.bytes.data());
     std::vector<std::byte*> out;
     for (auto& data : output_data) out.push_back(data.data());
 

@@ -22,6 +22,7 @@ Command addCompileCommand(CLI::App& app) {
     bool print_ir = false;
     bool plan_report = false;
     bool no_channels_last = false;
+    bool dynamic = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
@@ -33,6 +34,8 @@ Command addCompileCommand(CLI::App& app) {
   cmd->add_flag("--plan-report", args->plan_report, "Print the memory plan against its lower bound");
   cmd->add_flag("--no-channels-last", args->no_channels_last,
                 "Keep convolutions and pooling in the model's NCHW layout (slower; for comparisons)");
+  cmd->add_flag("--dynamic", args->dynamic,
+                "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
   return [args]() {
     const auto start = std::chrono::steady_clock::now();
@@ -45,6 +48,7 @@ Command addCompileCommand(CLI::App& app) {
       options.input_shapes[shape.substr(0, colon)] = parseDims(shape.substr(colon + 1));
     }
     if (args->batch > 0) options.batch = args->batch;
+    options.require_static_inputs = !args->dynamic;
     OnnxModel model = importOnnx(args->model, options);
 
     // A progress bar on stderr, shown only for compiles that last more than a
@@ -74,6 +78,13 @@ Command addCompileCommand(CLI::App& app) {
                   static_cast<unsigned long long>(report.naive_bytes));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (report.runtime_shapes) {
+      std::printf("compiled %s -> %s: shapes known at run time, specialized per input signature; %zu constants "
+                  "(%llu bytes), %.2f s\n",
+                  args->model.c_str(), args->output.c_str(), report.constants,
+                  static_cast<unsigned long long>(report.constant_bytes), seconds);
+      return 0;
+    }
     std::printf("compiled %s -> %s: %zu steps, %zu views, %zu constants (%llu bytes), arena %llu bytes, %.2f s\n",
                 args->model.c_str(), args->output.c_str(), report.steps, report.views, report.constants,
                 static_cast<unsigned long long>(report.constant_bytes),

@@ -34,8 +34,22 @@ std::vector<std::byte> randomTensor(const TensorInfo& info, std::mt19937& random
   return bytes;
 }
 
-std::vector<std::vector<std::byte>> loadInputs(const Executor& executor, const std::vector<std::string>& arguments,
-                                               bool random_missing) {
+namespace {
+
+// Whether `actual` fits `declared`, whose unknown dimensions (kDynamicDim)
+// take any size.
+bool fits(const TensorInfo& actual, const TensorInfo& declared) {
+  if (actual.dtype != declared.dtype || actual.shape.size() != declared.shape.size()) return false;
+  for (size_t i = 0; i < actual.shape.size(); ++i) {
+    if (declared.shape[i] != kDynamicDim && declared.shape[i] != actual.shape[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<NpyArray> loadInputs(const std::vector<TensorSlot>& inputs, const std::vector<std::string>& arguments,
+                                 bool random_missing) {
   std::map<std::string, std::string> files;
   for (const std::string& input : arguments) {
     const size_t equals = input.find('=');
@@ -43,23 +57,27 @@ std::vector<std::vector<std::byte>> loadInputs(const Executor& executor, const s
     files[input.substr(0, equals)] = input.substr(equals + 1);
   }
   for (const auto& [name, file] : files) {
-    const bool known = std::any_of(executor.inputs().begin(), executor.inputs().end(),
+    const bool known = std::any_of(inputs.begin(), inputs.end(),
                                    [&](const TensorSlot& slot) { return slot.name == name; });
     if (!known) throw UsageError(fmt::format("--input {}: the model has no input named '{}'", name, name));
   }
   std::mt19937 random(42);
-  std::vector<std::vector<std::byte>> input_data;
-  for (const TensorSlot& slot : executor.inputs()) {
+  std::vector<NpyArray> input_data;
+  for (const TensorSlot& slot : inputs) {
     const auto file = files.find(slot.name);
     if (file != files.end()) {
       NpyArray array = readNpy(file->second);
-      if (array.info != slot.info) {
+      if (!fits(array.info, slot.info)) {
         throw UsageError(fmt::format("input '{}' must be {}, but {} holds {}", slot.name, slot.info.toString(),
                                      file->second, array.info.toString()));
       }
-      input_data.push_back(std::move(array.bytes));
+      input_data.push_back(std::move(array));
     } else if (random_missing) {
-      input_data.push_back(randomTensor(slot.info, random));
+      if (!slot.info.isStatic()) {
+        throw UsageError(fmt::format("input '{}' ({}) has unknown dimensions: pass --input {}=FILE.npy", slot.name,
+                                     slot.info.toString(), slot.name));
+      }
+      input_data.push_back(NpyArray{slot.info, randomTensor(slot.info, random)});
     } else {
       throw UsageError(fmt::format("input '{}' ({}) is not given: pass --input {}=FILE.npy or --random-inputs",
                                    slot.name, slot.info.toString(), slot.name));

@@ -9,6 +9,7 @@
 
 #include "kiln/executor.h"
 #include "kiln/tensor_info.h"
+#include "tools/kiln/npy.h"
 
 namespace kiln::cli {
 
@@ -16,11 +17,11 @@ namespace kiln::cli {
 // bool. Throws UsageError for other types.
 std::vector<std::byte> randomTensor(const TensorInfo& info, std::mt19937& random);
 
-// One buffer per model input, in the executor's order: the .npy file named
-// by a NAME=FILE.npy argument (checked against the input's dtype and
-// shape), else random data when `random_missing`, else a UsageError that
-// says how to provide it.
-std::vector<std::vector<std::byte>> loadInputs(const Executor& executor, const std::vector<std::string>& arguments,
-                                               bool random_missing);
+// One array per model input, in `inputs` order: the .npy file named by a
+// NAME=FILE.npy argument (checked against the input's dtype and shape, whose
+// unknown dimensions take any size), else random data when `random_missing`
+// and the shape is known, else a UsageError that says how to provide it.
+std::vector<NpyArray> loadInputs(const std::vector<TensorSlot>& inputs, const std::vector<std::string>& arguments,
+                                 bool random_missing);
 
 }  // namespace kiln::cli

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kiln/error.h"
+#include "kiln/dynamic_executor.h"
 #include "kiln/executor.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/npy.h"
@@ -23,6 +24,7 @@ std::string fileNameFor(std::string name) {
   }
   return name + ".npy";
 }
+
 
 }  // namespace
 
@@ -46,19 +48,38 @@ Command addRunCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
 
   return [args]() {
-    Executor executor(args->package, args->model, ExecutorOptions{.threads = args->threads});
-    const std::vector<std::vector<std::byte>> input_data = loadInputs(executor, args->inputs, args->random_inputs);
-    std::vector<std::vector<std::byte>> output_data;
-    for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
+    // Packages with run-time shapes take their shapes from the inputs given.
+    const bool dynamic = hasRuntimeShapes(args->package, args->model);
+    std::unique_ptr<Executor> executor;
+    std::unique_ptr<DynamicExecutor> dynamic_executor;
+    if (dynamic) {
+      dynamic_executor = std::make_unique<DynamicExecutor>(args->package, args->model,
+                                                           DynamicExecutorOptions{.threads = args->threads});
+    } else {
+      executor = std::make_unique<Executor>(args->package, args->model, ExecutorOptions{.threads = args->threads});
+    }
+    const std::vector<NpyArray> input_data =
+        loadInputs(dynamic ? dynamic_executor->inputs() : executor->inputs(), args->inputs, args->random_inputs);
+    std::vector<TensorInfo> input_infos;
     std::vector<const std::byte*> in;
-    for (const auto& data : input_data) in.push_back(data.data());
+    for (const NpyArray& array : input_data) {
+      input_infos.push_back(array.info);
+      in.push_back(array.bytes.data());
+    }
+    const std::vector<TensorSlot> outputs = dynamic ? dynamic_executor->outputsFor(input_infos, in) : executor->outputs();
+    std::vector<std::vector<std::byte>> output_data;
+    for (const TensorSlot& slot : outputs) output_data.emplace_back(slot.info.sizeInBytes());
     std::vector<std::byte*> out;
     for (auto& data : output_data) out.push_back(data.data());
-    executor.run(in, out);
+    if (dynamic) {
+      dynamic_executor->run(input_infos, in, out);
+    } else {
+      executor->run(in, out);
+    }
 
     std::filesystem::create_directories(args->output_dir);
-    for (size_t i = 0; i < executor.outputs().size(); ++i) {
-      const TensorSlot& slot = executor.outputs()[i];
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const TensorSlot& slot = outputs[i];
       const auto path = std::filesystem::path(args->output_dir) / fileNameFor(slot.name);
       writeNpy(path, slot.info, output_data[i].data());
       std::printf("%s: %s -> %s\n", slot.name.c_str(), slot.info.toString().c_str(), path.string().c_str());

@@ -60,6 +60,15 @@ class GraphImporter {
     throw GraphError(fmt::format("{}: {}", source_.name, problem));
   }
 
+  // Makes `name`, defined in an enclosing graph, readable in this one: every
+  // graph between the definition and here captures it too, so that each
+  // level's outer-scope values name a value of the level just above.
+  ValueId capture(const std::string& name) const {
+    if (auto id = graph_->findValue(name)) return *id;
+    parent_->capture(name);
+    return graph_->addOuterScopeValue(name);
+  }
+
   bool defines(const std::string& name) const {
     return graph_->findValue(name).has_value() || (parent_ != nullptr && parent_->defines(name));
   }
@@ -114,8 +123,9 @@ class GraphImporter {
       for (size_t i = 0; i < type.shape->size(); ++i) {
         const Dim& dim = (*type.shape)[i];
         if (dim.isKnown()) continue;
-        fail(fmt::format("input '{}' dimension {}{} is not fixed: give it with --shape {}:DIMS{}", input.name(), i,
-                         dim.symbol.empty() ? "" : " ('" + dim.symbol + "')", input.name(),
+        fail(fmt::format("input '{}' dimension {}{} is not fixed: give it with --shape {}:DIMS{}, or compile with "
+                         "--dynamic to fix it at run time",
+                         input.name(), i, dim.symbol.empty() ? "" : " ('" + dim.symbol + "')", input.name(),
                          i == 0 ? " or --batch N" : ""));
       }
     }
@@ -197,7 +207,7 @@ class GraphImporter {
 
   ValueId resolve(const std::string& name, const onnx::NodeProto& reader) {
     if (auto id = graph_->findValue(name)) return *id;
-    if (parent_ != nullptr && parent_->defines(name)) return graph_->addOuterScopeValue(name);
+    if (parent_ != nullptr && parent_->defines(name)) return capture(name);
     fail(fmt::format("node '{}' ({}) reads '{}', which no node, input or initializer defines", reader.name(),
                      reader.op_type(), name));
   }
@@ -289,7 +299,7 @@ class GraphImporter {
       if (!id && !(parent_ != nullptr && parent_->defines(output.name()))) {
         fail(fmt::format("graph output '{}' is not defined by any node, input or initializer", output.name()));
       }
-      const ValueId value = id ? *id : graph_->addOuterScopeValue(output.name());
+      const ValueId value = id ? *id : capture(output.name());
       if (graph_->value(value).kind == ValueKind::kNodeOutput || graph_->value(value).kind == ValueKind::kOuterScope) {
         if (output.has_type()) graph_->value(value).type = typeOf(output);
       }

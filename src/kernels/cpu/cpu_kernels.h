@@ -17,5 +17,9 @@ void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, Co
 void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
 void registerNormalizationKernels(KernelRegistry& registry);  // normalization.cc: BatchNormalization, LayerNormalization, Softmax, LogSoftmax
 void registerIndexingKernels(KernelRegistry& registry);  // indexing.cc: gathers, scatters, TopK, Trilu, OneHot, Range, CumSum, Einsum, ...
+void registerFeatureNormalizationKernels(KernelRegistry& registry);  // feature_normalization.cc: InstanceNormalization, GroupNormalization, MeanVarianceNormalization, LpNormalization, Hardmax, LRN
+void registerRecurrentKernels(KernelRegistry& registry);    // recurrent.cc: RNN, GRU, LSTM
+void registerLossKernels(KernelRegistry& registry);         // losses.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Dropout
+void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
 
 }  // namespace kiln

@@ -2,8 +2,7 @@
 // semantics: Shape, Size, ConstantOfShape, GatherElements, GatherND,
 // Scatter, ScatterElements, ScatterND, TensorScatter, Trilu, TopK, OneHot,
 // Range, EyeLike, DepthToSpace, SpaceToDepth, ReverseSequence, CumSum,
-// CumProd, CenterCropPad, Col2Im, MaxUnpool, Hardmax, BitCast, Einsum and
-// Det.
+// CumProd, CenterCropPad, Col2Im, MaxUnpool, BitCast, Einsum and Det.
 //
 // Kernels that only move data move elements by size (1, 2, 4 or 8 bytes), so
 // they take every element type; those that compute (the scatter reductions,
@@ -1527,54 +1526,6 @@ void runMaxUnpool(const KernelCall& call) {
   }
 }
 
-// ------------------------------------------------------------------ Hardmax
-
-struct HardmaxState final : KernelState {
-  using Loop = void (*)(const HardmaxState& s, const std::byte* x, std::byte* y);
-  Loop loop = nullptr;
-  int64_t outer = 1, axis_dim = 0, inner = 1;
-};
-
-template <typename T>
-void hardmaxLoop(const HardmaxState& s, const std::byte* x_bytes, std::byte* y_bytes) {
-  using A = Arith<T>;
-  const T* x = reinterpret_cast<const T*>(x_bytes);
-  T* y = reinterpret_cast<T*>(y_bytes);
-  const T zero = A::store(0), one = A::store(1);
-  for (int64_t o = 0; o < s.outer; ++o) {
-    for (int64_t i = 0; i < s.inner; ++i) {
-      const int64_t base = o * s.axis_dim * s.inner + i;
-      int64_t best = 0;
-      for (int64_t j = 1; j < s.axis_dim; ++j) {
-        if (A::load(x[base + j * s.inner]) > A::load(x[base + best * s.inner])) best = j;  // the first maximum
-      }
-      for (int64_t j = 0; j < s.axis_dim; ++j) y[base + j * s.inner] = j == best ? one : zero;
-    }
-  }
-}
-
-std::unique_ptr<KernelState> prepareHardmax(const KernelSetup& setup) {
-  expectCounts("Hardmax", setup, 1, 1);
-  const TensorInfo& x = setup.inputs[0];
-  if (x.shape.empty()) throw UsageError(fmt::format("Hardmax: needs rank 1 or more, got {}", typeString(x)));
-  // The compiler refuses the pre-opset-13 flattening for any axis but the
-  // last, where the two forms agree.
-  const auto axis = static_cast<size_t>(normalizeAxis("Hardmax", setup.params.getInt("axis", -1), x.shape.size()));
-  auto state = std::make_unique<HardmaxState>();
-  state->outer = product(x.shape, 0, axis);
-  state->axis_dim = x.shape[axis];
-  state->inner = product(x.shape, axis + 1, x.shape.size());
-  withFloatType(x.dtype, [&](auto tag) { state->loop = &hardmaxLoop<typename decltype(tag)::type>; });
-  if (state->loop == nullptr) throw UsageError(fmt::format("Hardmax: no kernel for {} data", dtypeName(x.dtype)));
-  expectOutput("Hardmax", setup.outputs[0], x.dtype, x.shape);
-  return state;
-}
-
-void runHardmax(const KernelCall& call) {
-  const auto& s = static_cast<const HardmaxState&>(*call.state);
-  s.loop(s, call.inputs[0].data, call.outputs[0].data);
-}
-
 // ------------------------------------------------------------------ BitCast
 
 struct CopyState final : KernelState {
@@ -1875,7 +1826,6 @@ void registerIndexingKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"CenterCropPad", &prepareCenterCropPad, &runCenterCropPad});
   registry.add(KernelDef{"Col2Im", &prepareCol2Im, &runCol2Im});
   registry.add(KernelDef{"MaxUnpool", &prepareMaxUnpool, &runMaxUnpool});
-  registry.add(KernelDef{"Hardmax", &prepareHardmax, &runHardmax});
   registry.add(KernelDef{"BitCast", &prepareBitCast, &runBitCast});
   registry.add(KernelDef{"Einsum", &prepareEinsum, &runEinsum});
   registry.add(KernelDef{"Det", &prepareDet, &runDet});

@@ -1,6 +1,7 @@
 // Normalisation kernels (ONNX) on the CPU in f32: BatchNormalization
-// (inference), LayerNormalization, Softmax and LogSoftmax (opset-13
-// semantics: along one axis).
+// (inference, and training mode with its running statistics),
+// LayerNormalization, Softmax and LogSoftmax (opset-13 semantics: along one
+// axis).
 //
 // Their loops are the vector kernels' row helpers (vector_kernels.h: sums,
 // max, exp-and-sum, affine maps, written for AVX-512, AVX2 and SSE2). Each
@@ -102,20 +103,26 @@ struct BatchNormState final : KernelState {
   bool folded = false;
   std::vector<float> a;  // when folded
   std::vector<float> b;
+  // training_mode: normalise with the batch's own statistics and write the
+  // updated running mean and variance (outputs 1 and 2, when present).
+  bool training = false;
+  float momentum = 0.9f;
 };
 
 std::unique_ptr<KernelState> prepareBatchNorm(const KernelSetup& setup) {
   constexpr std::string_view op = "BatchNormalization";
   expectF32(op, setup, 5, 5);
-  if (setup.params.getInt("training_mode", 0) != 0) {
-    throw UsageError("BatchNormalization: training_mode is not supported (inference only)");
-  }
+  const bool training = setup.params.getInt("training_mode", 0) != 0;
   if (setup.params.getInt("spatial", 1) == 0) {
     throw UsageError("BatchNormalization: spatial = 0 (per-element parameters, before opset 9) is not supported");
   }
   size_t outputs = 0;
   for (const TensorInfo& out : setup.outputs) outputs += present(out) ? 1 : 0;
-  if (outputs != 1 || !present(setup.outputs[0])) {
+  if (training && outputs > 3) {
+    throw UsageError("BatchNormalization: training_mode writes Y, running_mean and running_var; the saved statistics "
+                     "outputs of opsets before 14 are not supported");
+  }
+  if (!training && (outputs != 1 || !present(setup.outputs[0]))) {
     throw UsageError(
         "BatchNormalization: only the inference form with one output (Y) is supported; the running statistics "
         "outputs are not");
@@ -139,6 +146,12 @@ std::unique_ptr<KernelState> prepareBatchNorm(const KernelSetup& setup) {
   state->inner = 1;
   for (size_t i = 2; i < x.size(); ++i) state->inner *= x[i];
   state->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
+  if (training) {
+    for (size_t i = 1; i < setup.outputs.size(); ++i) expectOutput(op, setup, i, {x[1]});
+    state->training = true;
+    state->momentum = static_cast<float>(setup.params.getFloat("momentum", 0.9));
+    return state;
+  }
   bool constants = true;
   for (size_t i = 1; i < 5; ++i) constants = constants && constantInput(setup, i) != nullptr;
   if (constants) {
@@ -157,8 +170,46 @@ std::unique_ptr<KernelState> prepareBatchNorm(const KernelSetup& setup) {
   return state;
 }
 
+// Training mode: per channel, the mean and (population) variance over the
+// batch and spatial axes normalise x; running = input * momentum + batch
+// statistic * (1 - momentum).
+void runBatchNormTraining(const KernelCall& call, const BatchNormState& s) {
+  const float* x = call.inputs[0].as<const float>();
+  float* y = call.outputs[0].as<float>();
+  const float* scale = call.inputs[1].as<const float>();
+  const float* bias = call.inputs[2].as<const float>();
+  const float* mean_in = call.inputs[3].as<const float>();
+  const float* var_in = call.inputs[4].as<const float>();
+  float* mean_out = call.output_count > 1 ? call.outputs[1].as<float>() : nullptr;
+  float* var_out = call.output_count > 2 ? call.outputs[2].as<float>() : nullptr;
+  const double count = static_cast<double>(s.batch * s.inner);
+  for (int64_t c = 0; c < s.channels; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < s.batch; ++n) {
+      const float* row = x + (n * s.channels + c) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) sum += row[i];
+    }
+    const double mean = count == 0 ? 0 : sum / count;
+    double squares = 0;
+    for (int64_t n = 0; n < s.batch; ++n) {
+      const float* row = x + (n * s.channels + c) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) squares += (row[i] - mean) * (row[i] - mean);
+    }
+    const double var = count == 0 ? 0 : squares / count;
+    const double a = scale[c] / std::sqrt(var + s.epsilon);
+    for (int64_t n = 0; n < s.batch; ++n) {
+      const float* row = x + (n * s.channels + c) * s.inner;
+      float* out = y + (n * s.channels + c) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) out[i] = static_cast<float>((row[i] - mean) * a + bias[c]);
+    }
+    if (mean_out != nullptr) mean_out[c] = static_cast<float>(mean_in[c] * s.momentum + mean * (1 - s.momentum));
+    if (var_out != nullptr) var_out[c] = static_cast<float>(var_in[c] * s.momentum + var * (1 - s.momentum));
+  }
+}
+
 void runBatchNorm(const KernelCall& call) {
   const auto& s = static_cast<const BatchNormState&>(*call.state);
+  if (s.training) return runBatchNormTraining(call, s);
   const float* x = call.inputs[0].as<const float>();
   float* y = call.outputs[0].as<float>();
   const float* scale = call.inputs[1].as<const float>();

@@ -65,41 +65,32 @@ struct AxisTable {
   std::vector<uint8_t> outside;  // [out]: tf_crop_and_resize extrapolates there
 };
 
-struct GeneralResizeState final : KernelState {
-  using Loop = void (*)(const GeneralResizeState& s, const std::byte* x, std::byte* y);
-  Loop loop = nullptr;
-  uint32_t rank = 0;
-  Ints out_dims;
-  std::array<int64_t, kMaxRank> in_strides{}, out_strides{};  // elements, per NCHW axis, in memory order
-  std::vector<AxisTable> axes;
-  std::vector<uint32_t> resized;  // the non-identity axes
-  double extrapolation = 0;
-};
-
 struct Coefficients {
   std::string mode;
   std::string nearest;
   double cubic_a = -0.75;
   bool antialias = false;
 
-  // ONNX's reference: the weights of the taps around x for `ratio` in (0, 1].
-  std::vector<double> operator()(double ratio, double scale) const {
+  // ONNX's reference: the weights of the taps around x for `ratio` in (0, 1],
+  // into `weights` (whose memory is reused).
+  void operator()(double ratio, double scale, std::vector<double>& weights) const {
+    weights.clear();
+    auto set = [&weights](std::initializer_list<double> values) { weights.assign(values.begin(), values.end()); };
     if (mode == "nearest") {
-      if (ratio == 1) return {0, 1};
-      if (nearest == "round_prefer_floor") return {ratio <= 0.5 ? 1.0 : 0.0, ratio > 0.5 ? 1.0 : 0.0};
-      if (nearest == "round_prefer_ceil") return {ratio < 0.5 ? 1.0 : 0.0, ratio >= 0.5 ? 1.0 : 0.0};
-      if (nearest == "floor") return {1, 0};
-      return {0, 1};  // ceil
+      if (ratio == 1) return set({0, 1});
+      if (nearest == "round_prefer_floor") return set({ratio <= 0.5 ? 1.0 : 0.0, ratio > 0.5 ? 1.0 : 0.0});
+      if (nearest == "round_prefer_ceil") return set({ratio < 0.5 ? 1.0 : 0.0, ratio >= 0.5 ? 1.0 : 0.0});
+      if (nearest == "floor") return set({1, 0});
+      return set({0, 1});  // ceil
     }
-    if (mode == "linear" && !antialias) return {1 - ratio, ratio};
+    if (mode == "linear" && !antialias) return set({1 - ratio, ratio});
     const double a = cubic_a;
     if (mode == "cubic" && !antialias) {
       const double r1 = ratio + 1, q = 1 - ratio, q1 = q + 1;
-      return {((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a, ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
-              ((a + 2) * q - (a + 3)) * q * q + 1, ((a * q1 - 5 * a) * q1 + 8 * a) * q1 - 4 * a};
+      return set({((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a, ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                  ((a + 2) * q - (a + 3)) * q * q + 1, ((a * q1 - 5 * a) * q1 + 8 * a) * q1 - 4 * a});
     }
     const double s = std::min(scale, 1.0);
-    std::vector<double> weights;
     double sum = 0;
     if (mode == "linear") {
       const auto start = static_cast<int64_t>(std::floor(-1 / s) + 1);
@@ -121,15 +112,39 @@ struct Coefficients {
       }
     }
     for (double& w : weights) w /= sum;
-    return weights;
   }
 };
 
-// `roi`: [start, end] along the axis, for tf_crop_and_resize.
-AxisTable buildTable(const Coefficients& coefficients, const std::string& transform, bool exclude_outside, int64_t in,
-                     int64_t out, double scale, double roi_start, double roi_end) {
-  AxisTable table;
+struct GeneralResizeState final : KernelState {
+  using Loop = void (*)(const GeneralResizeState& s, const std::vector<AxisTable>& axes, const std::byte* x,
+                        std::byte* y);
+  Loop loop = nullptr;
+  uint32_t rank = 0;
+  Ints out_dims;
+  std::array<int64_t, kMaxRank> in_strides{}, out_strides{};  // elements, per NCHW axis, in memory order
+  std::vector<AxisTable> axes;
+  std::vector<uint32_t> resized;  // the non-identity axes
+  double extrapolation = 0;
+  // tf_crop_and_resize with a computed roi: the tables are built at run.
+  bool roi_at_run = false;
+  DType roi_dtype = DType::kF32;
+  Ints roi_axes;  // the axes the roi's values are for, in its order
+  Coefficients coefficients;
+  std::string transform;
+  bool exclude_outside = false;
+  Ints in_dims;
+  std::vector<double> scale;  // per axis
+};
+
+
+// Fills `table` (reusing its memory, and that of `weights`). `roi`: [start,
+// end] along the axis, for tf_crop_and_resize.
+void buildTable(const Coefficients& coefficients, const std::string& transform, bool exclude_outside, int64_t in,
+                int64_t out, double scale, double roi_start, double roi_end, AxisTable& table,
+                std::vector<double>& weights) {
   table.identity = false;
+  table.index.clear();
+  table.weight.clear();
   // The output width before rounding, in f32 as onnxruntime computes it.
   const auto width = static_cast<double>(static_cast<float>(scale) * static_cast<float>(in));
   const auto n_in = static_cast<double>(in);
@@ -155,7 +170,7 @@ AxisTable buildTable(const Coefficients& coefficients, const std::string& transf
     }
     const double floor_x = std::floor(x);
     const double ratio = x == floor_x ? 1.0 : x - floor_x;
-    std::vector<double> weights = coefficients(ratio, scale);
+    coefficients(ratio, scale, weights);
     const auto n = static_cast<int64_t>(weights.size());
     if (o == 0) table.taps = n;
     // The n taps nearest x, the lower one on ties (the reference's edge-padded window).
@@ -184,7 +199,6 @@ AxisTable buildTable(const Coefficients& coefficients, const std::string& transf
       table.weight.push_back(weights[static_cast<size_t>(i)]);
     }
   }
-  return table;
 }
 
 template <typename T>
@@ -202,7 +216,8 @@ T storeValue(double v) {
 }
 
 template <typename T>
-void generalResizeLoop(const GeneralResizeState& s, const std::byte* x_bytes, std::byte* y_bytes) {
+void generalResizeLoop(const GeneralResizeState& s, const std::vector<AxisTable>& axes, const std::byte* x_bytes,
+                       std::byte* y_bytes) {
   using A = Arith<T>;
   const T* x = reinterpret_cast<const T*>(x_bytes);
   T* y = reinterpret_cast<T*>(y_bytes);
@@ -217,7 +232,7 @@ void generalResizeLoop(const GeneralResizeState& s, const std::byte* x_bytes, st
     bool outside = false;
     for (uint32_t d = 0; d < rank; ++d) {
       out_at += coord[d] * s.out_strides[d];
-      const AxisTable& table = s.axes[d];
+      const AxisTable& table = axes[d];
       if (table.identity) {
         base += coord[d] * s.in_strides[d];
       } else {
@@ -233,7 +248,7 @@ void generalResizeLoop(const GeneralResizeState& s, const std::byte* x_bytes, st
         int64_t at = base;
         for (uint32_t i = 0; i < r; ++i) {
           const uint32_t d = s.resized[i];
-          const AxisTable& table = s.axes[d];
+          const AxisTable& table = axes[d];
           const auto k = static_cast<size_t>(coord[d] * table.taps + tap[i]);
           w *= table.weight[k];
           at += table.index[k] * s.in_strides[d];
@@ -241,7 +256,7 @@ void generalResizeLoop(const GeneralResizeState& s, const std::byte* x_bytes, st
         if (w != 0) acc += w * static_cast<double>(A::load(x[at]));
         uint32_t i = r;
         while (i-- > 0) {
-          if (++tap[i] < s.axes[s.resized[i]].taps) break;
+          if (++tap[i] < axes[s.resized[i]].taps) break;
           tap[i] = 0;
         }
         if (i == static_cast<uint32_t>(-1)) break;
@@ -394,11 +409,13 @@ std::unique_ptr<KernelState> prepareGeneralResize(const KernelSetup& setup, bool
     throw UsageError("Resize: needs scales or sizes");
   }
   std::vector<double> roi_start(rank, 0.0), roi_end(rank, 1.0);
-  if (transform == "tf_crop_and_resize" && setup.inputs.size() > 2 && present(setup, 1)) {
+  const bool crop = transform == "tf_crop_and_resize" && setup.inputs.size() > 2 && present(setup, 1);
+  if (crop && setup.inputs[1].numElements() != 2 * axes.size()) {
+    throw UsageError(fmt::format("Resize: roi has {} values for {} axes", setup.inputs[1].numElements(), axes.size()));
+  }
+  const bool roi_at_run = crop && constantInput(setup, 1) == nullptr;
+  if (crop && !roi_at_run) {
     const std::vector<double> roi = constantNumbers(setup, 1, "roi");
-    if (roi.size() != 2 * axes.size()) {
-      throw UsageError(fmt::format("Resize: roi has {} values for {} axes", roi.size(), axes.size()));
-    }
     for (size_t i = 0; i < axes.size(); ++i) {
       roi_start[static_cast<size_t>(axes[i])] = roi[i];
       roi_end[static_cast<size_t>(axes[i])] = roi[i + axes.size()];
@@ -413,9 +430,23 @@ std::unique_ptr<KernelState> prepareGeneralResize(const KernelSetup& setup, bool
   state->in_strides = stridesFor(x.shape, channels_last);
   state->out_strides = stridesFor(y.shape, channels_last);
   state->axes.resize(rank);
+  state->roi_at_run = roi_at_run;
+  if (roi_at_run) {
+    if (!withNumericType(setup.inputs[1].dtype, [](auto) {})) {
+      throw UsageError(fmt::format("Resize: roi must be numeric, got {}", typeString(setup.inputs[1])));
+    }
+    state->roi_dtype = setup.inputs[1].dtype;
+    state->roi_axes = axes;
+    state->coefficients = coefficients;
+    state->transform = transform;
+    state->exclude_outside = exclude_outside;
+    state->in_dims = x.shape;
+    state->scale = scale;
+  }
+  std::vector<double> weights;
   for (size_t d = 0; d < rank; ++d) {
     const bool listed = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    const bool trivial_roi = roi_start[d] == 0 && roi_end[d] == 1;
+    const bool trivial_roi = !roi_at_run && roi_start[d] == 0 && roi_end[d] == 1;
     if (!listed || (std::abs(scale[d] - 1) < 1e-9 && x.shape[d] == y.shape[d] && trivial_roi)) {
       if (x.shape[d] != y.shape[d]) {
         throw UsageError(fmt::format("Resize: output {} changes axis {} of {}, which is not resized", typeString(y), d,
@@ -424,8 +455,8 @@ std::unique_ptr<KernelState> prepareGeneralResize(const KernelSetup& setup, bool
       continue;
     }
     if (x.shape[d] == 0 && y.shape[d] != 0) throw UsageError(fmt::format("Resize: cannot resize {}", typeString(x)));
-    state->axes[d] = buildTable(coefficients, transform, exclude_outside, x.shape[d], y.shape[d], scale[d], roi_start[d],
-                                roi_end[d]);
+    buildTable(coefficients, transform, exclude_outside, x.shape[d], y.shape[d], scale[d], roi_start[d], roi_end[d],
+               state->axes[d], weights);
     state->resized.push_back(static_cast<uint32_t>(d));
   }
   withNumericType(x.dtype, [&](auto tag) { state->loop = &generalResizeLoop<typename decltype(tag)::type>; });
@@ -435,7 +466,26 @@ std::unique_ptr<KernelState> prepareGeneralResize(const KernelSetup& setup, bool
 
 void runGeneralResize(const KernelCall& call) {
   const auto& s = static_cast<const GeneralResizeState&>(*call.state);
-  s.loop(s, call.inputs[0].data, call.outputs[0].data);
+  if (!s.roi_at_run) {
+    s.loop(s, s.axes, call.inputs[0].data, call.outputs[0].data);
+    return;
+  }
+  // The roi is this call's: the tables of the resized axes are built here,
+  // in buffers that keep their memory from call to call.
+  thread_local std::vector<AxisTable> tables;
+  thread_local std::vector<double> weights;
+  tables.resize(s.axes.size());
+  const std::byte* roi = call.inputs[1].data;
+  const size_t count = s.roi_axes.size();
+  for (uint32_t d : s.resized) {
+    const size_t i = static_cast<size_t>(std::find(s.roi_axes.begin(), s.roi_axes.end(), d) - s.roi_axes.begin());
+    buildTable(s.coefficients, s.transform, s.exclude_outside, s.in_dims[d], s.out_dims[d], s.scale[d],
+               readNumber(roi, s.roi_dtype, i), readNumber(roi, s.roi_dtype, i + count), tables[d], weights);
+  }
+  for (size_t d = 0; d < s.axes.size(); ++d) {
+    if (s.axes[d].identity) tables[d].identity = true;
+  }
+  s.loop(s, tables, call.inputs[0].data, call.outputs[0].data);
 }
 
 }  // namespace kiln

@@ -1,0 +1,29 @@
+// The compiler's in-memory half: a graph whose shapes are all known becomes
+// a step program (ExecutableSpec) without writing a package. compile()
+// writes its result into a package; DynamicExecutor (src/specialize/) runs
+// it straight away, once per input signature of a graph package.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "format/executable_spec.h"
+#include "kiln/compiler.h"
+#include "kiln/graph.h"
+
+namespace kiln {
+
+struct CompiledProgram {
+  ExecutableSpec spec;
+  std::vector<ConstantPtr> constants;  // the data of spec.constants[i]
+  CompileReport report;
+};
+
+// Infers types, runs the passes (docs/compiler.md) and lowers `graph`,
+// which it changes.
+// Throws GraphError when a shape is still unknown.
+CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                               const CompileOptions& options);
+
+}  // namespace kiln

@@ -1,0 +1,595 @@
+// Transformer-block kernels (ONNX) on the CPU: Attention, RotaryEmbedding,
+// RMSNormalization, SwiGLU. All compute in f32; f16 and bf16 tensors are
+// converted around that (float_staging.h), whose scratch lives in the state:
+// one call at a time per prepared step, as the executor runs them.
+//
+// Attention follows onnx/reference/ops/op_attention.py. Per query row it
+// makes one pass over the keys with an online softmax (running maximum and
+// sum, the output row rescaled when the maximum grows, as FlashAttention
+// does), so it needs no scratch for the scores: Y's row is the accumulator.
+// The additive bias of a score is the sum of the mask (a bool mask gives 0
+// or -inf; keys past the mask's last dimension are masked), the causal
+// frontier (key j is allowed for query i when j <= i + offset), the sliding
+// window and the nonpad_kv_seqlen padding; offset is the past length, or
+// nonpad_kv_seqlen[b] - q_sequence without a past, or 0. A row whose keys are
+// all masked gives zeros. Scores are dot(q, k) * scale (softcapped with
+// softcap * tanh(s / softcap) before the bias is added); the reference scales
+// q and k by sqrt(scale) in the input type, so scale is rounded the same way.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_staging.h"
+#include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+using Ints = std::vector<int64_t>;
+using checks::present;
+using checks::typeText;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void expectComputedInF32(std::string_view op, const TensorInfo& info, std::string_view what) {
+  if (!fp::isComputedInF32(info.dtype)) {
+    throw UsageError(fmt::format("{}: no kernel for {} {} (supports f32, f16, bf16)", op, typeText(info), what));
+  }
+}
+
+// ---------------------------------------------------------------- Attention
+
+// Element strides of a [batch, heads, sequence, size] tensor, 4-D or 3-D
+// ([batch, sequence, heads * size]); the size axis is contiguous.
+struct Strides {
+  int64_t batch = 0;
+  int64_t head = 0;
+  int64_t seq = 0;
+};
+
+Strides stridesOf(bool four_d, int64_t heads, int64_t seq, int64_t size) {
+  if (four_d) return {heads * seq * size, seq * size, size};
+  return {seq * heads * size, size, heads * size};
+}
+
+enum class MaskKind { kNone, kBool, kFloat };
+
+struct AttentionState final : KernelState {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_seq = 0, kv_seq = 0, past = 0, total = 0;
+  int64_t head_size = 0, v_head_size = 0;
+  Strides q, k, v, y;
+  float scale = 0;  // applied to dot(q, k)
+  float softcap = 0;
+  bool causal = false;
+  int64_t left_window = -1, right_window = -1;
+  int64_t qk_mode = 0;
+  MaskKind mask = MaskKind::kNone;
+  int64_t mask_len = 0;                 // the mask's last dimension (<= total)
+  std::array<int64_t, 3> mask_strides{};  // over batch, q head, query; 0 where broadcast
+  bool nonpad = false;
+  fp::FloatStaging staging;
+};
+
+// The mask [..., q_seq, mask_len] broadcasts to [batch, q_heads, q_seq, *].
+void planMask(AttentionState& s, const TensorInfo& mask) {
+  constexpr std::string_view op = "Attention";
+  if (mask.dtype == DType::kBool) {
+    s.mask = MaskKind::kBool;
+  } else if (fp::isComputedInF32(mask.dtype)) {
+    s.mask = MaskKind::kFloat;
+  } else {
+    throw UsageError(fmt::format("{}: attn_mask must be bool or a float type, found {}", op, typeText(mask)));
+  }
+  const Ints& m = mask.shape;
+  if (m.empty() || m.size() > 4) {
+    throw UsageError(fmt::format("{}: attn_mask must have rank 1 to 4, found {}", op, typeText(mask)));
+  }
+  s.mask_len = m.back();
+  if (s.mask_len > s.total) {
+    throw UsageError(fmt::format("{}: attn_mask {} is longer than the {} keys", op, typeText(mask), s.total));
+  }
+  // Right-aligned: the mask's axes before the last map to query, q head, batch.
+  const int64_t full[3] = {s.batch, s.q_heads, s.q_seq};
+  int64_t stride = s.mask_len;
+  for (int axis = 2; axis >= 0; --axis) {
+    const int64_t from_end = 3 - axis;  // 1 for the query axis
+    const auto index = static_cast<int64_t>(m.size()) - 1 - from_end;
+    const int64_t size = index >= 0 ? m[static_cast<size_t>(index)] : 1;
+    if (size != 1 && size != full[axis]) {
+      throw UsageError(fmt::format("{}: attn_mask {} does not broadcast to [{}, {}, {}, {}]", op, typeText(mask),
+                                   s.batch, s.q_heads, s.q_seq, s.total));
+    }
+    s.mask_strides[static_cast<size_t>(axis)] = size == 1 ? 0 : stride;
+    stride *= size;
+  }
+}
+
+std::unique_ptr<KernelState> prepareAttention(const KernelSetup& setup) {
+  constexpr std::string_view op = "Attention";
+  checks::expectCounts(op, setup, 3, 7, 1, 4);
+  const TensorInfo& q = setup.inputs[0];
+  const TensorInfo& k = setup.inputs[1];
+  const TensorInfo& v = setup.inputs[2];
+  expectComputedInF32(op, q, "inputs");
+  for (size_t i : {1u, 2u, 4u, 5u}) {
+    if (present(setup.inputs, i) && setup.inputs[i].dtype != q.dtype) {
+      throw UsageError(fmt::format("{}: input {} is {} but Q is {}", op, i, typeText(setup.inputs[i]), typeText(q)));
+    }
+  }
+  const size_t rank = q.shape.size();
+  if ((rank != 3 && rank != 4) || k.shape.size() != rank || v.shape.size() != rank) {
+    throw UsageError(fmt::format("{}: Q, K and V must all be 3-D or all 4-D, found {}, {}, {}", op, typeText(q),
+                                 typeText(k), typeText(v)));
+  }
+  auto s = std::make_unique<AttentionState>();
+  s->batch = q.shape[0];
+  const bool four_d = rank == 4;
+  if (four_d) {
+    s->q_heads = q.shape[1];
+    s->kv_heads = k.shape[1];
+    s->q_seq = q.shape[2];
+    s->kv_seq = k.shape[2];
+    s->head_size = q.shape[3];
+    s->v_head_size = v.shape[3];
+    if (k.shape[3] != s->head_size || v.shape[1] != s->kv_heads || v.shape[2] != s->kv_seq) {
+      throw UsageError(fmt::format("{}: Q {}, K {} and V {} do not agree", op, typeText(q), typeText(k), typeText(v)));
+    }
+  } else {
+    s->q_heads = setup.params.getInt("q_num_heads", 0);
+    s->kv_heads = setup.params.getInt("kv_num_heads", 0);
+    if (s->q_heads < 1 || s->kv_heads < 1 || q.shape[2] % s->q_heads != 0 || k.shape[2] % s->kv_heads != 0 ||
+        v.shape[2] % s->kv_heads != 0) {
+      throw UsageError(fmt::format("{}: 3-D Q {}, K {}, V {} need q_num_heads and kv_num_heads that divide them", op,
+                                   typeText(q), typeText(k), typeText(v)));
+    }
+    s->q_seq = q.shape[1];
+    s->kv_seq = k.shape[1];
+    s->head_size = q.shape[2] / s->q_heads;
+    s->v_head_size = v.shape[2] / s->kv_heads;
+    if (k.shape[2] / s->kv_heads != s->head_size || v.shape[1] != s->kv_seq) {
+      throw UsageError(fmt::format("{}: Q {}, K {} and V {} do not agree", op, typeText(q), typeText(k), typeText(v)));
+    }
+  }
+  if (k.shape[0] != s->batch || v.shape[0] != s->batch || s->q_heads % s->kv_heads != 0) {
+    throw UsageError(fmt::format("{}: Q {}, K {} and V {} do not agree (batch, or q heads a multiple of kv heads)", op,
+                                 typeText(q), typeText(k), typeText(v)));
+  }
+  if (present(setup.inputs, 4) != present(setup.inputs, 5)) {
+    throw UsageError(fmt::format("{}: past_key and past_value must be given together", op));
+  }
+  if (present(setup.inputs, 4)) {
+    const Ints& pk = setup.inputs[4].shape;
+    const Ints& pv = setup.inputs[5].shape;
+    if (pk.size() != 4 || pv.size() != 4 || pk != Ints{s->batch, s->kv_heads, pk[2], s->head_size} ||
+        pv != Ints{s->batch, s->kv_heads, pk[2], s->v_head_size}) {
+      throw UsageError(fmt::format("{}: past_key {} and past_value {} must be [{}, {}, P, {}] and [{}, {}, P, {}]", op,
+                                   typeText(setup.inputs[4]), typeText(setup.inputs[5]), s->batch, s->kv_heads,
+                                   s->head_size, s->batch, s->kv_heads, s->v_head_size));
+    }
+    s->past = pk[2];
+  }
+  s->total = s->past + s->kv_seq;
+  s->q = stridesOf(four_d, s->q_heads, s->q_seq, s->head_size);
+  s->k = stridesOf(four_d, s->kv_heads, s->kv_seq, s->head_size);
+  s->v = stridesOf(four_d, s->kv_heads, s->kv_seq, s->v_head_size);
+  s->y = stridesOf(four_d, s->q_heads, s->q_seq, s->v_head_size);
+  if (present(setup.inputs, 3)) planMask(*s, setup.inputs[3]);
+  if (present(setup.inputs, 6)) {
+    const TensorInfo& lens = setup.inputs[6];
+    if (lens.dtype != DType::kI64 || lens.shape != Ints{s->batch}) {
+      throw UsageError(fmt::format("{}: nonpad_kv_seqlen must be i64[{}], found {}", op, s->batch, typeText(lens)));
+    }
+    if (s->past > 0) throw UsageError(fmt::format("{}: nonpad_kv_seqlen cannot be combined with past_key", op));
+    s->nonpad = true;
+  }
+  // Attributes.
+  const double head_scale = 1.0 / std::sqrt(static_cast<double>(s->head_size));
+  const double scale = setup.params.getFloat("scale", head_scale);
+  float root = static_cast<float>(std::sqrt(scale));
+  if (fp::isNarrowFloat(q.dtype)) {  // as the reference: sqrt(scale) in the input type
+    std::byte bits[2];
+    fp::fromFloat(q.dtype, &root, bits, 1);
+    fp::toFloat(q.dtype, bits, &root, 1);
+  }
+  s->scale = root * root;
+  s->softcap = static_cast<float>(setup.params.getFloat("softcap", 0.0));
+  s->causal = setup.params.getInt("is_causal", 0) != 0;
+  s->left_window = setup.params.getInt("left_window_size", -1);
+  s->right_window = setup.params.getInt("right_window_size", -1);
+  s->qk_mode = setup.params.getInt("qk_matmul_output_mode", 0);
+  if (s->qk_mode < 0 || s->qk_mode > 3) {
+    throw UsageError(fmt::format("{}: qk_matmul_output_mode {} is not 0, 1, 2 or 3", op, s->qk_mode));
+  }
+  if (s->softcap < 0) throw UsageError(fmt::format("{}: softcap {} is negative", op, s->softcap));
+  if (s->left_window < -1 || s->right_window < -1) {
+    throw UsageError(fmt::format("{}: window sizes must be -1 or nonnegative, found {} and {}", op, s->left_window,
+                                 s->right_window));
+  }
+  // Outputs.
+  const Ints y = four_d ? Ints{s->batch, s->q_heads, s->q_seq, s->v_head_size}
+                        : Ints{s->batch, s->q_seq, s->q_heads * s->v_head_size};
+  const Ints shapes[4] = {y, {s->batch, s->kv_heads, s->total, s->head_size},
+                          {s->batch, s->kv_heads, s->total, s->v_head_size}, {s->batch, s->q_heads, s->q_seq, s->total}};
+  for (size_t i = 0; i < setup.outputs.size(); ++i) checks::expectOutput(op, setup, i, q.dtype, shapes[i]);
+  s->staging.plan(setup);
+  return s;
+}
+
+// present = concat(past, new) along the sequence, [batch, kv heads, total, size].
+void writePresent(const AttentionState& s, const float* past, const float* fresh, const Strides& strides, int64_t size,
+                  float* present) {
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      float* out = present + (b * s.kv_heads + h) * s.total * size;
+      if (s.past > 0) {
+        std::memcpy(out, past + (b * s.kv_heads + h) * s.past * size, static_cast<size_t>(s.past * size) * sizeof(float));
+      }
+      for (int64_t j = 0; j < s.kv_seq; ++j) {
+        std::memcpy(out + (s.past + j) * size, fresh + b * strides.batch + h * strides.head + j * strides.seq,
+                    static_cast<size_t>(size) * sizeof(float));
+      }
+    }
+  }
+}
+
+struct AttentionData {
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* past_key;
+  const float* past_value;
+  const std::byte* mask;
+  const float* float_mask;
+  const int64_t* nonpad;
+  float* y;
+  float* scores;  // qk_matmul_output, or nullptr
+};
+
+// The additive bias of key j for query i of (batch b, q head h).
+float biasOf(const AttentionState& s, const AttentionData& d, int64_t b, int64_t h, int64_t i, int64_t j,
+             int64_t offset) {
+  float bias = 0;
+  if (s.mask != MaskKind::kNone) {
+    if (j >= s.mask_len) {
+      bias += kNegInf;
+    } else {
+      const int64_t at = b * s.mask_strides[0] + h * s.mask_strides[1] + i * s.mask_strides[2] + j;
+      if (s.mask == MaskKind::kBool) {
+        bias += d.mask[at] != std::byte{0} ? 0.0f : kNegInf;
+      } else {
+        bias += d.float_mask[at];
+      }
+    }
+  }
+  const int64_t frontier = i + offset;  // the query's absolute position
+  if (s.causal && j > frontier) bias += kNegInf;
+  if (s.left_window >= 0 && frontier - j > s.left_window) bias += kNegInf;
+  if (s.right_window >= 0 && j - frontier > s.right_window) bias += kNegInf;
+  if (s.nonpad && j >= d.nonpad[b]) bias += kNegInf;
+  return bias;
+}
+
+void attentionRow(const AttentionState& s, const AttentionData& d, int64_t b, int64_t h, int64_t i) {
+  const int64_t kv_h = h / (s.q_heads / s.kv_heads);
+  const float* q = d.q + b * s.q.batch + h * s.q.head + i * s.q.seq;
+  float* y = d.y + b * s.y.batch + h * s.y.head + i * s.y.seq;
+  float* scores = d.scores == nullptr ? nullptr : d.scores + ((b * s.q_heads + h) * s.q_seq + i) * s.total;
+  const int64_t offset = s.past > 0 ? s.past : (s.nonpad ? d.nonpad[b] - s.q_seq : 0);
+  std::fill(y, y + s.v_head_size, 0.0f);
+  float max = kNegInf;
+  float sum = 0;
+  bool any_allowed = false;
+  for (int64_t j = 0; j < s.total; ++j) {
+    const bool past = j < s.past;
+    const float* key = past ? d.past_key + ((b * s.kv_heads + kv_h) * s.past + j) * s.head_size
+                            : d.k + b * s.k.batch + kv_h * s.k.head + (j - s.past) * s.k.seq;
+    const float* value = past ? d.past_value + ((b * s.kv_heads + kv_h) * s.past + j) * s.v_head_size
+                              : d.v + b * s.v.batch + kv_h * s.v.head + (j - s.past) * s.v.seq;
+    float dot = 0;
+    for (int64_t c = 0; c < s.head_size; ++c) dot += q[c] * key[c];
+    float logit = dot * s.scale;
+    if (s.softcap > 0) logit = s.softcap * std::tanh(logit / s.softcap);
+    const float bias = biasOf(s, d, b, h, i, j, offset);
+    any_allowed = any_allowed || !(bias == kNegInf);
+    const float z = logit + bias;
+    if (scores != nullptr) scores[j] = s.qk_mode <= 1 ? logit : z;
+    if (z == kNegInf) continue;  // weight 0
+    if (std::isnan(z)) {
+      max = z;  // poisons the row, as in the reference
+      continue;
+    }
+    if (z > max) {
+      const float factor = std::exp(max - z);
+      for (int64_t c = 0; c < s.v_head_size; ++c) y[c] *= factor;
+      sum *= factor;
+      max = z;
+    }
+    const float e = std::exp(z - max);
+    sum += e;
+    for (int64_t c = 0; c < s.v_head_size; ++c) y[c] += e * value[c];
+  }
+  const bool zero = !any_allowed || sum == 0;
+  const float inv = zero ? 0.0f : (std::isnan(max) ? max : 1.0f / sum);
+  for (int64_t c = 0; c < s.v_head_size; ++c) y[c] = zero ? 0.0f : y[c] * inv;
+  if (scores != nullptr && s.qk_mode == 3) {
+    for (int64_t j = 0; j < s.total; ++j) scores[j] = zero ? 0.0f : std::exp(scores[j] - max) * inv;
+  }
+}
+
+void runAttention(const KernelCall& call) {
+  const auto& s = static_cast<const AttentionState&>(*call.state);
+  AttentionData d{};
+  d.q = s.staging.input(call, 0);
+  d.k = s.staging.input(call, 1);
+  d.v = s.staging.input(call, 2);
+  if (s.mask == MaskKind::kBool) d.mask = call.inputs[3].data;
+  if (s.mask == MaskKind::kFloat) d.float_mask = s.staging.input(call, 3);
+  if (s.past > 0) {
+    d.past_key = s.staging.input(call, 4);
+    d.past_value = s.staging.input(call, 5);
+  }
+  if (s.nonpad) d.nonpad = call.inputs[6].as<const int64_t>();
+  d.y = s.staging.output(call, 0);
+  if (call.output_count > 1) writePresent(s, d.past_key, d.k, s.k, s.head_size, s.staging.output(call, 1));
+  if (call.output_count > 2) writePresent(s, d.past_value, d.v, s.v, s.v_head_size, s.staging.output(call, 2));
+  if (call.output_count > 3) d.scores = s.staging.output(call, 3);
+  const int64_t rows = s.batch * s.q_heads * s.q_seq;
+  parallelForItems(rows, s.total * (s.head_size + s.v_head_size), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      attentionRow(s, d, row / (s.q_heads * s.q_seq), row / s.q_seq % s.q_heads, row % s.q_seq);
+    }
+  });
+  s.staging.finish(call);
+}
+
+// ---------------------------------------------------------- RotaryEmbedding
+
+struct RotaryState final : KernelState {
+  int64_t batch = 0, heads = 0, seq = 0, head_size = 0;
+  Strides x;            // of X and Y
+  int64_t rotary = 0;   // rotated elements at the start of each head
+  bool interleaved = false;
+  bool positions = false;
+  int64_t cache_rows = 0;  // with position_ids: rows of the caches
+  fp::FloatStaging staging;
+};
+
+std::unique_ptr<KernelState> prepareRotary(const KernelSetup& setup) {
+  constexpr std::string_view op = "RotaryEmbedding";
+  checks::expectCounts(op, setup, 3, 4, 1, 1);
+  const TensorInfo& x = setup.inputs[0];
+  expectComputedInF32(op, x, "input");
+  for (size_t i : {1u, 2u}) {
+    if (setup.inputs[i].dtype != x.dtype) {
+      throw UsageError(fmt::format("{}: input {} is {} but X is {}", op, i, typeText(setup.inputs[i]), typeText(x)));
+    }
+  }
+  auto s = std::make_unique<RotaryState>();
+  s->batch = x.shape.empty() ? 0 : x.shape[0];
+  if (x.shape.size() == 4) {
+    s->heads = x.shape[1];
+    s->seq = x.shape[2];
+    s->head_size = x.shape[3];
+  } else if (x.shape.size() == 3) {
+    s->heads = setup.params.getInt("num_heads", 0);
+    if (s->heads < 1 || x.shape[2] % s->heads != 0) {
+      throw UsageError(fmt::format("{}: a 3-D X {} needs a num_heads that divides its last axis, found {}", op,
+                                   typeText(x), s->heads));
+    }
+    s->seq = x.shape[1];
+    s->head_size = x.shape[2] / s->heads;
+  } else {
+    throw UsageError(fmt::format("{}: X must be 3-D or 4-D, found {}", op, typeText(x)));
+  }
+  s->x = stridesOf(x.shape.size() == 4, s->heads, s->seq, s->head_size);
+  s->rotary = setup.params.getInt("rotary_embedding_dim", 0);
+  if (s->rotary == 0) s->rotary = s->head_size;
+  if (s->rotary < 0 || s->rotary > s->head_size || s->rotary % 2 != 0) {
+    throw UsageError(fmt::format("{}: rotary_embedding_dim {} must be even and at most the head size {}", op, s->rotary,
+                                 s->head_size));
+  }
+  s->interleaved = setup.params.getInt("interleaved", 0) != 0;
+  s->positions = present(setup.inputs, 3);
+  const int64_t half = s->rotary / 2;
+  const Ints& cos = setup.inputs[1].shape;
+  if (s->positions) {
+    checks::expectDType(op, "position_ids", setup.inputs[3], DType::kI64);
+    if (setup.inputs[3].shape != Ints{s->batch, s->seq}) {
+      throw UsageError(fmt::format("{}: position_ids must be [{}, {}], found {}", op, s->batch, s->seq,
+                                   typeText(setup.inputs[3])));
+    }
+    if (cos.size() != 2 || cos[1] != half) {
+      throw UsageError(fmt::format("{}: with position_ids the caches must be [positions, {}], found {}", op, half,
+                                   typeText(setup.inputs[1])));
+    }
+    s->cache_rows = cos[0];
+  } else if (cos != Ints{s->batch, s->seq, half}) {
+    throw UsageError(fmt::format("{}: without position_ids the caches must be [{}, {}, {}], found {}", op, s->batch,
+                                 s->seq, half, typeText(setup.inputs[1])));
+  }
+  if (setup.inputs[2].shape != cos) {
+    throw UsageError(fmt::format("{}: sin_cache {} and cos_cache {} differ", op, typeText(setup.inputs[2]),
+                                 typeText(setup.inputs[1])));
+  }
+  checks::expectOutput(op, setup, 0, x.dtype, x.shape);
+  s->staging.plan(setup);
+  return s;
+}
+
+void runRotary(const KernelCall& call) {
+  const auto& s = static_cast<const RotaryState&>(*call.state);
+  const float* x = s.staging.input(call, 0);
+  const float* cos_cache = s.staging.input(call, 1);
+  const float* sin_cache = s.staging.input(call, 2);
+  const int64_t* positions = s.positions ? call.inputs[3].as<const int64_t>() : nullptr;
+  float* y = s.staging.output(call, 0);
+  const int64_t half = s.rotary / 2;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t t = 0; t < s.seq; ++t) {
+      // An out-of-range position id is clamped (run cannot fail).
+      const int64_t row = positions == nullptr ? b * s.seq + t
+                                               : std::clamp<int64_t>(positions[b * s.seq + t], 0, s.cache_rows - 1);
+      const float* cos = cos_cache + row * half;
+      const float* sin = sin_cache + row * half;
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const int64_t at = b * s.x.batch + h * s.x.head + t * s.x.seq;
+        const float* in = x + at;
+        float* out = y + at;
+        for (int64_t c = 0; c < half; ++c) {
+          const int64_t i1 = s.interleaved ? 2 * c : c;
+          const int64_t i2 = s.interleaved ? 2 * c + 1 : c + half;
+          const float x1 = in[i1];
+          const float x2 = in[i2];
+          out[i1] = cos[c] * x1 - sin[c] * x2;
+          out[i2] = sin[c] * x1 + cos[c] * x2;
+        }
+        std::copy(in + s.rotary, in + s.head_size, out + s.rotary);
+      }
+    }
+  }
+  s.staging.finish(call);
+}
+
+// --------------------------------------------------------- RMSNormalization
+
+struct RmsNormState final : KernelState {
+  int64_t rows = 0;
+  int64_t size = 0;  // normalised elements per row
+  float epsilon = 0;
+  std::vector<int64_t> scale_index;  // per element of a row: its scale element (broadcasting)
+  fp::FloatStaging staging;
+};
+
+// The flat index into `param` (right-aligned against `dims`, broadcasting)
+// of each element of `dims`; UsageError when it does not broadcast.
+std::vector<int64_t> broadcastIndices(std::string_view op, const TensorInfo& param, const Ints& dims) {
+  const Ints& p = param.shape;
+  if (p.size() > dims.size()) {
+    for (size_t i = 0; i < p.size() - dims.size(); ++i) {
+      if (p[i] != 1) {
+        throw UsageError(fmt::format("{}: {} does not broadcast to the normalised shape {}", op, typeText(param),
+                                     TensorInfo{param.dtype, dims}.shapeString()));
+      }
+    }
+  }
+  const size_t lead = dims.size() - std::min(dims.size(), p.size());
+  Ints strides(dims.size(), 0);
+  int64_t stride = 1;
+  for (size_t d = dims.size(); d-- > lead;) {
+    const int64_t size = p[p.size() - (dims.size() - d)];
+    if (size != 1 && size != dims[d]) {
+      throw UsageError(fmt::format("{}: {} does not broadcast to the normalised shape {}", op, typeText(param),
+                                   TensorInfo{param.dtype, dims}.shapeString()));
+    }
+    strides[d] = size == 1 ? 0 : stride;
+    stride *= size;
+  }
+  std::vector<int64_t> indices(static_cast<size_t>(checks::elementCount(dims)));
+  for (size_t e = 0; e < indices.size(); ++e) {
+    int64_t rest = static_cast<int64_t>(e);
+    int64_t index = 0;
+    for (size_t d = dims.size(); d-- > 0;) {
+      index += rest % dims[d] * strides[d];
+      rest /= dims[d];
+    }
+    indices[e] = index;
+  }
+  return indices;
+}
+
+std::unique_ptr<KernelState> prepareRmsNorm(const KernelSetup& setup) {
+  constexpr std::string_view op = "RMSNormalization";
+  checks::expectCounts(op, setup, 2, 2, 1, 1);
+  const TensorInfo& x = setup.inputs[0];
+  expectComputedInF32(op, x, "input");
+  expectComputedInF32(op, setup.inputs[1], "scale");
+  const int64_t stash = setup.params.getInt("stash_type", 1);
+  if (stash != 1) throw UsageError(fmt::format("{}: stash_type {} is not supported (only 1, f32)", op, stash));
+  if (x.shape.empty()) throw UsageError(fmt::format("{}: needs an input of rank 1 or more, got a scalar", op));
+  const size_t axis = checks::normalizeAxis(op, setup.params.getInt("axis", -1), x.shape.size());
+  const Ints normalized(x.shape.begin() + static_cast<std::ptrdiff_t>(axis), x.shape.end());
+  auto s = std::make_unique<RmsNormState>();
+  s->size = checks::elementCount(normalized);
+  s->rows = s->size == 0 ? 0 : checks::elementCount(x.shape) / s->size;
+  s->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
+  s->scale_index = broadcastIndices(op, setup.inputs[1], normalized);
+  checks::expectOutput(op, setup, 0, x.dtype, x.shape);
+  s->staging.plan(setup);
+  return s;
+}
+
+void runRmsNorm(const KernelCall& call) {
+  const auto& s = static_cast<const RmsNormState&>(*call.state);
+  const float* x = s.staging.input(call, 0);
+  const float* scale = s.staging.input(call, 1);
+  float* y = s.staging.output(call, 0);
+  parallelForItems(s.rows, s.size, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x + r * s.size;
+      float* out = y + r * s.size;
+      double squares = 0;
+      for (int64_t e = 0; e < s.size; ++e) squares += static_cast<double>(in[e]) * in[e];
+      const auto inv = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(s.size) + s.epsilon));
+      for (int64_t e = 0; e < s.size; ++e) out[e] = in[e] * inv * scale[s.scale_index[static_cast<size_t>(e)]];
+    }
+  });
+  s.staging.finish(call);
+}
+
+// ------------------------------------------------------------------- SwiGLU
+
+struct SwigluState final : KernelState {
+  int64_t size = 0;
+  float alpha = 1;
+  fp::FloatStaging staging;
+};
+
+std::unique_ptr<KernelState> prepareSwiglu(const KernelSetup& setup) {
+  constexpr std::string_view op = "SwiGLU";
+  checks::expectCounts(op, setup, 2, 2, 1, 1);
+  const TensorInfo& a = setup.inputs[0];
+  expectComputedInF32(op, a, "inputs");
+  if (setup.inputs[1] != a) {
+    throw UsageError(fmt::format("{}: A {} and B {} must have one type and shape (no broadcasting)", op, typeText(a),
+                                 typeText(setup.inputs[1])));
+  }
+  checks::expectOutput(op, setup, 0, a.dtype, a.shape);
+  auto s = std::make_unique<SwigluState>();
+  s->size = checks::elementCount(a.shape);
+  s->alpha = static_cast<float>(setup.params.getFloat("alpha", 1.0));
+  s->staging.plan(setup);
+  return s;
+}
+
+void runSwiglu(const KernelCall& call) {
+  const auto& s = static_cast<const SwigluState&>(*call.state);
+  const float* a = s.staging.input(call, 0);
+  const float* b = s.staging.input(call, 1);
+  float* y = s.staging.output(call, 0);
+  parallelForElements(s.size, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = a[i] / (1.0f + std::exp(-s.alpha * a[i])) * b[i];
+  }, 8);
+  s.staging.finish(call);
+}
+
+}  // namespace
+
+void registerTransformerKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"Attention", &prepareAttention, &runAttention});
+  registry.add(KernelDef{"RotaryEmbedding", &prepareRotary, &runRotary});
+  registry.add(KernelDef{"RMSNormalization", &prepareRmsNorm, &runRmsNorm});
+  registry.add(KernelDef{"SwiGLU", &prepareSwiglu, &runSwiglu});
+}
+
+}  // namespace kiln

@@ -1,0 +1,201 @@
+// If, Loop and Scan at run time: the executor runs their sub-programs and
+// moves data between the node's tensors and the sub-program's formal
+// inputs and outputs. Shapes were all fixed at compile time, so every copy
+// has a planned destination and nothing is allocated, however many
+// iterations run.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+
+#include "kiln/error.h"
+#include "runtime/program.h"
+
+namespace kiln {
+namespace {
+
+uint64_t bytesOf(const TensorView& view) { return view.numElements() * dtypeSize(view.dtype); }
+
+void copyView(const TensorView& to, const TensorView& from) {
+  if (to.data != from.data) std::memmove(to.data, from.data, bytesOf(from));
+}
+
+// The tensor as [outer, length, inner bytes] around `axis`.
+struct AxisSplit {
+  uint64_t outer = 1;
+  uint64_t length = 1;
+  uint64_t inner_bytes = 0;
+};
+
+AxisSplit splitAt(const TensorView& view, uint32_t axis) {
+  AxisSplit split;
+  uint64_t inner = 1;
+  for (uint32_t d = 0; d < view.rank; ++d) {
+    const auto dim = static_cast<uint64_t>(view.dims[d]);
+    if (d < axis) split.outer *= dim;
+    else if (d == axis) split.length = dim;
+    else inner *= dim;
+  }
+  split.inner_bytes = inner * dtypeSize(view.dtype);
+  return split;
+}
+
+// Copies slice `index` along `axis` of `whole` into `slice`, or back.
+void copySlice(const TensorView& whole, uint32_t axis, uint64_t index, const TensorView& slice, bool into_slice) {
+  const AxisSplit s = splitAt(whole, axis);
+  for (uint64_t o = 0; o < s.outer; ++o) {
+    std::byte* in_whole = whole.data + (o * s.length + index) * s.inner_bytes;
+    std::byte* in_slice = slice.data + o * s.inner_bytes;
+    if (into_slice) std::memcpy(in_slice, in_whole, s.inner_bytes);
+    else std::memcpy(in_whole, in_slice, s.inner_bytes);
+  }
+}
+
+}  // namespace
+
+bool isControlFlowKernel(const std::string& kernel) {
+  return kernel == "kiln.If" || kernel == "kiln.Loop" || kernel == "kiln.Scan";
+}
+
+std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const ParamMap& params,
+                                                std::vector<const Program*> programs, const TensorView* inputs,
+                                                uint32_t input_count, const TensorView* outputs,
+                                                uint32_t output_count) {
+  auto control = std::make_unique<ControlFlow>();
+  control->programs = std::move(programs);
+  control->inputs = static_cast<uint32_t>(params.getInt("captured_from", input_count));
+  control->outputs = output_count - 1;  // the workspace comes last
+  const size_t expected_programs = kernel == "kiln.If" ? 2 : 1;
+  if (control->programs.size() != expected_programs || control->inputs > input_count) {
+    throw UsageError(fmt::format("{}: malformed step ({} sub-programs, {} inputs)", kernel, control->programs.size(),
+                                 control->inputs));
+  }
+  if (kernel == "kiln.If") {
+    control->kind = ControlFlow::Kind::kIf;
+    if (control->inputs != 1 || inputs[0].dtype != DType::kBool || inputs[0].numElements() != 1) {
+      throw UsageError("If: the condition must be one bool");
+    }
+    for (const Program* branch : control->programs) {
+      if (branch->output_views.size() != control->outputs) throw UsageError("If: a branch gives the wrong outputs");
+    }
+  } else if (kernel == "kiln.Loop") {
+    control->kind = ControlFlow::Kind::kLoop;
+    const Program& body = *control->programs[0];
+    if (control->inputs < 2 || body.input_views.size() != control->inputs ||
+        body.output_views.size() != 1 + control->outputs) {
+      throw UsageError("Loop: the body's inputs or outputs do not match the node's");
+    }
+  } else {
+    control->kind = ControlFlow::Kind::kScan;
+    const auto scans = params.getInt("num_scan_inputs", 0);
+    if (scans < 1 || static_cast<uint32_t>(scans) > control->inputs) throw UsageError("Scan: bad num_scan_inputs");
+    control->scan_inputs = static_cast<uint32_t>(scans);
+    const uint32_t states = control->inputs - control->scan_inputs;
+    const uint32_t scan_outputs = control->outputs - states;
+    auto axes = [&](const std::string& key, uint32_t count, auto rank_of) {
+      const auto values = params.getInts(key, std::vector<int64_t>(count, 0));
+      if (values.size() != count) throw UsageError(fmt::format("Scan: {} needs {} values", key, count));
+      std::vector<uint32_t> result;
+      for (uint32_t i = 0; i < count; ++i) {
+        const auto rank = static_cast<int64_t>(rank_of(i));
+        const int64_t axis = values[i] < 0 ? values[i] + rank : values[i];
+        if (axis < 0 || axis >= rank) throw UsageError(fmt::format("Scan: {} value {} is out of range", key, values[i]));
+        result.push_back(static_cast<uint32_t>(axis));
+      }
+      return result;
+    };
+    auto flags = [&](const std::string& key, uint32_t count) {
+      const auto values = params.getInts(key, std::vector<int64_t>(count, 0));
+      if (values.size() != count) throw UsageError(fmt::format("Scan: {} needs {} values", key, count));
+      std::vector<uint8_t> result;
+      for (int64_t v : values) result.push_back(v != 0 ? 1 : 0);
+      return result;
+    };
+    control->input_axes = axes("scan_input_axes", control->scan_inputs, [&](uint32_t i) { return inputs[states + i].rank; });
+    control->input_reverse = flags("scan_input_directions", control->scan_inputs);
+    // Output ranks are known from the body's slices plus the scan axis.
+    const Program& body = *control->programs[0];
+    if (body.input_views.size() != control->inputs || body.output_views.size() != control->outputs) {
+      throw UsageError("Scan: the body's inputs or outputs do not match the node's");
+    }
+    control->output_axes = axes("scan_output_axes", scan_outputs, [&](uint32_t j) { return outputs[states + j].rank; });
+    control->output_reverse = flags("scan_output_directions", scan_outputs);
+  }
+  return control;
+}
+
+void ProgramRunner::runControlFlow(const Step& step) {
+  switch (step.control->kind) {
+    case ControlFlow::Kind::kIf: runIf(step); break;
+    case ControlFlow::Kind::kLoop: runLoop(step); break;
+    case ControlFlow::Kind::kScan: runScan(step); break;
+  }
+}
+
+void ProgramRunner::runIf(const Step& step) {
+  const ControlFlow& control = *step.control;
+  const bool condition = *reinterpret_cast<const uint8_t*>(views_[step.first_input].data) != 0;
+  const Program& branch = *control.programs[condition ? 0 : 1];
+  run(branch.steps);  // only the chosen branch runs
+  for (uint32_t i = 0; i < control.outputs; ++i) copyView(views_[step.first_output + i], views_[branch.output_views[i]]);
+}
+
+// Loop(M, cond, v...): body(i, cond, v...) -> (cond, v..., scan...).
+void ProgramRunner::runLoop(const Step& step) {
+  const ControlFlow& control = *step.control;
+  const Program& body = *control.programs[0];
+  const TensorView* in = &views_[step.first_input];
+  const TensorView* out = &views_[step.first_output];
+  const uint32_t carried = control.inputs - 2;
+  const int64_t trip_limit = in[0].data != nullptr ? *in[0].as<int64_t>() : std::numeric_limits<int64_t>::max();
+  bool condition = in[1].data != nullptr ? *in[1].as<uint8_t>() != 0 : true;
+  for (uint32_t k = 0; k < carried; ++k) copyView(views_[body.input_views[2 + k]], in[2 + k]);
+  const uint32_t scans = control.outputs - carried;
+  int64_t iteration = 0;
+  for (; iteration < trip_limit && condition; ++iteration) {
+    if (scans > 0 && static_cast<int64_t>(out[carried].dims[0]) <= iteration) break;
+    *views_[body.input_views[0]].as<int64_t>() = iteration;
+    *views_[body.input_views[1]].as<uint8_t>() = condition ? 1 : 0;
+    run(body.steps);
+    condition = *views_[body.output_views[0]].as<uint8_t>() != 0;
+    for (uint32_t j = 0; j < scans; ++j) {
+      const TensorView& slice = views_[body.output_views[1 + carried + j]];
+      std::memcpy(out[carried + j].data + static_cast<uint64_t>(iteration) * bytesOf(slice), slice.data, bytesOf(slice));
+    }
+    for (uint32_t k = 0; k < carried; ++k) copyView(views_[body.input_views[2 + k]], views_[body.output_views[1 + k]]);
+  }
+  if (scans > 0 && iteration != out[carried].dims[0]) {
+    throw UsageError(fmt::format("Loop ran {} iterations, but its scan outputs were planned for {} (a loop whose "
+                                 "scan outputs' length is only known at run time is not supported)",
+                                 iteration, out[carried].dims[0]));
+  }
+  for (uint32_t k = 0; k < carried; ++k) copyView(out[k], views_[body.input_views[2 + k]]);
+}
+
+// Scan(states..., scanned...): body(states..., slices...) -> (states...,
+// scan slices...), once per position along the scanned axis.
+void ProgramRunner::runScan(const Step& step) {
+  const ControlFlow& control = *step.control;
+  const Program& body = *control.programs[0];
+  const TensorView* in = &views_[step.first_input];
+  const TensorView* out = &views_[step.first_output];
+  const uint32_t states = control.inputs - control.scan_inputs;
+  const uint32_t scans = control.outputs - states;
+  const uint64_t length = static_cast<uint64_t>(in[states].dims[control.input_axes[0]]);
+  for (uint32_t i = 0; i < states; ++i) copyView(views_[body.input_views[i]], in[i]);
+  for (uint64_t t = 0; t < length; ++t) {
+    for (uint32_t k = 0; k < control.scan_inputs; ++k) {
+      const uint64_t index = control.input_reverse[k] ? length - 1 - t : t;
+      copySlice(in[states + k], control.input_axes[k], index, views_[body.input_views[states + k]], true);
+    }
+    run(body.steps);
+    for (uint32_t i = 0; i < states; ++i) copyView(views_[body.input_views[i]], views_[body.output_views[i]]);
+    for (uint32_t j = 0; j < scans; ++j) {
+      const uint64_t index = control.output_reverse[j] ? length - 1 - t : t;
+      copySlice(out[states + j], control.output_axes[j], index, views_[body.output_views[states + j]], false);
+    }
+  }
+  for (uint32_t i = 0; i < states; ++i) copyView(out[i], views_[body.input_views[i]]);
+}
+
+}  // namespace kiln

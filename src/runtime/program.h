@@ -1,0 +1,92 @@
+// The executor's prepared form of a step program, and the loop that runs
+// it, sub-programs (If, Loop, Scan) included.
+//
+// Every tensor a step touches is a TensorView in one table owned by the
+// executor; steps refer to their views by position, so that binding a
+// call's buffers or an arena only rewrites data pointers. Running never
+// allocates: control flow copies between views that were all planned at
+// compile time (a sub-program's values live in its step's workspace).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace kiln {
+
+struct ControlFlow;
+
+// One prepared step: a kernel, or control flow run by ProgramRunner.
+struct Step {
+  RunKernel run = nullptr;  // null for control flow
+  std::unique_ptr<KernelState> state;
+  uint32_t first_input = 0;
+  uint32_t input_count = 0;
+  uint32_t first_output = 0;
+  uint32_t output_count = 0;
+  std::unique_ptr<ControlFlow> control;
+};
+
+// A sub-program: its steps and the views of its formal inputs and outputs.
+struct Program {
+  std::vector<Step> steps;
+  std::vector<uint32_t> input_views;
+  std::vector<uint32_t> output_views;
+};
+
+struct ControlFlow {
+  enum class Kind { kIf, kLoop, kScan };
+  Kind kind = Kind::kIf;
+  std::vector<const Program*> programs;  // If: then, else; Loop, Scan: body
+  uint32_t inputs = 0;                   // the node's inputs (captured values follow them)
+  uint32_t outputs = 0;                  // the node's outputs (the workspace follows them)
+  // Scan only: how many inputs are scanned, and per scanned input / scan
+  // output its axis (normalised) and whether it runs backwards.
+  uint32_t scan_inputs = 0;
+  std::vector<uint32_t> input_axes, output_axes;
+  std::vector<uint8_t> input_reverse, output_reverse;
+};
+
+// Runs steps over a view table. Throws UsageError only when a Loop ends
+// before the number of iterations its scan outputs were planned for.
+class ProgramRunner {
+ public:
+  ProgramRunner(std::vector<TensorView>& views, uint64_t& steps_run) : views_(views), steps_run_(steps_run) {}
+
+  void run(const std::vector<Step>& steps) {
+    for (const Step& step : steps) runStep(step);
+  }
+
+  void runStep(const Step& step) {
+    if (step.run != nullptr) {
+      step.run(KernelCall{&views_[step.first_input], step.input_count, &views_[step.first_output], step.output_count,
+                          step.state.get()});
+    } else {
+      runControlFlow(step);
+    }
+    ++steps_run_;
+  }
+
+ private:
+  void runControlFlow(const Step& step);
+  void runIf(const Step& step);
+  void runLoop(const Step& step);
+  void runScan(const Step& step);
+
+  std::vector<TensorView>& views_;
+  uint64_t& steps_run_;
+};
+
+// The ControlFlow of a kiln.If / kiln.Loop / kiln.Scan step, checked
+// against its prepared sub-programs and its views; UsageError when they do
+// not fit together.
+std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const ParamMap& params,
+                                                std::vector<const Program*> programs, const TensorView* inputs,
+                                                uint32_t input_count, const TensorView* outputs,
+                                                uint32_t output_count);
+
+bool isControlFlowKernel(const std::string& kernel);
+
+}  // namespace kiln
