@@ -115,7 +115,7 @@ class Runner:
                 raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
             if not _fits(array.shape, shape, self.dynamic):
                 raise Error(f"input '{name}' must have shape {_show(shape)}, got {array.shape}")
-            array = np.ascontiguousarray(array)  # a copy only when not C-contiguous
+            array = np.ascontiguousarray(array).reshape(array.shape)  # a copy only when not C-contiguous; 0-d stays 0-d
             arrays.append(array.view(_STORAGE_DTYPES[dtype]) if dtype in _STORAGE_DTYPES else array)
         if self.dynamic:
             dtypes = [dtype for _, _, dtype in self.inputs]
