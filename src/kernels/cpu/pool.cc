@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <dnnl.hpp>
@@ -76,6 +77,7 @@ struct Window {
 
 struct PoolState final : KernelState {
   Window window;
+  DType dtype = DType::kF32;  // MaxPool also takes u8 and i8, through the loop kernel
   bool use_dnnl = false;
   dnnl::pooling_v2_forward primitive;
   onednn::ExecutionSlots slots;
@@ -83,8 +85,10 @@ struct PoolState final : KernelState {
 
 // ------------------------------------------------------------- loop kernel
 
-// `indices`: MaxPool's Indices output, or nullptr.
-void loopPool(const float* x, float* y, const Window& w, int64_t* indices = nullptr) {
+// `indices`: MaxPool's Indices output, or nullptr. T is float, or for
+// MaxPool an 8-bit integer.
+template <typename T>
+void loopPool(const T* x, T* y, const Window& w, int64_t* indices = nullptr) {
   const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
   const int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
   // Row r is one (n, c) plane; its elements are `step` apart.
@@ -92,8 +96,8 @@ void loopPool(const float* x, float* y, const Window& w, int64_t* indices = null
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t n = r / w.channels;
     const int64_t c = r % w.channels;
-    const float* xr = w.channels_last ? x + n * in_plane * w.channels + c : x + r * in_plane;
-    float* yr = w.channels_last ? y + n * out_plane * w.channels + c : y + r * out_plane;
+    const T* xr = w.channels_last ? x + n * in_plane * w.channels + c : x + r * in_plane;
+    T* yr = w.channels_last ? y + n * out_plane * w.channels + c : y + r * out_plane;
     for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
       for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
         for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
@@ -116,7 +120,7 @@ void loopPool(const float* x, float* y, const Window& w, int64_t* indices = null
                 const int64_t i2 = start[2] + k2 * w.dilation[2];
                 if (pad1 && i2 >= -w.pad_begin[2] && i2 < w.in[2] + w.pad_end[2]) ++padded;
                 if (!in1 || i2 < 0 || i2 >= w.in[2]) continue;
-                const float v = xr[((i0 * w.in[1] + i1) * w.in[2] + i2) * step];
+                const auto v = static_cast<float>(xr[((i0 * w.in[1] + i1) * w.in[2] + i2) * step]);
                 ++valid;
                 if (w.max) {
                   if (best < 0 || v > acc || (v != v && acc == acc)) {  // NaN propagates
@@ -143,7 +147,11 @@ void loopPool(const float* x, float* y, const Window& w, int64_t* indices = null
             acc /= static_cast<float>(w.count_include_pad ? padded : valid);
           }
           const int64_t at = ((o0 * w.out[1] + o1) * w.out[2] + o2) * step;
-          yr[at] = acc;
+          if constexpr (std::is_integral_v<T>) {
+            yr[at] = best < 0 ? std::numeric_limits<T>::lowest() : static_cast<T>(acc);  // a window of padding only
+          } else {
+            yr[at] = static_cast<T>(acc);
+          }
           if (indices != nullptr) indices[r * out_plane + at] = r * in_plane + std::max<int64_t>(best, 0);
         }
       }
@@ -194,8 +202,17 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
 void runPool(const KernelCall& call) {
   const auto& state = static_cast<const PoolState&>(*call.state);
   if (!state.use_dnnl) {
-    loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window,
-             state.window.indices ? call.outputs[1].as<int64_t>() : nullptr);
+    int64_t* indices = state.window.indices ? call.outputs[1].as<int64_t>() : nullptr;
+    switch (state.dtype) {
+      case DType::kU8:
+        loopPool(call.inputs[0].as<const uint8_t>(), call.outputs[0].as<uint8_t>(), state.window, indices);
+        break;
+      case DType::kI8:
+        loopPool(call.inputs[0].as<const int8_t>(), call.outputs[0].as<int8_t>(), state.window, indices);
+        break;
+      default:
+        loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window, indices);
+    }
     return;
   }
   ExecutionSlot& slot = state.slots.claim();
@@ -210,10 +227,11 @@ void runPool(const KernelCall& call) {
 
 // ------------------------------------------------------------------ prepare
 
-void expectF32Input(std::string_view op, const KernelSetup& setup) {
+// `bytes`: u8 and i8 are allowed too (MaxPool).
+void expectF32Input(std::string_view op, const KernelSetup& setup, bool bytes = false) {
   if (setup.inputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 input, got {}", op, setup.inputs.size()));
   const TensorInfo& x = setup.inputs[0];
-  if (x.dtype != DType::kF32) {
+  if (x.dtype != DType::kF32 && !(bytes && (x.dtype == DType::kU8 || x.dtype == DType::kI8))) {
     throw UsageError(
         fmt::format("{}: no kernel for {} inputs (supports f32); input 0 is {}", op, dtypeName(x.dtype), typeString(x)));
   }
@@ -224,7 +242,7 @@ void expectF32Input(std::string_view op, const KernelSetup& setup) {
 }
 
 void expectOutput(std::string_view op, const KernelSetup& setup, const Ints& shape) {
-  const TensorInfo expected{DType::kF32, shape};
+  const TensorInfo expected{setup.inputs[0].dtype, shape};
   if (setup.outputs[0] != expected) {
     throw UsageError(
         fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
@@ -234,7 +252,7 @@ void expectOutput(std::string_view op, const KernelSetup& setup, const Ints& sha
 // `p`: LpPool's exponent, 0 for MaxPool and AveragePool.
 std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max,
                                          bool channels_last = false, int64_t p = 0) {
-  expectF32Input(op, setup);
+  expectF32Input(op, setup, max && !channels_last);
   const bool indices = max && !channels_last && setup.outputs.size() == 2;
   if (setup.outputs.size() != (indices ? 2u : 1u)) {
     throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
@@ -318,7 +336,8 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
                                  TensorInfo{DType::kI64, out_shape}.shapeString()));
   }
   if (w.rows == 0) return state;  // the loop kernel does nothing
-  if (indices || p != 0) return state;  // oneDNN gives neither
+  state->dtype = setup.inputs[0].dtype;
+  if (indices || p != 0 || state->dtype != DType::kF32) return state;  // oneDNN gives neither
   if (!max && w.count_include_pad && ceil_extra) return state;  // see the top of the file
   try {
     prepareDnnl(*state, n, pad_right);
