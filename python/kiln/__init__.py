@@ -31,7 +31,6 @@ _NUMPY_DTYPES = {
     "f4e2m1": ml_dtypes.float4_e2m1fn, "i4": ml_dtypes.int4, "u4": ml_dtypes.uint4, "i2": ml_dtypes.int2,
     "u2": ml_dtypes.uint2,
 }
-
 # The ml_dtypes types, which the bindings (numpy's own types only) receive
 # as views of their bits.
 _BIT_VIEWS = {np.dtype(t) for t in _NUMPY_DTYPES.values() if np.dtype(t).type.__module__.startswith("ml_dtypes")}
@@ -122,7 +121,9 @@ class Runner:
                 raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
             if not _fits(array.shape, shape, self.dynamic):
                 raise Error(f"input '{name}' must have shape {_show(shape)}, got {array.shape}")
-            arrays.append(_as_bits(np.ascontiguousarray(array)))  # a copy only when not C-contiguous
+            # A copy only when not C-contiguous; reshape keeps a 0-d array 0-d (the
+            # shape is part of a run-time-shape package's signature).
+            arrays.append(_as_bits(np.ascontiguousarray(array).reshape(array.shape)))
         if self.dynamic:
             dtypes = [dtype for _, _, dtype in self.inputs]
             slots = self._executor.outputs_for(arrays, dtypes)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <set>
 
 #include "compiler/compile_program.h"
@@ -33,6 +34,46 @@ bool isView(const Node& node) {
   return node.domain.empty() && kViews.contains(node.op_type);
 }
 
+// The one element of `constant`, as a kernel parameter.
+ParamValue scalarOf(const Constant& constant) {
+  const std::byte* data = constant.bytes.data();
+  auto read = [data]<typename T>(T) {
+    T v;
+    std::memcpy(&v, data, sizeof v);
+    return v;
+  };
+  auto bitsToFloat = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return static_cast<double>(f);
+  };
+  switch (constant.info.dtype) {
+    case DType::kF32: return static_cast<double>(read(float{}));
+    case DType::kF64: return read(double{});
+    case DType::kBF16: return bitsToFloat(static_cast<uint32_t>(read(uint16_t{})) << 16);
+    case DType::kF16: {
+      const uint16_t h = read(uint16_t{});
+      const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+      const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+      if (exponent == 0x1F) return bitsToFloat(sign | 0x7F800000u | (mantissa << 13));
+      if (exponent != 0) return bitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+      const double magnitude = static_cast<double>(mantissa) * 5.9604644775390625e-8;  // 2^-24
+      return sign != 0 ? -magnitude : magnitude;
+    }
+    case DType::kBool:
+    case DType::kU8: return static_cast<int64_t>(read(uint8_t{}));
+    case DType::kI8: return static_cast<int64_t>(read(int8_t{}));
+    case DType::kU16: return static_cast<int64_t>(read(uint16_t{}));
+    case DType::kI16: return static_cast<int64_t>(read(int16_t{}));
+    case DType::kU32: return static_cast<int64_t>(read(uint32_t{}));
+    case DType::kI32: return static_cast<int64_t>(read(int32_t{}));
+    case DType::kU64:
+    case DType::kI64: return read(int64_t{});  // u64 keeps its bits
+    default:
+      throw GraphError(fmt::format("a {} tensor attribute cannot be passed to a kernel", dtypeName(constant.info.dtype)));
+  }
+}
+
 std::string kernelName(const Node& node) { return node.domain.empty() ? node.op_type : node.domain + "." + node.op_type; }
 
 ParamMap paramsOf(const Node& node) {
@@ -48,6 +89,15 @@ ParamMap paramsOf(const Node& node) {
             params.set(key, static_cast<double>(value));
           } else if constexpr (std::is_same_v<T, std::vector<float>>) {
             params.set(key, std::vector<double>(value.begin(), value.end()));
+          } else if constexpr (std::is_same_v<T, ConstantPtr>) {
+            // A one-element tensor (ConstantOfShape's value) passes as a
+            // number: an int for integer and bool types, a float otherwise.
+            if (!value || value->info.numElements() != 1) {
+              throw GraphError(fmt::format("node '{}' ({}): tensor attribute '{}' must hold one element to be passed "
+                                           "to a kernel",
+                                           node.name, node.op_type, key));
+            }
+            params.set(key, scalarOf(*value));
           } else if constexpr (std::is_same_v<T, GraphPtr>) {
             // If/Loop/Scan subgraphs are lowered to sub-programs.
           } else {

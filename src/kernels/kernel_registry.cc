@@ -27,6 +27,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerConvKernels(r);
     registerPoolKernels(r);
     registerNormalizationKernels(r);
+    registerIndexingKernels(r);
     registerTransformerKernels(r);
     registerLossKernels(r);
     registerFeatureNormalizationKernels(r);

@@ -11,6 +11,7 @@ void registerElementwiseOps(OpRegistry& registry);  // elementwise.cc: unary, bi
 void registerShapeOps(OpRegistry& registry);        // shape_ops.cc: Reshape, Transpose, Concat, Slice, Gather, ...
 void registerNnOps(OpRegistry& registry);           // nn_ops.cc: Conv, pooling, MatMul, Gemm, normalisation, Softmax
 void registerReductionOps(OpRegistry& registry);    // reductions.cc: ReduceSum/Mean/Max/..., ArgMax/ArgMin
+void registerIndexingOps(OpRegistry& registry);     // indexing_ops.cc: TensorScatter, EyeLike, Einsum, Det, ...
 void registerControlFlowOps(OpRegistry& registry);  // control_flow.cc: If, Loop, Scan
 void registerNormalizationOps(OpRegistry& registry);  // normalization_ops.cc: LpNormalization, MeanVarianceNormalization
 void registerRecurrentOps(OpRegistry& registry);    // recurrent_ops.cc: RNN, GRU, LSTM

@@ -91,6 +91,7 @@ OpRegistry& OpRegistry::global() {
     registerShapeOps(r);
     registerNnOps(r);
     registerReductionOps(r);
+    registerIndexingOps(r);
     registerControlFlowOps(r);
     registerTransformerOps(r);
     registerLossOps(r);

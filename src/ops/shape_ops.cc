@@ -30,7 +30,7 @@ using Ints = std::vector<int64_t>;
 
 bool isIndexType(DType dtype) { return dtype == DType::kI32 || dtype == DType::kI64; }
 
-// The values of a constant f32, f64, i32 or i64 input as doubles (Resize's
+// The values of a constant f16, bf16, f32, f64, i32 or i64 input as doubles (Resize's
 // scales, OneHot's depth), or nullopt when not constant or of another type.
 std::optional<std::vector<double>> constantNumbers(const InferenceContext& context, size_t index) {
   const ConstantPtr constant = context.inputConstant(index);
@@ -40,17 +40,38 @@ std::optional<std::vector<double>> constantNumbers(const InferenceContext& conte
     const Ints ints = *context.constantInts(index);
     return std::vector<double>(ints.begin(), ints.end());
   }
-  if (dtype != DType::kF32 && dtype != DType::kF64) return std::nullopt;
+  if (dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kF16 && dtype != DType::kBF16) return std::nullopt;
   const uint64_t count = constant->info.numElements();
   const std::byte* data = constant->bytes.data();
   std::vector<double> values(count);
+  auto bitsToFloat = [](uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    return static_cast<double>(value);
+  };
   for (uint64_t i = 0; i < count; ++i) {
     if (dtype == DType::kF32) {
       float value;
       std::memcpy(&value, data + i * 4, 4);
       values[i] = value;
-    } else {
+    } else if (dtype == DType::kF64) {
       std::memcpy(&values[i], data + i * 8, 8);
+    } else {
+      uint16_t half;
+      std::memcpy(&half, data + i * 2, 2);
+      if (dtype == DType::kBF16) {
+        values[i] = bitsToFloat(static_cast<uint32_t>(half) << 16);
+        continue;
+      }
+      const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+      const uint32_t exponent = (half >> 10) & 0x1Fu, mantissa = half & 0x3FFu;
+      if (exponent == 0x1F) {
+        values[i] = bitsToFloat(sign | 0x7F800000u | (mantissa << 13));
+      } else if (exponent != 0) {
+        values[i] = bitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+      } else {
+        values[i] = (sign != 0 ? -1.0 : 1.0) * static_cast<double>(mantissa) * 5.9604644775390625e-8;  // 2^-24
+      }
     }
   }
   return values;
@@ -945,7 +966,7 @@ void range(InferenceContext& context) {
       const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
       length = Dim::known(std::max<int64_t>(count, 0));
     }
-  } else if (dtype == DType::kF32 || dtype == DType::kF64) {
+  } else if (dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 || dtype == DType::kBF16) {
     const auto start = constantNumbers(context, 0), limit = constantNumbers(context, 1),
                delta = constantNumbers(context, 2);
     if (delta && delta->front() == 0) context.fail("delta is 0");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -212,8 +213,15 @@ size_t foldConstants(Graph& graph) {
     const std::string name = graph.value(output).name;
     const ValueId constant = graph.addInitializer(name + ":folded", toConstant(result->first, result->second));
     graph.value(constant).type = ValueType::tensor(result->second, result->first.dims);
+    const bool graph_output =
+        std::find(graph.outputs().begin(), graph.outputs().end(), output) != graph.outputs().end();
     graph.replaceAllUses(output, constant);
     graph.removeNode(id);
+    if (graph_output) {
+      // The model's output names are its values' names: the constant takes it over.
+      graph.renameValue(output, name + ":unfolded");
+      graph.renameValue(constant, name);
+    }
     ++folded;
   }
   return folded;

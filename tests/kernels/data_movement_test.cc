@@ -662,14 +662,17 @@ TEST(ResizeKernel, NearestMovesAnyElementType) {
 TEST(ResizeKernel, PrepareErrors) {
   Operand x = operand<float>({1, 1, 2, 2}, {1, 2, 3, 4});
   EXPECT_EQ(prepareError("Resize", {x, omitted(), operand<float>({4}, {1, 1, 2, 2}, true)},
-                         {output(DType::kF32, {1, 1, 4, 4})}, params({{"mode", std::string("cubic")}})),
-            "Resize: mode 'cubic' is not supported (nearest, linear)");
+                         {output(DType::kF32, {1, 1, 4, 4})}, params({{"mode", std::string("area")}})),
+            "Resize: mode 'area' is not nearest, linear or cubic");
+  EXPECT_EQ(prepareError("Resize", {x, omitted(), operand<float>({4}, {1, 1, 2, 2})}, {output(DType::kF32, {1, 1, 4, 4})},
+                         params({{"mode", std::string("cubic")}})),
+            "Resize: scales must be a constant for this mode (input 2 is computed)");
   EXPECT_EQ(prepareError("Resize", {x, omitted(), operand<float>({4}, {1, 1, 2, 2}, true)},
                          {output(DType::kF32, {1, 1, 4, 5})}),
             "Resize: scale 2 takes dimension 3 from 2 to 4, the output has 5");
-  EXPECT_EQ(prepareError("Resize", {x, omitted(), operand<float>({4}, {1, 2, 2, 2}, true)},
+  EXPECT_EQ(prepareError("Resize", {x, omitted(), operand<float>({4}, {1, 1, 2, 2}, true)},
                          {output(DType::kF32, {1, 2, 4, 4})}),
-            "Resize: only the last two dimensions can change: input f32[1, 1, 2, 2], output f32[1, 2, 4, 4]");
+            "Resize: scale 1 takes axis 1 from 1 to 1, the output f32[1, 2, 4, 4] has 2");
   EXPECT_EQ(prepareError("Resize", {x, omitted(), omitted(), omitted()}, {output(DType::kF32, {1, 1, 4, 4})}),
             "Resize: needs scales or sizes");
   EXPECT_EQ(prepareError("Resize", {operand<int32_t>({1, 1, 1, 1}, {1}), omitted(), operand<float>({4}, {1, 1, 2, 2}, true)},

@@ -188,14 +188,54 @@ TEST(PoolKernel, OneAndThreeDimensional) {
             seed += 10);
 }
 
+// MaxPool's Indices count over the whole input, row-major or, with
+// storage_order 1, with the spatial axes column-major; LpPool takes the
+// p-norm of each window.
+TEST(PoolKernel, MaxPoolIndicesAndLpPool) {
+  // x[n][c] is a 2 x 3 plane; one 2 x 2 window per output column.
+  std::vector<Operand> inputs{operand<float>({1, 2, 2, 3}, {1, 5, 2, 3, 4, 6, -1, -5, -2, -3, -4, -6})};
+  ParamMap p;
+  p.set("kernel_shape", Ints{2, 2});
+  for (int64_t order : {0, 1}) {
+    p.set("storage_order", order);
+    std::vector<Operand> outputs{output(DType::kF32, {1, 2, 1, 2}), output(DType::kI64, {1, 2, 1, 2})};
+    PreparedKernel("MaxPool", inputs, outputs, p).run(inputs, outputs);
+    EXPECT_EQ(outputs[0].values<float>(), (std::vector<float>{5, 6, -1, -2}));
+    // Row-major: (0,1)=1, (1,2)=5, plane 1 (0,0)=6, (0,2)=8; column-major: (h,w) -> w*2+h.
+    EXPECT_EQ(outputs[1].values<int64_t>(),
+              order == 0 ? (std::vector<int64_t>{1, 5, 6, 8}) : (std::vector<int64_t>{2, 5, 6, 10}));
+  }
+  ParamMap lp;
+  lp.set("kernel_shape", Ints{2, 2});
+  for (int64_t power : {1, 2, 3}) {
+    lp.set("p", power);
+    std::vector<Operand> outputs{output(DType::kF32, {1, 2, 1, 2})};
+    PreparedKernel("LpPool", inputs, outputs, lp).run(inputs, outputs);
+    const std::vector<float> y = outputs[0].values<float>();
+    const float* x = inputs[0].data<float>();
+    for (int64_t c = 0; c < 2; ++c) {
+      for (int64_t w = 0; w < 2; ++w) {
+        double sum = 0;
+        for (int64_t i = 0; i < 2; ++i) {
+          for (int64_t j = 0; j < 2; ++j) sum += std::pow(std::abs(x[c * 6 + i * 3 + w + j]), static_cast<double>(power));
+        }
+        EXPECT_NEAR(y[static_cast<size_t>(c * 2 + w)], std::pow(sum, 1.0 / static_cast<double>(power)), 1e-4)
+            << "p " << power << " c " << c << " w " << w;
+      }
+    }
+  }
+}
+
 TEST(PoolKernel, PrepareErrors) {
   using ::testing::HasSubstr;
   const auto x = operand<float>({1, 2, 4, 4}, std::vector<float>(32, 0));
   ParamMap p;
   p.set("kernel_shape", Ints{2, 2});
   EXPECT_EQ(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3})}, p), "(no error)");
-  EXPECT_THAT(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3}), output(DType::kI64, {1, 2, 3, 3})}, p),
-              HasSubstr("MaxPool: the Indices output (output 1) is not supported"));
+  EXPECT_EQ(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3}), output(DType::kI64, {1, 2, 3, 3})}, p),
+            "(no error)");
+  EXPECT_THAT(prepareError("MaxPool", {x}, {output(DType::kF32, {1, 2, 3, 3}), output(DType::kF32, {1, 2, 3, 3})}, p),
+              HasSubstr("MaxPool: the Indices output is f32[1, 2, 3, 3], expected i64[1, 2, 3, 3]"));
   EXPECT_THAT(prepareError("AveragePool", {x}, {output(DType::kF32, {1, 2, 3, 3})}),
               HasSubstr("AveragePool: needs the 'kernel_shape' attribute"));
   EXPECT_THAT(prepareError("AveragePool", {x}, {output(DType::kF32, {1, 2, 2, 2})}, p),

@@ -16,6 +16,7 @@ void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Re
 void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, ConvTranspose (oneDNN)
 void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
 void registerNormalizationKernels(KernelRegistry& registry);  // normalization.cc: BatchNormalization, LayerNormalization, Softmax, LogSoftmax
+void registerIndexingKernels(KernelRegistry& registry);  // indexing.cc: gathers, scatters, TopK, Trilu, OneHot, Range, CumSum, Einsum, ...
 void registerFeatureNormalizationKernels(KernelRegistry& registry);  // feature_normalization.cc: InstanceNormalization, GroupNormalization, MeanVarianceNormalization, LpNormalization, Hardmax, LRN
 void registerRecurrentKernels(KernelRegistry& registry);    // recurrent.cc: RNN, GRU, LSTM
 void registerLossKernels(KernelRegistry& registry);         // losses.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Dropout

@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/resize_general.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -1199,6 +1200,8 @@ struct ResizeState final : KernelState {
   // nearest: the source index; linear: the two sources and the weight of the second.
   std::vector<int64_t> row0, row1, col0, col1;
   std::vector<float> row_w, col_w;
+  // What this 2-D kernel does not do runs in resize_general.cc's kernel.
+  std::unique_ptr<KernelState> general;
 };
 
 double sourceCoordinate(CoordinateMode mode, int64_t i, double scale, int64_t in, int64_t out) {
@@ -1315,6 +1318,10 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& y = setup.outputs[0];
   auto state = std::make_unique<ResizeState>();
+  if (needsGeneralResize(setup)) {
+    state->general = prepareGeneralResize(setup, channels_last);
+    return state;
+  }
   const std::string mode = setup.params.getString("mode", "nearest");
   if (mode == "linear" || mode == "bilinear") {
     state->linear = true;
@@ -1450,6 +1457,12 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
 
 void runResize(const KernelCall& call) {
   const auto& state = static_cast<const ResizeState&>(*call.state);
+  if (state.general) {
+    KernelCall general = call;
+    general.state = state.general.get();
+    runGeneralResize(general);
+    return;
+  }
   if (state.planes * state.inner * state.out_h * state.out_w == 0) return;
   double scale_h = state.scale_h;
   double scale_w = state.scale_w;
@@ -1479,6 +1492,21 @@ std::unique_ptr<KernelState> prepareNhwcResize(const KernelSetup& setup) {
   return prepareResize(nchw.get(), /*channels_last=*/true);
 }
 
+// Upsample (opsets 7 to 9) is Resize with asymmetric coordinates and
+// nearest rounding down; opset 7 gives its scales as an attribute, which
+// becomes a constant input here.
+std::unique_ptr<KernelState> prepareUpsample(const KernelSetup& setup) {
+  ParamMap params = setup.params;
+  params.set("coordinate_transformation_mode", std::string("asymmetric"));
+  params.set("nearest_mode", std::string("floor"));
+  if (setup.inputs.size() != 1) return prepareResize(KernelSetup{params, setup.inputs, setup.outputs, setup.constants}, false);
+  std::vector<float> scales;
+  for (double scale : setup.params.getFloats("scales", {})) scales.push_back(static_cast<float>(scale));
+  const std::array<TensorInfo, 2> inputs{setup.inputs[0], TensorInfo{DType::kF32, {static_cast<int64_t>(scales.size())}}};
+  const std::array<const std::byte*, 2> constants{nullptr, reinterpret_cast<const std::byte*>(scales.data())};
+  return prepareResize(KernelSetup{params, inputs, setup.outputs, constants}, false);
+}
+
 }  // namespace
 
 void registerDataMovementKernels(KernelRegistry& registry) {
@@ -1492,6 +1520,7 @@ void registerDataMovementKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Where", &prepareWhere, &runWhere});
   registry.add(KernelDef{"Pad", &preparePad, &runPad});
   registry.add(KernelDef{"Resize", &prepareNchwResize, &runResize});
+  registry.add(KernelDef{"Upsample", &prepareUpsample, &runResize});
   registry.add(KernelDef{"kiln.NhwcResize", &prepareNhwcResize, &runResize});
 }
 

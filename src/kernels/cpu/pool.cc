@@ -1,4 +1,4 @@
-// Pooling (ONNX) on the CPU in f32: MaxPool and AveragePool over 1 to 3
+// Pooling (ONNX) on the CPU in f32: MaxPool, AveragePool and LpPool over 1 to 3
 // spatial axes through oneDNN's pooling_v2 primitive, with a loop kernel of
 // our own where oneDNN would compute something else or refuses; and
 // GlobalAveragePool and GlobalMaxPool as loops. The kiln.Nhwc* forms (see
@@ -22,10 +22,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <dnnl.hpp>
@@ -58,6 +60,9 @@ struct Window {
   bool max = false;
   bool count_include_pad = false;
   bool channels_last = false;  // [N, spatial..., C] in memory (kiln.Nhwc* pools)
+  int64_t p = 0;               // LpPool's exponent; 0 for the other pools
+  bool indices = false;        // MaxPool's Indices output is wanted
+  bool column_major = false;   // storage_order 1: the indices count the spatial axes from the last
   int64_t batch = 0;
   int64_t channels = 0;
   int64_t rows = 0;  // N * C
@@ -72,6 +77,7 @@ struct Window {
 
 struct PoolState final : KernelState {
   Window window;
+  DType dtype = DType::kF32;  // MaxPool also takes u8 and i8, through the loop kernel
   bool use_dnnl = false;
   dnnl::pooling_v2_forward primitive;
   onednn::ExecutionSlots slots;
@@ -79,7 +85,10 @@ struct PoolState final : KernelState {
 
 // ------------------------------------------------------------- loop kernel
 
-void loopPool(const float* x, float* y, const Window& w) {
+// `indices`: MaxPool's Indices output, or nullptr. T is float, or for
+// MaxPool an 8-bit integer.
+template <typename T>
+void loopPool(const T* x, T* y, const Window& w, int64_t* indices = nullptr) {
   const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
   const int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
   // Row r is one (n, c) plane; its elements are `step` apart.
@@ -87,8 +96,8 @@ void loopPool(const float* x, float* y, const Window& w) {
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t n = r / w.channels;
     const int64_t c = r % w.channels;
-    const float* xr = w.channels_last ? x + n * in_plane * w.channels + c : x + r * in_plane;
-    float* yr = w.channels_last ? y + n * out_plane * w.channels + c : y + r * out_plane;
+    const T* xr = w.channels_last ? x + n * in_plane * w.channels + c : x + r * in_plane;
+    T* yr = w.channels_last ? y + n * out_plane * w.channels + c : y + r * out_plane;
     for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
       for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
         for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
@@ -96,6 +105,7 @@ void loopPool(const float* x, float* y, const Window& w) {
                                                        o1 * w.stride[1] - w.pad_begin[1],
                                                        o2 * w.stride[2] - w.pad_begin[2]};
           float acc = w.max ? -std::numeric_limits<float>::infinity() : 0.0f;
+          int64_t best = -1;  // MaxPool: where acc came from, in the input plane
           int64_t valid = 0;
           int64_t padded = 0;  // taps inside the explicit pads or the input
           for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
@@ -110,18 +120,39 @@ void loopPool(const float* x, float* y, const Window& w) {
                 const int64_t i2 = start[2] + k2 * w.dilation[2];
                 if (pad1 && i2 >= -w.pad_begin[2] && i2 < w.in[2] + w.pad_end[2]) ++padded;
                 if (!in1 || i2 < 0 || i2 >= w.in[2]) continue;
-                const float v = xr[((i0 * w.in[1] + i1) * w.in[2] + i2) * step];
+                const auto v = static_cast<float>(xr[((i0 * w.in[1] + i1) * w.in[2] + i2) * step]);
                 ++valid;
                 if (w.max) {
-                  acc = v > acc || v != v ? v : acc;  // NaN propagates
+                  if (best < 0 || v > acc || (v != v && acc == acc)) {  // NaN propagates
+                    acc = v;
+                    best = w.column_major ? (i2 * w.in[1] + i1) * w.in[0] + i0 : (i0 * w.in[1] + i1) * w.in[2] + i2;
+                  }
+                } else if (w.p == 1) {
+                  acc += std::abs(v);
+                } else if (w.p == 2) {
+                  acc += v * v;
+                } else if (w.p > 0) {
+                  acc += std::pow(std::abs(v), static_cast<float>(w.p));
                 } else {
                   acc += v;
                 }
               }
             }
           }
-          if (!w.max) acc /= static_cast<float>(w.count_include_pad ? padded : valid);
-          yr[((o0 * w.out[1] + o1) * w.out[2] + o2) * step] = acc;
+          if (w.p == 2) {
+            acc = std::sqrt(acc);
+          } else if (w.p > 2) {
+            acc = std::pow(acc, 1.0f / static_cast<float>(w.p));
+          } else if (!w.max && w.p == 0) {
+            acc /= static_cast<float>(w.count_include_pad ? padded : valid);
+          }
+          const int64_t at = ((o0 * w.out[1] + o1) * w.out[2] + o2) * step;
+          if constexpr (std::is_integral_v<T>) {
+            yr[at] = best < 0 ? std::numeric_limits<T>::lowest() : static_cast<T>(acc);  // a window of padding only
+          } else {
+            yr[at] = static_cast<T>(acc);
+          }
+          if (indices != nullptr) indices[r * out_plane + at] = r * in_plane + std::max<int64_t>(best, 0);
         }
       }
     }
@@ -171,7 +202,17 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
 void runPool(const KernelCall& call) {
   const auto& state = static_cast<const PoolState&>(*call.state);
   if (!state.use_dnnl) {
-    loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window);
+    int64_t* indices = state.window.indices ? call.outputs[1].as<int64_t>() : nullptr;
+    switch (state.dtype) {
+      case DType::kU8:
+        loopPool(call.inputs[0].as<const uint8_t>(), call.outputs[0].as<uint8_t>(), state.window, indices);
+        break;
+      case DType::kI8:
+        loopPool(call.inputs[0].as<const int8_t>(), call.outputs[0].as<int8_t>(), state.window, indices);
+        break;
+      default:
+        loopPool(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), state.window, indices);
+    }
     return;
   }
   ExecutionSlot& slot = state.slots.claim();
@@ -186,10 +227,11 @@ void runPool(const KernelCall& call) {
 
 // ------------------------------------------------------------------ prepare
 
-void expectF32Input(std::string_view op, const KernelSetup& setup) {
+// `bytes`: u8 and i8 are allowed too (MaxPool).
+void expectF32Input(std::string_view op, const KernelSetup& setup, bool bytes = false) {
   if (setup.inputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 input, got {}", op, setup.inputs.size()));
   const TensorInfo& x = setup.inputs[0];
-  if (x.dtype != DType::kF32) {
+  if (x.dtype != DType::kF32 && !(bytes && (x.dtype == DType::kU8 || x.dtype == DType::kI8))) {
     throw UsageError(
         fmt::format("{}: no kernel for {} inputs (supports f32); input 0 is {}", op, dtypeName(x.dtype), typeString(x)));
   }
@@ -200,20 +242,21 @@ void expectF32Input(std::string_view op, const KernelSetup& setup) {
 }
 
 void expectOutput(std::string_view op, const KernelSetup& setup, const Ints& shape) {
-  const TensorInfo expected{DType::kF32, shape};
+  const TensorInfo expected{setup.inputs[0].dtype, shape};
   if (setup.outputs[0] != expected) {
     throw UsageError(
         fmt::format("{}: output is {} but the inputs give {}", op, typeString(setup.outputs[0]), typeString(expected)));
   }
 }
 
+// `p`: LpPool's exponent, 0 for MaxPool and AveragePool.
 std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max,
-                                         bool channels_last = false) {
-  expectF32Input(op, setup);
-  if (max && setup.outputs.size() == 2) {
-    throw UsageError("MaxPool: the Indices output (output 1) is not supported; only Y");
+                                         bool channels_last = false, int64_t p = 0) {
+  expectF32Input(op, setup, max && !channels_last);
+  const bool indices = max && !channels_last && setup.outputs.size() == 2;
+  if (setup.outputs.size() != (indices ? 2u : 1u)) {
+    throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   }
-  if (setup.outputs.size() != 1) throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
   const Ints& x = setup.inputs[0].shape;
   const size_t n = x.size() - 2;
   if (n > kMaxSpatial) {
@@ -235,6 +278,9 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
   auto state = std::make_unique<PoolState>();
   Window& w = state->window;
   w.max = max;
+  w.p = p;
+  w.indices = indices;
+  w.column_major = setup.params.getInt("storage_order", 0) != 0;
   w.count_include_pad = setup.params.getInt("count_include_pad", 0) != 0;
   w.channels_last = channels_last;
   w.batch = x[0];
@@ -285,7 +331,13 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
     out_shape.push_back(out);
   }
   expectOutput(op, setup, out_shape);
+  if (indices && setup.outputs[1] != TensorInfo{DType::kI64, out_shape}) {
+    throw UsageError(fmt::format("{}: the Indices output is {}, expected i64{}", op, typeString(setup.outputs[1]),
+                                 TensorInfo{DType::kI64, out_shape}.shapeString()));
+  }
   if (w.rows == 0) return state;  // the loop kernel does nothing
+  state->dtype = setup.inputs[0].dtype;
+  if (indices || p != 0 || state->dtype != DType::kF32) return state;  // oneDNN gives neither
   if (!max && w.count_include_pad && ceil_extra) return state;  // see the top of the file
   try {
     prepareDnnl(*state, n, pad_right);
@@ -298,6 +350,11 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
 }
 
 std::unique_ptr<KernelState> prepareMaxPool(const KernelSetup& setup) { return preparePool("MaxPool", setup, true); }
+std::unique_ptr<KernelState> prepareLpPool(const KernelSetup& setup) {
+  const int64_t p = setup.params.getInt("p", 2);
+  if (p < 1) throw UsageError(fmt::format("LpPool: p must be 1 or more, got {}", p));
+  return preparePool("LpPool", setup, false, false, p);
+}
 std::unique_ptr<KernelState> prepareAveragePool(const KernelSetup& setup) {
   return preparePool("AveragePool", setup, false);
 }
@@ -437,6 +494,7 @@ void runGlobalMax(const KernelCall& call) {
 void registerPoolKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"MaxPool", &prepareMaxPool, &runPool});
   registry.add(KernelDef{"AveragePool", &prepareAveragePool, &runPool});
+  registry.add(KernelDef{"LpPool", &prepareLpPool, &runPool});
   registry.add(KernelDef{"GlobalAveragePool", &prepareGlobalAverage, &runGlobalAverage});
   registry.add(KernelDef{"GlobalMaxPool", &prepareGlobalMax, &runGlobalMax});
   registry.add(KernelDef{"kiln.NhwcMaxPool", &prepareNhwcMaxPool, &runPool});

@@ -1,6 +1,6 @@
 // Reduction CPU kernels with ONNX semantics: ReduceSum, ReduceMean,
 // ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare,
-// ReduceLogSum, and ArgMax / ArgMin.
+// ReduceLogSum, ReduceLogSumExp, and ArgMax / ArgMin.
 //
 // prepare merges adjacent input dimensions that are all kept or all reduced
 // (dropping those of size 1), so the input reads as alternating kept (K) and
@@ -70,6 +70,7 @@ enum class VectorForm { kNone, kSum, kSumSquares, kMax, kMin };
 struct Sum {
   static constexpr std::string_view kName = "ReduceSum";
   static constexpr bool kIntegers = true;
+  static constexpr bool kBools = false;  // Max and Min of bools: any and all
   static constexpr VectorForm kVector = VectorForm::kSum;
   template <typename T>
   static T identity() {
@@ -129,6 +130,21 @@ struct LogSum : Sum {
     return std::log(a);
   }
 };
+// log(sum(exp(x))), without shifting by the maximum: as ONNX's reference,
+// so exp overflows where it does.
+struct LogSumExp : Sum {
+  static constexpr std::string_view kName = "ReduceLogSumExp";
+  static constexpr bool kIntegers = false;
+  static constexpr VectorForm kVector = VectorForm::kNone;
+  template <typename T>
+  static T map(T x) {
+    return std::exp(x);
+  }
+  template <typename T>
+  static T finish(T a, int64_t) {
+    return std::log(a);
+  }
+};
 struct Prod : Sum {
   static constexpr std::string_view kName = "ReduceProd";
   static constexpr bool kIntegers = true;
@@ -146,6 +162,7 @@ struct Prod : Sum {
 struct Max : Sum {
   static constexpr std::string_view kName = "ReduceMax";
   static constexpr bool kIntegers = true;
+  static constexpr bool kBools = true;
   static constexpr VectorForm kVector = VectorForm::kMax;
   template <typename T>
   static T identity() {
@@ -164,6 +181,7 @@ struct Max : Sum {
 struct Min : Sum {
   static constexpr std::string_view kName = "ReduceMin";
   static constexpr bool kIntegers = true;
+  static constexpr bool kBools = true;
   static constexpr VectorForm kVector = VectorForm::kMin;
   template <typename T>
   static T identity() {
@@ -288,6 +306,15 @@ void reduceLoop(const ReducePlan& plan, const std::byte* x_bytes, std::byte* y_b
   for (int64_t i = 0; i < plan.out_count; ++i) y[i] = Op::finish(y[i], plan.reduce_count);
 }
 
+// Bools as bytes 0 and 1: Max is any, Min is all; an empty Min (whose
+// identity is 255) is true.
+template <typename Op>
+void reduceBoolLoop(const ReducePlan& plan, const std::byte* x, std::byte* y_bytes) {
+  reduceLoop<Op, uint8_t>(plan, x, y_bytes);
+  auto* y = reinterpret_cast<uint8_t*>(y_bytes);
+  for (int64_t i = 0; i < plan.out_count; ++i) y[i] = y[i] != 0;
+}
+
 // The reduced axes, normalised and sorted; from the attribute `axes` or a
 // constant input 1.
 std::vector<int64_t> reduceAxes(std::string_view op, const KernelSetup& setup, size_t rank) {
@@ -327,7 +354,8 @@ std::unique_ptr<KernelState> prepareReduce(const KernelSetup& setup) {
   const TensorInfo& x = setup.inputs[0];
   const DType dtype = x.dtype;
   const bool integer = dtype == DType::kI32 || dtype == DType::kI64;
-  if (!(dtype == DType::kF32 || dtype == DType::kF64 || (Op::kIntegers && integer))) {
+  if (!(dtype == DType::kF32 || dtype == DType::kF64 || (Op::kIntegers && integer) ||
+        (Op::kBools && dtype == DType::kBool))) {
     throw UsageError(fmt::format("{}: no kernel for {} inputs (supports {})", op, dtypeName(dtype),
                                  Op::kIntegers ? "f32, f64, i32, i64" : "f32, f64"));
   }
@@ -392,6 +420,9 @@ std::unique_ptr<KernelState> prepareReduce(const KernelSetup& setup) {
       break;
     case DType::kI32:
       if constexpr (Op::kIntegers) state->loop = &reduceLoop<Op, int32_t>;
+      break;
+    case DType::kBool:
+      if constexpr (Op::kBools) state->loop = &reduceBoolLoop<Op>;
       break;
     default:
       if constexpr (Op::kIntegers) state->loop = &reduceLoop<Op, int64_t>;
@@ -538,6 +569,7 @@ void registerReductionKernels(KernelRegistry& registry) {
   addReduce<L2>(registry);
   addReduce<SumSquare>(registry);
   addReduce<LogSum>(registry);
+  addReduce<LogSumExp>(registry);
   registry.add(KernelDef{"ArgMax", &prepareArg<true>, &runArg});
   registry.add(KernelDef{"ArgMin", &prepareArg<false>, &runArg});
 }
