@@ -22,17 +22,33 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
+#include <vector>
 #include <string>
 
 #include "kiln/graph.h"
 
 namespace kiln {
 
+class ParamMap;
+
+// Runs kernel `kernel` once on constant inputs and returns its outputs'
+// bytes (nullopt: it cannot). kiln::evaluateOnce (src/kernels/
+// evaluate_once.h) runs the CPU kernels.
+using KernelEvaluator = std::function<std::optional<std::vector<std::vector<std::byte>>>(
+    const std::string& kernel, const ParamMap& params, std::span<const TensorInfo> inputs,
+    std::span<const std::byte* const> data, std::span<const TensorInfo> outputs)>;
+
 struct CompileOptions {
   std::string model_name = "model";
   // Answers whether the target has a kernel of that name; when set, missing
   // kernels are a compile error rather than a load error.
   std::function<bool(const std::string& kernel)> has_kernel;
+  // When set, constant folding evaluates any node whose inputs are all
+  // constants (and whose outputs are small) by running its kernel once, so
+  // that shape computations written with any operator become constants.
+  KernelEvaluator evaluate_kernel;
   // Called as the compiler goes: a stage name and the fraction of the whole
   // compile done (0 to 1), for progress bars.
   std::function<void(const std::string& stage, double fraction)> progress;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/evaluate_once.h"
 #include "kernels/kernel.h"
 #include "kiln/compiler.h"
 #include "kiln/dynamic_executor.h"
@@ -36,6 +37,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   kiln::CompileOptions compile_options;
   compile_options.model_name = std::filesystem::path(onnx_path).stem().string();
   compile_options.has_kernel = [](const std::string& name) { return kiln::KernelRegistry::cpu().find(name) != nullptr; };
+  compile_options.evaluate_kernel = &kiln::evaluateOnce;
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;

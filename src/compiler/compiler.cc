@@ -121,6 +121,31 @@ void collectCaptured(const Graph& graph, std::set<std::string>& names) {
   }
 }
 
+// Constant folding's fallback: the node's own kernel, run once.
+ConstantEvaluator kernelFolding(const CompileOptions& options) {
+  if (!options.evaluate_kernel) return {};
+  return [&options](const Node& node, const std::vector<ConstantPtr>& inputs,
+                    const std::vector<TensorInfo>& outputs) -> std::optional<std::vector<ConstantPtr>> {
+    ParamMap params;
+    try {
+      params = paramsOf(node);
+    } catch (const GraphError&) {
+      return std::nullopt;  // attributes a kernel cannot take
+    }
+    std::vector<TensorInfo> infos;
+    std::vector<const std::byte*> data;
+    for (const ConstantPtr& input : inputs) {
+      infos.push_back(input ? input->info : TensorInfo{});
+      data.push_back(input ? input->bytes.data() : nullptr);
+    }
+    auto results = options.evaluate_kernel(kernelName(node), params, infos, data, outputs);
+    if (!results || results->size() != outputs.size()) return std::nullopt;
+    std::vector<ConstantPtr> constants;
+    for (size_t i = 0; i < outputs.size(); ++i) constants.push_back(makeConstant(outputs[i], std::move((*results)[i])));
+    return constants;
+  };
+}
+
 // Removes nodes whose outputs nothing reads, repeatedly. Values that
 // subgraphs read by name count as read.
 void removeDeadNodes(Graph& graph) {
@@ -522,11 +547,13 @@ bool hasUnknownShape(const Graph& graph, const Node& node) {
 // value whose contents a schema needed (and did not have) back to the
 // model inputs it is computed from. Shape and Size end the walk: their
 // results depend on shapes only.
-RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int64_t>& opsets) {
+RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                                   const CompileOptions& options) {
   std::vector<ValueId> wanted;
   const InferenceOptions lenient{.lenient = true, .wanted_values = &wanted};
   inferTypes(graph, opsets, lenient);
-  while (foldConstants(graph) > 0) {
+  const ConstantEvaluator fold = kernelFolding(options);
+  while (foldConstants(graph, fold) > 0) {
     wanted.clear();
     inferTypes(graph, opsets, lenient);
   }
@@ -651,7 +678,8 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // Folding shape arithmetic makes more shapes concrete; infer again until
   // nothing more folds.
   inferTypes(graph, opsets);
-  while (foldConstants(graph) > 0) inferTypes(graph, opsets);
+  const ConstantEvaluator fold = kernelFolding(options);
+  while (foldConstants(graph, fold) > 0) inferTypes(graph, opsets);
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias (ConvTranspose is not handled).
   if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
@@ -689,7 +717,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // model's outputs keep their names.
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
-  const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets);
+  const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (runtime.dynamic) {
     progress("writing package", 0.2);
     CompileReport report = writeGraphPackage(graph, opsets, runtime, output_names, output, options);

@@ -1,5 +1,7 @@
 #include "passes/constant_folding.h"
 
+#include <set>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -203,25 +205,61 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
 
 }  // namespace
 
-size_t foldConstants(Graph& graph) {
+// The outputs of a node whose inputs are all constants, from `evaluate`;
+// nullopt when something is not small, static and deterministic.
+std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const Node& node,
+                                                     const ConstantEvaluator& evaluate) {
+  static const std::set<std::string> kNeverFolded = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                                     "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout",
+                                                     "If", "Loop", "Scan"};
+  if (!evaluate || node.inputs.empty() || kNeverFolded.contains(node.op_type) || !node.subgraphs().empty()) {
+    return std::nullopt;
+  }
+  std::vector<ConstantPtr> inputs;
+  for (ValueId input : node.inputs) {
+    if (input == kNoValue) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    if (!graph.value(input).initializer) return std::nullopt;
+    inputs.push_back(graph.value(input).initializer);
+  }
+  std::vector<TensorInfo> outputs;
+  for (ValueId output : node.outputs) {
+    const auto info = graph.value(output).type.tensorInfo();
+    if (!info || !info->isStatic() || info->numElements() > kMaxFoldedElements) return std::nullopt;
+    outputs.push_back(*info);
+  }
+  return evaluate(node, inputs, outputs);
+}
+
+// Gives `output` the value `data`: its readers read a new initializer, which
+// takes over the name when the output is a graph output.
+void replaceWithConstant(Graph& graph, ValueId output, ConstantPtr data) {
+  const std::string name = graph.value(output).name;
+  const ValueId constant = graph.addInitializer(name + ":folded", std::move(data));
+  const bool graph_output = std::find(graph.outputs().begin(), graph.outputs().end(), output) != graph.outputs().end();
+  graph.replaceAllUses(output, constant);
+  if (graph_output) {
+    // The model's output names are its values' names: the constant takes it over.
+    graph.renameValue(output, name + ":unfolded");
+    graph.renameValue(constant, name);
+  }
+}
+
+size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
   size_t folded = 0;
   for (NodeId id : graph.topologicalOrder()) {
     Node& node = graph.node(id);
-    const auto result = evaluate(graph, node);
-    if (!result) continue;
-    const ValueId output = node.outputs[0];
-    const std::string name = graph.value(output).name;
-    const ValueId constant = graph.addInitializer(name + ":folded", toConstant(result->first, result->second));
-    graph.value(constant).type = ValueType::tensor(result->second, result->first.dims);
-    const bool graph_output =
-        std::find(graph.outputs().begin(), graph.outputs().end(), output) != graph.outputs().end();
-    graph.replaceAllUses(output, constant);
-    graph.removeNode(id);
-    if (graph_output) {
-      // The model's output names are its values' names: the constant takes it over.
-      graph.renameValue(output, name + ":unfolded");
-      graph.renameValue(constant, name);
+    if (const auto result = evaluate(graph, node)) {
+      replaceWithConstant(graph, node.outputs[0], toConstant(result->first, result->second));
+    } else if (const auto outputs = evaluateWith(graph, node, evaluate_node)) {
+      const std::vector<ValueId> values = node.outputs;
+      for (size_t i = 0; i < values.size(); ++i) replaceWithConstant(graph, values[i], (*outputs)[i]);
+    } else {
+      continue;
     }
+    graph.removeNode(id);
     ++folded;
   }
   return folded;

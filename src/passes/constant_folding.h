@@ -7,11 +7,18 @@
 // a static shape, and replaces their outputs with initializers, so that type
 // inference sees concrete shapes and the dead nodes disappear.
 //
-// Only small integer tensors are evaluated (at most kMaxFoldedElements), in
-// int64, with ONNX semantics; anything else is left for the kernels.
+// The pass itself evaluates small integer tensors (at most
+// kMaxFoldedElements), in int64, with ONNX semantics. Any other node whose
+// inputs are all constants and whose outputs are small and static goes to
+// `evaluate` when one is given: the compiler passes one that runs the CPU
+// kernel once (function bodies compute shapes with Cast, Sub, Div, ...).
+// Random operators are never folded.
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <optional>
+#include <vector>
 
 #include "kiln/graph.h"
 
@@ -19,8 +26,13 @@ namespace kiln {
 
 inline constexpr size_t kMaxFoldedElements = 4096;
 
+// Computes a node's outputs from its constant inputs (nullptr for an
+// omitted one), or nullopt when it cannot.
+using ConstantEvaluator = std::function<std::optional<std::vector<ConstantPtr>>(
+    const Node& node, const std::vector<ConstantPtr>& inputs, const std::vector<TensorInfo>& outputs)>;
+
 // Folds what it can, repeatedly; returns the number of nodes folded. Types
 // must have been inferred (Shape needs its input's shape).
-size_t foldConstants(Graph& graph);
+size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate = {});
 
 }  // namespace kiln

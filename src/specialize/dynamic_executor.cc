@@ -12,6 +12,7 @@
 #include "compiler/compile_program.h"
 #include "format/graph_package.h"
 #include "ir/graph_codec.h"
+#include "kernels/evaluate_once.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
@@ -131,6 +132,7 @@ struct DynamicExecutor::Impl {
     compile_options.model_name = model_name;
     compile_options.channels_last = options.channels_last;
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
+    compile_options.evaluate_kernel = &evaluateOnce;
     CompiledProgram program;
     try {
       program = compileProgram(graph, opsets, compile_options);

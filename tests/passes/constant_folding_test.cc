@@ -85,5 +85,41 @@ TEST(ConstantFolding, LeavesRunTimeWorkAlone) {
   EXPECT_EQ(graph->nodeIds().size(), 2u);
 }
 
+// What the pass cannot evaluate itself goes to the evaluator it is given
+// (the compiler's runs the node's kernel); random operators never do.
+TEST(ConstantFolding, OtherNodesGoToTheEvaluator) {
+  GraphBuilder b;
+  const ValueId a = b.constant<float>("a", {2}, {1.5f, -2.0f});
+  const ValueId negated = b.op("Neg", {a});
+  const ValueId random = b.op("Dropout", {a});  // may be random: never folded
+  const ValueId x = b.input("x", DType::kF32, {2});
+  b.output(b.op("Add", {x, negated}));
+  b.output(b.op("Add", {x, random}));
+  GraphPtr graph = b.build();
+  inferTypes(*graph, kOpsets);
+  std::vector<std::string> asked;
+  const ConstantEvaluator evaluate = [&](const Node& node, const std::vector<ConstantPtr>& inputs,
+                                         const std::vector<TensorInfo>& outputs) {
+    asked.push_back(node.op_type);
+    std::vector<float> values(2);
+    std::memcpy(values.data(), inputs[0]->bytes.data(), 8);
+    for (float& v : values) v = -v;
+    std::vector<std::byte> bytes(8);
+    std::memcpy(bytes.data(), values.data(), 8);
+    return std::optional<std::vector<ConstantPtr>>{{makeConstant(outputs[0], bytes)}};
+  };
+  EXPECT_EQ(foldConstants(*graph), 0u);  // without an evaluator: nothing to fold
+  EXPECT_EQ(foldConstants(*graph, evaluate), 1u);
+  EXPECT_EQ(asked, std::vector<std::string>{"Neg"});
+  const Node& add = graph->node(graph->value(graph->outputs()[0]).producer);
+  const ConstantPtr folded = graph->value(add.inputs[1]).initializer;
+  ASSERT_TRUE(folded != nullptr);
+  float values[2];
+  std::memcpy(values, folded->bytes.data(), 8);
+  EXPECT_EQ(values[0], -1.5f);
+  EXPECT_EQ(values[1], 2.0f);
+  (void)random;
+}
+
 }  // namespace
 }  // namespace kiln

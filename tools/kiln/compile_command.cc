@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "kernels/evaluate_once.h"
 #include "kernels/kernel.h"
 #include "kiln/compiler.h"
 #include "kiln/onnx_import.h"
@@ -67,6 +68,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.channels_last = !args->no_channels_last;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
+    compile_options.evaluate_kernel = &evaluateOnce;
     const CompileReport report = compile(*model.graph, model.opsets, args->output, compile_options);
     if (bar_shown) std::fputc('\n', stderr);
     if (args->print_ir) std::fputs(model.graph->toString().c_str(), stdout);

@@ -1,0 +1,35 @@
+#include "kernels/evaluate_once.h"
+
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln {
+
+std::optional<std::vector<std::vector<std::byte>>> evaluateOnce(const std::string& kernel, const ParamMap& params,
+                                                               std::span<const TensorInfo> inputs,
+                                                               std::span<const std::byte* const> data,
+                                                               std::span<const TensorInfo> outputs) {
+  const KernelDef* def = KernelRegistry::cpu().find(kernel);
+  if (def == nullptr) return std::nullopt;
+  std::unique_ptr<KernelState> state;
+  try {
+    state = def->prepare(KernelSetup{params, inputs, outputs, data});
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  std::vector<TensorView> input_views;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    input_views.push_back(data[i] == nullptr ? TensorView{} : viewOf(inputs[i], const_cast<std::byte*>(data[i])));
+  }
+  std::vector<std::vector<std::byte>> results;
+  std::vector<TensorView> output_views;
+  for (const TensorInfo& info : outputs) {
+    results.emplace_back(info.sizeInBytes());
+    output_views.push_back(viewOf(info, results.back().data()));
+  }
+  def->run(KernelCall{input_views.data(), static_cast<uint32_t>(input_views.size()), output_views.data(),
+                      static_cast<uint32_t>(output_views.size()), state.get()});
+  return results;
+}
+
+}  // namespace kiln
