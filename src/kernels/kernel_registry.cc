@@ -31,6 +31,9 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerLossKernels(r);
     registerFeatureNormalizationKernels(r);
     registerRecurrentKernels(r);
+    registerLinearAttentionKernels(r);
+    registerFlexAttentionKernels(r);
+    registerMlKernels(r);
     return r;
   }();
   return registry;

@@ -16,5 +16,8 @@ void registerNormalizationOps(OpRegistry& registry);  // normalization_ops.cc: L
 void registerRecurrentOps(OpRegistry& registry);    // recurrent_ops.cc: RNN, GRU, LSTM
 void registerLossOps(OpRegistry& registry);         // loss_ops.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void registerTransformerOps(OpRegistry& registry);  // transformer_ops.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
+void registerLinearAttentionOps(OpRegistry& registry);  // linear_attention_ops.cc: LinearAttention, CausalConvWithState
+void registerFlexAttentionOps(OpRegistry& registry);  // flex_attention_ops.cc: FlexAttention (ai.onnx.preview)
+void registerMlOps(OpRegistry& registry);           // ml_ops.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
 
 }  // namespace kiln

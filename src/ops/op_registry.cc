@@ -96,6 +96,9 @@ OpRegistry& OpRegistry::global() {
     registerLossOps(r);
     registerNormalizationOps(r);
     registerRecurrentOps(r);
+    registerLinearAttentionOps(r);
+    registerFlexAttentionOps(r);
+    registerMlOps(r);
     return r;
   }();
   return registry;

@@ -20,5 +20,8 @@ void registerFeatureNormalizationKernels(KernelRegistry& registry);  // feature_
 void registerRecurrentKernels(KernelRegistry& registry);    // recurrent.cc: RNN, GRU, LSTM
 void registerLossKernels(KernelRegistry& registry);         // losses.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Dropout
 void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
+void registerLinearAttentionKernels(KernelRegistry& registry);  // linear_attention.cc: LinearAttention, CausalConvWithState
+void registerFlexAttentionKernels(KernelRegistry& registry);  // flex_attention.cc: ai.onnx.preview.FlexAttention
+void registerMlKernels(KernelRegistry& registry);          // ml.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
 
 }  // namespace kiln
