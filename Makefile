@@ -38,7 +38,7 @@ build-asan: setup
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz
+	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz
 
 demo: build
 	@mkdir -p build/demo
@@ -84,11 +84,12 @@ conformance-check: build conformance-data
 fuzz: fuzz-run
 
 # Fuzzes copies of the seed corpora, so that runs never change the
-# repository: the package reader for FUZZ_SECONDS, the ONNX importer for
-# half that. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
+# repository: the package reader for FUZZ_SECONDS, the ONNX importer and the
+# graph codec for half that each. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
 fuzz-run: build-fuzz
 	@scripts/fuzz reader_fuzz tests/format/fuzz_seeds tests/format/reader_fuzz.dict $(FUZZ_SECONDS)
 	@scripts/fuzz onnx_import_fuzz tests/frontend/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
+	@scripts/fuzz graph_codec_fuzz tests/ir/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
 
 clean:
 	rm -rf build

@@ -4,8 +4,12 @@
 // read from an ONNX model or written into a package keeps one number
 // everywhere. The codes are part of the package format: never renumber.
 //
-// f8 types are storage types: they can be stored, copied and converted, but
-// kernels compute in a wider type.
+// The 8-, 4- and 2-bit types (f8*, f4e2m1, i4, u4, i2, u2) are storage
+// types: they can be stored, copied and converted (Cast), but kernels compute
+// in a wider type. In memory every element takes one byte, its bits in the
+// low bits of that byte and the high bits zero (ml_dtypes' layout, so numpy
+// arrays pass as they are); ONNX files pack two 4-bit or four 2-bit elements
+// per byte, which the ONNX importer unpacks.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +36,16 @@ enum class DType : uint8_t {
   kU32 = 12,
   kU64 = 13,
   kBF16 = 16,
-  kF8E4M3 = 17,  // ONNX FLOAT8E4M3FN
-  kF8E5M2 = 19,  // ONNX FLOAT8E5M2
+  kF8E4M3 = 17,      // ONNX FLOAT8E4M3FN
+  kF8E4M3FNUZ = 18,  // ONNX FLOAT8E4M3FNUZ
+  kF8E5M2 = 19,      // ONNX FLOAT8E5M2
+  kF8E5M2FNUZ = 20,  // ONNX FLOAT8E5M2FNUZ
+  kU4 = 21,          // ONNX UINT4
+  kI4 = 22,          // ONNX INT4
+  kF4E2M1 = 23,      // ONNX FLOAT4E2M1
+  kF8E8M0 = 24,      // ONNX FLOAT8E8M0
+  kU2 = 25,          // ONNX UINT2
+  kI2 = 26,          // ONNX INT2
 };
 
 // Every valid DType, in a stable order (used by tests and tools).
@@ -42,7 +54,8 @@ std::span<const DType> allDTypes();
 // True for the codes listed above except kUndefined.
 bool isValidDType(uint8_t code);
 
-// Bytes per element; 0 for kUndefined.
+// Bytes per element in memory (1 for the 4- and 2-bit types); 0 for
+// kUndefined.
 size_t dtypeSize(DType dtype);
 
 // Short lower-case name: "f32", "bf16", "f8e4m3", "bool", ...
@@ -54,7 +67,12 @@ std::string_view dtypeDisplayName(DType dtype);
 // Inverse of dtypeName; std::nullopt for an unknown name.
 std::optional<DType> dtypeFromName(std::string_view name);
 
-// True for types that kernels do not compute in directly (f8).
+// Bits per element in ONNX's packed storage: 4 or 2 for the sub-byte types,
+// else 8 * dtypeSize.
+size_t dtypePackedBits(DType dtype);
+
+// True for types that kernels do not compute in directly (the 8-, 4- and
+// 2-bit types).
 bool isStorageOnly(DType dtype);
 
 // The DType of a C++ element type: dtypeOf<float>() == DType::kF32.

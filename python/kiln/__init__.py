@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from ._kiln import DynamicExecutor, Error, Executor, is_graph_package
@@ -19,10 +20,27 @@ from ._kiln import compile as _compile
 
 __all__ = ["Error", "Runner", "compile"]
 
+# kiln's dtype names and the numpy types that hold them; the narrow float
+# and sub-byte integer types are ml_dtypes', which keep one element per byte
+# as kiln does.
 _NUMPY_DTYPES = {
     "f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8, "u8": np.uint8, "i16": np.int16,
     "u16": np.uint16, "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "bool": np.bool_,
+    "bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn, "f8e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "f8e5m2": ml_dtypes.float8_e5m2, "f8e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "f8e8m0": ml_dtypes.float8_e8m0fnu,
+    "f4e2m1": ml_dtypes.float4_e2m1fn, "i4": ml_dtypes.int4, "u4": ml_dtypes.uint4, "i2": ml_dtypes.int2,
+    "u2": ml_dtypes.uint2,
 }
+
+# The ml_dtypes types, which the bindings (numpy's own types only) receive
+# as views of their bits.
+_BIT_VIEWS = {np.dtype(t) for t in _NUMPY_DTYPES.values() if np.dtype(t).type.__module__.startswith("ml_dtypes")}
+
+
+def _as_bits(array: np.ndarray) -> np.ndarray:
+    """The array itself, or for an ml_dtypes type a view of its bytes as
+    unsigned integers of the same size."""
+    return array.view(f"u{array.itemsize}") if array.dtype in _BIT_VIEWS else array
 
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -104,15 +122,15 @@ class Runner:
                 raise Error(f"input '{name}' must be {np.dtype(_NUMPY_DTYPES[dtype])}, got {array.dtype}")
             if not _fits(array.shape, shape, self.dynamic):
                 raise Error(f"input '{name}' must have shape {_show(shape)}, got {array.shape}")
-            arrays.append(np.ascontiguousarray(array))  # a copy only when not C-contiguous
+            arrays.append(_as_bits(np.ascontiguousarray(array)))  # a copy only when not C-contiguous
         if self.dynamic:
             dtypes = [dtype for _, _, dtype in self.inputs]
             slots = self._executor.outputs_for(arrays, dtypes)
             outputs = [np.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in slots]
-            self._executor.run(arrays, dtypes, outputs)
+            self._executor.run(arrays, dtypes, [_as_bits(output) for output in outputs])
         else:
             outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
-            self._executor.run(arrays, outputs)
+            self._executor.run(arrays, [_as_bits(output) for output in outputs])
         return {name: array for (name, _, _), array in zip(self.outputs, outputs)}
 
 

@@ -610,6 +610,26 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
   return report;
 }
 
+// The layout-independent passes over the subgraphs of control flow (If
+// branches, Loop and Scan bodies), innermost first, so that the sub-models
+// an If selects between run fused like the main graph. Layout passes stay
+// on the main graph: a subgraph's captured values keep their layout.
+void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opsets, int64_t default_opset) {
+  for (NodeId id : graph.nodeIds()) {
+    for (const auto& [key, attribute] : graph.node(id).attributes) {
+      if (!std::holds_alternative<GraphPtr>(attribute)) continue;
+      Graph& body = *std::get<GraphPtr>(attribute);
+      optimizeSubgraphs(body, opsets, default_opset);
+      const CseResult merged = eliminateCommonSubexpressions(body);
+      size_t changed = merged.nodes + merged.initializers;
+      changed += fuseLayerNorms(body, default_opset);
+      changed += fuseMatMuls(body);
+      changed += fuseElementwise(body);
+      if (changed > 0) inferTypes(body, opsets);
+    }
+  }
+}
+
 }  // namespace
 
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
@@ -635,6 +655,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // What elementwise work is left, in connected groups, as single steps that
   // make one pass over memory each.
   if (fuseElementwise(graph) > 0) inferTypes(graph, opsets);
+  optimizeSubgraphs(graph, opsets, default_opset == opsets.end() ? 1 : default_opset->second);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

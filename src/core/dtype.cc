@@ -10,9 +10,10 @@ struct DTypeRow {
   size_t size;
   std::string_view name;
   std::string_view display;
+  size_t packed_bits = 8 * size;  // in ONNX's packed storage
 };
 
-constexpr std::array<DTypeRow, 15> kRows = {{
+constexpr std::array<DTypeRow, 23> kRows = {{
     {DType::kBool, 1, "bool", "BOOL"},
     {DType::kF16, 2, "f16", "F16"},
     {DType::kBF16, 2, "bf16", "BF16"},
@@ -28,6 +29,14 @@ constexpr std::array<DTypeRow, 15> kRows = {{
     {DType::kU64, 8, "u64", "U64"},
     {DType::kF8E4M3, 1, "f8e4m3", "F8E4M3"},
     {DType::kF8E5M2, 1, "f8e5m2", "F8E5M2"},
+    {DType::kF8E4M3FNUZ, 1, "f8e4m3fnuz", "F8E4M3FNUZ"},
+    {DType::kF8E5M2FNUZ, 1, "f8e5m2fnuz", "F8E5M2FNUZ"},
+    {DType::kF8E8M0, 1, "f8e8m0", "F8E8M0"},
+    {DType::kF4E2M1, 1, "f4e2m1", "F4E2M1", 4},
+    {DType::kI4, 1, "i4", "I4", 4},
+    {DType::kU4, 1, "u4", "U4", 4},
+    {DType::kI2, 1, "i2", "I2", 2},
+    {DType::kU2, 1, "u2", "U2", 2},
 }};
 
 constexpr std::array<DType, kRows.size()> kAll = [] {
@@ -71,6 +80,27 @@ std::optional<DType> dtypeFromName(std::string_view name) {
   return std::nullopt;
 }
 
-bool isStorageOnly(DType dtype) { return dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2; }
+size_t dtypePackedBits(DType dtype) {
+  const DTypeRow* row = findRow(dtype);
+  return row ? row->packed_bits : 0;
+}
+
+bool isStorageOnly(DType dtype) {
+  switch (dtype) {
+    case DType::kF8E4M3:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ:
+    case DType::kF8E8M0:
+    case DType::kF4E2M1:
+    case DType::kI4:
+    case DType::kU4:
+    case DType::kI2:
+    case DType::kU2:
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace kiln

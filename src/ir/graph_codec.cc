@@ -241,12 +241,7 @@ class GraphDecoder {
       const std::string key = in_.string("attribute name");
       attributes[key] = attribute(depth);
     }
-    NodeId id;
-    try {
-      id = graph.addNode(op, inputs, output_names, std::move(attributes), domain);
-    } catch (const Error& e) {
-      in_.fail(e.what());
-    }
+    const NodeId id = graph.addNode(op, inputs, output_names, std::move(attributes), domain);
     graph.node(id).name = name;
     for (size_t i = 0; i < output_types.size(); ++i) graph.value(graph.node(id).outputs[i]).type = output_types[i];
   }
@@ -271,7 +266,15 @@ Graph decodeGraph(std::span<const std::byte> bytes, const std::string& source,
   if (version != kGraphCodecVersion) {
     in.fail(fmt::format("graph encoding version {} (this kiln reads version {})", version, kGraphCodecVersion));
   }
-  GraphPtr graph = GraphDecoder(in, resolve).graph(0);
+  GraphPtr graph;
+  try {
+    graph = GraphDecoder(in, resolve).graph(0);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const Error& e) {
+    // The Graph's own checks (empty or repeated names, ...) on decoded data.
+    throw FormatError(source, in.offset(), fmt::format("the stored graph is malformed: {}", e.what()));
+  }
   if (in.remaining() != 0) in.fail(fmt::format("{} bytes after the graph", in.remaining()));
   const auto problems = findGraphProblems(*graph);
   if (!problems.empty()) throw FormatError(source, 0, "the stored graph is malformed: " + problems.front());

@@ -31,6 +31,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerLossKernels(r);
     registerFeatureNormalizationKernels(r);
     registerRecurrentKernels(r);
+    registerCastKernels(r);
     registerLinearAttentionKernels(r);
     registerFlexAttentionKernels(r);
     registerMlKernels(r);

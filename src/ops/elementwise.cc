@@ -74,14 +74,19 @@ void castLike(InferenceContext& context) {
   context.output(0) = ValueType{context.inputType(1).dtype, context.inputType(0).shape};
 }
 
+// IsNaN and IsInf take floats only.
+void predicate(InferenceContext& context) {
+  if (!isFloat(context.inputType(0).dtype)) {
+    context.fail("needs a floating-point input, found {}", dtypeName(context.inputType(0).dtype));
+  }
+  context.output(0) = ValueType{DType::kBool, context.inputType(0).shape};
+}
+
 void dropout(InferenceContext& context) {
   copyInputType(context);
   if (context.outputCount() > 1) context.output(1) = ValueType{DType::kBool, context.inputType(0).shape};
 }
 
-void predicate(InferenceContext& context) {
-  context.output(0) = ValueType{DType::kBool, context.inputType(0).shape};
-}
 
 // kiln.FusedElementwise(inputs...): the program of core/elementwise_program.h
 // over f32 inputs (made by passes/elementwise_fusion.h; kernel in
@@ -122,6 +127,7 @@ void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_
 
 void registerElementwiseOps(OpRegistry& registry) {
   for (const char* op : {"Relu", "Abs", "Neg", "Sign", "Identity"}) add(registry, op, 1, 1, 1, unary);
+  add(registry, "BitwiseNot", 18, 1, 1, unary);
   for (const char* op : {"Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Reciprocal", "Floor", "Ceil", "Round",
                          "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
                          "Softplus", "Softsign", "HardSigmoid", "LeakyRelu", "Elu", "Selu", "ThresholdedRelu",
@@ -132,6 +138,7 @@ void registerElementwiseOps(OpRegistry& registry) {
   add(registry, "HardSwish", 14, 1, 1, floatUnary);
   add(registry, "Mish", 18, 1, 1, floatUnary);
   add(registry, "Gelu", 20, 1, 1, floatUnary);
+  add(registry, "Swish", 24, 1, 1, floatUnary);
   add(registry, "Not", 1, 1, 1, logical);
   add(registry, "IsNaN", 9, 1, 1, predicate);
   add(registry, "IsInf", 10, 1, 1, predicate);
@@ -150,6 +157,9 @@ void registerElementwiseOps(OpRegistry& registry) {
   for (const char* op : {"Equal", "Less", "Greater"}) add(registry, op, 1, 2, 2, comparison);
   for (const char* op : {"LessOrEqual", "GreaterOrEqual"}) add(registry, op, 12, 2, 2, comparison);
   for (const char* op : {"And", "Or", "Xor"}) add(registry, op, 1, 2, 2, logical);
+  for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) {
+    add(registry, op, 18, 2, 2, [](InferenceContext& c) { broadcasting(c); });
+  }
   add(registry, "Where", 9, 3, 3, where);
   add(registry, "Clip", 1, 1, 3, unary);
   add(registry, "Cast", 1, 1, 1, cast);

@@ -282,7 +282,14 @@ def excluded_reason(name: str, exclusions: dict[str, str]) -> str | None:
 
 
 def op_of(test_dir: str) -> str:
+    """The operator a test is about: its graph's only operator; for an
+    `_expanded` test (the operator's function body), that of the test it
+    expands; else the graph's last operator."""
+    import re
     import onnx
+    base = re.sub(r"_expanded(_ver\d+)?$", "", test_dir)
+    if base != test_dir and os.path.exists(os.path.join(base, "model.onnx")):
+        return op_of(base)
     model = onnx.load(os.path.join(test_dir, "model.onnx"), load_external_data=False)
     ops = [node.op_type for node in model.graph.node]
     return ops[0] if len(set(ops)) == 1 else (ops[-1] if ops else "?")
@@ -325,8 +332,9 @@ def write_docs(path: str, tests_dir: str, names: list[str], exclusions: dict[str
         by_op[op_of(os.path.join(tests_dir, name))].append(name)
     backends = list(all_results)
     lines += ["", "## Per operator", "",
-              "Tests passed out of the operator's tests (a test counts under the last operator of its graph "
-              "when it uses several). Failing kiln tests are named below the table.", "",
+              "Tests passed out of the operator's tests (an `_expanded` test, the operator's function body, "
+              "counts under the operator it expands; another test with several operators under its graph's last "
+              "one). Failing kiln tests are named below the table.", "",
               "| operator | tests | " + " | ".join(backends) + " |", "|---|---:|" + "---:|" * len(backends)]
     for op in sorted(by_op, key=str.lower):
         tests = by_op[op]

@@ -11,7 +11,7 @@ namespace kiln {
 namespace {
 
 TEST(DType, EveryTypeHasASizeAndANameThatRoundTrips) {
-  EXPECT_EQ(allDTypes().size(), 15u);
+  EXPECT_EQ(allDTypes().size(), 23u);
   std::set<std::string_view> names;
   for (DType dtype : allDTypes()) {
     EXPECT_TRUE(isValidDType(static_cast<uint8_t>(dtype)));
@@ -29,6 +29,15 @@ TEST(DType, CodesAreOnnxTensorProtoCodes) {
   EXPECT_EQ(static_cast<int>(DType::kBF16), 16);
   EXPECT_EQ(static_cast<int>(DType::kF8E4M3), 17);
   EXPECT_EQ(static_cast<int>(DType::kF8E5M2), 19);
+  EXPECT_EQ(static_cast<int>(DType::kF8E4M3FNUZ), 18);
+  EXPECT_EQ(static_cast<int>(DType::kF8E5M2FNUZ), 20);
+  EXPECT_EQ(static_cast<int>(DType::kU4), 21);
+  EXPECT_EQ(static_cast<int>(DType::kI4), 22);
+  EXPECT_EQ(static_cast<int>(DType::kF4E2M1), 23);
+  EXPECT_EQ(static_cast<int>(DType::kF8E8M0), 24);
+  EXPECT_EQ(static_cast<int>(DType::kU2), 25);
+  EXPECT_EQ(static_cast<int>(DType::kI2), 26);
+  EXPECT_FALSE(isValidDType(27));
   EXPECT_FALSE(isValidDType(0));
   EXPECT_FALSE(isValidDType(8));   // ONNX string: not a tensor storage type here
   EXPECT_FALSE(isValidDType(14));  // complex64
@@ -41,6 +50,19 @@ TEST(DType, SizesAndStorageOnlyTypes) {
   EXPECT_EQ(dtypeSize(DType::kF8E5M2), 1u);
   EXPECT_TRUE(isStorageOnly(DType::kF8E4M3));
   EXPECT_FALSE(isStorageOnly(DType::kF16));
+  // Sub-byte types take one byte each in memory; ONNX packs them.
+  for (DType dtype : {DType::kI4, DType::kU4, DType::kF4E2M1}) {
+    EXPECT_EQ(dtypeSize(dtype), 1u);
+    EXPECT_EQ(dtypePackedBits(dtype), 4u);
+    EXPECT_TRUE(isStorageOnly(dtype));
+  }
+  EXPECT_EQ(dtypePackedBits(DType::kI2), 2u);
+  EXPECT_EQ(dtypePackedBits(DType::kU2), 2u);
+  EXPECT_EQ(dtypePackedBits(DType::kF8E8M0), 8u);
+  EXPECT_EQ(dtypePackedBits(DType::kI64), 64u);
+  EXPECT_EQ(dtypeName(DType::kF8E4M3FNUZ), "f8e4m3fnuz");
+  EXPECT_EQ(dtypeFromName("i4"), DType::kI4);
+  EXPECT_EQ(dtypeDisplayName(DType::kF4E2M1), "F4E2M1");
 }
 
 TEST(TensorInfo, SizesAndText) {

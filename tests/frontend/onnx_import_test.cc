@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "frontend/onnx/onnx_tensor.h"
 #include "kiln/error.h"
 #include "tests/format/test_package.h"
 
@@ -372,6 +373,65 @@ TEST(OnnxImport, ConstantNodesBecomeInitializers) {
   ASSERT_EQ(shape_value.kind, ValueKind::kInitializer);
   EXPECT_EQ(shape_value.initializer->info, (TensorInfo{DType::kI64, {2}}));
   EXPECT_EQ(graph.value(*graph.findValue("scale")).initializer->info, (TensorInfo{DType::kF32, {}}));
+}
+
+// ONNX packs 4-bit elements two to a byte, 2-bit ones four, the first in the
+// low bits; kiln keeps one element per byte.
+TEST(OnnxImport, SubByteTensorsAreUnpackedOnePerByte) {
+  const onnx_import::ModelSource source{"m.onnx", {}};
+  // ONNX codes (kiln's copy of onnx.proto predates some of their names).
+  constexpr int kInt4 = 22, kUint2 = 25, kFloat4E2M1 = 23, kFloat8E4M3Fnuz = 18;
+  auto bytesOf = [](const ConstantPtr& c) {
+    std::vector<int> out;
+    for (std::byte b : c->bytes) out.push_back(static_cast<int>(b));
+    return out;
+  };
+  onnx::TensorProto int4;
+  int4.set_name("w");
+  int4.set_data_type(kInt4);
+  int4.add_dims(3);
+  int4.set_raw_data(std::string("\x8F\x07", 2));  // -1, -8, 7 (and a zero pad nibble)
+  ConstantPtr c = onnx_import::constantFromTensorProto(int4, source);
+  EXPECT_EQ(c->info, (TensorInfo{DType::kI4, {3}}));
+  EXPECT_EQ(bytesOf(c), (std::vector<int>{0xF, 0x8, 0x7}));
+
+  int4.clear_raw_data();
+  int4.add_int32_data(0x8F);  // int32_data holds the same packed bytes, one per entry
+  int4.add_int32_data(0x07);
+  EXPECT_EQ(bytesOf(onnx_import::constantFromTensorProto(int4, source)), (std::vector<int>{0xF, 0x8, 0x7}));
+
+  onnx::TensorProto uint2;
+  uint2.set_name("u");
+  uint2.set_data_type(kUint2);
+  uint2.add_dims(5);
+  uint2.set_raw_data(std::string("\xE4\x02", 2));  // 0, 1, 2, 3 | 2
+  EXPECT_EQ(bytesOf(onnx_import::constantFromTensorProto(uint2, source)), (std::vector<int>{0, 1, 2, 3, 2}));
+
+  onnx::TensorProto f4;
+  f4.set_name("f");
+  f4.set_data_type(kFloat4E2M1);
+  f4.add_dims(2);
+  f4.add_dims(2);
+  f4.set_raw_data(std::string("\x21\x7F", 2));
+  c = onnx_import::constantFromTensorProto(f4, source);
+  EXPECT_EQ(c->info, (TensorInfo{DType::kF4E2M1, {2, 2}}));
+  EXPECT_EQ(bytesOf(c), (std::vector<int>{0x1, 0x2, 0xF, 0x7}));
+
+  uint2.set_raw_data(std::string("\xE4", 1));  // 5 elements need 2 bytes
+  try {
+    onnx_import::constantFromTensorProto(uint2, source);
+    ADD_FAILURE() << "no error";
+  } catch (const GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 1 bytes of data"), std::string::npos) << e.what();
+  }
+
+  onnx::TensorProto fnuz;
+  fnuz.set_name("z");
+  fnuz.set_data_type(kFloat8E4M3Fnuz);
+  fnuz.add_dims(2);
+  fnuz.add_int32_data(0x80);
+  fnuz.add_int32_data(0x40);
+  EXPECT_EQ(bytesOf(onnx_import::constantFromTensorProto(fnuz, source)), (std::vector<int>{0x80, 0x40}));
 }
 
 TEST(OnnxImport, ParseDims) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "kiln/error.h"
@@ -96,6 +98,24 @@ TEST(GraphCodec, CorruptBytesNeverCrash) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// `KILN_GRAPH_SEED=path kiln_ir_tests --gtest_filter=GraphCodec.FuzzSeed`
+// writes the sample graph's encoding: the seed of graph_codec_fuzz.
+TEST(GraphCodec, FuzzSeed) {
+  const char* path = std::getenv("KILN_GRAPH_SEED");
+  if (path == nullptr) GTEST_SKIP() << "set KILN_GRAPH_SEED to write the fuzz seed";
+  const auto bytes = encodeGraph(sampleGraph());
+  std::FILE* file = std::fopen(path, "wb");
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), file), bytes.size());
+  std::fclose(file);
 }
 
 }  // namespace

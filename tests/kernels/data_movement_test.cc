@@ -62,7 +62,7 @@ std::vector<T> iota(size_t n, T start = T(0)) {
 
 TEST(DataMovementKernels, AllAreRegistered) {
   for (const char* op :
-       {"Transpose", "Concat", "Split", "Slice", "Gather", "Expand", "Tile", "Where", "Cast", "Pad", "Resize"}) {
+       {"Transpose", "Concat", "Split", "Slice", "Gather", "Expand", "Tile", "Where", "Pad", "Resize"}) {
     EXPECT_NE(KernelRegistry::cpu().find(op), nullptr) << op;
   }
 }
@@ -458,65 +458,6 @@ TEST(WhereKernel, MatchesReference) {
   EXPECT_EQ(prepareError("Where", {operand<float>({1}, {1}), operand<float>({1}, {1}), operand<float>({1}, {1})},
                          {output(DType::kF32, {1})}),
             "Where: condition must be bool, got f32");
-}
-
-// --------------------------------------------------------------------- Cast
-
-template <typename From, typename To>
-std::vector<To> cast(const std::vector<From>& x, DType from = dtypeOf<From>(), DType to = dtypeOf<To>()) {
-  Operand in = operand<From>({static_cast<int64_t>(x.size())}, x);
-  in.info.dtype = from;
-  return run<To>("Cast", {in}, to, {static_cast<int64_t>(x.size())}, params({{"to", static_cast<int64_t>(to)}}));
-}
-
-TEST(CastKernel, NumbersConvertLikeNumpy) {
-  EXPECT_EQ((cast<float, int32_t>({1.9f, -1.9f, 0.0f, 1e10f, -1e10f, std::nanf("")})),
-            (std::vector<int32_t>{1, -1, 0, INT32_MAX, INT32_MIN, 0}));
-  EXPECT_EQ((cast<int64_t, float>({1, -3, 1 << 24})), (std::vector<float>{1, -3, 16777216.0f}));
-  EXPECT_EQ((cast<int32_t, uint8_t>({1, 255, 256, -1})), (std::vector<uint8_t>{1, 255, 0, 255}));
-  EXPECT_EQ((cast<int32_t, int8_t>({127, 128, -129})), (std::vector<int8_t>{127, -128, 127}));
-  EXPECT_EQ((cast<double, float>({0.1, -2.5})), (std::vector<float>{0.1f, -2.5f}));
-  EXPECT_EQ((cast<uint64_t, int64_t>({5, ~uint64_t{0}})), (std::vector<int64_t>{5, -1}));
-  EXPECT_EQ((cast<float, uint8_t>({0.0f, 2.5f, -3.0f}, DType::kF32, DType::kBool)), (std::vector<uint8_t>{0, 1, 1}));
-  EXPECT_EQ((cast<uint8_t, float>({0, 1, 1}, DType::kBool, DType::kF32)), (std::vector<float>{0, 1, 1}));
-  EXPECT_EQ((cast<uint8_t, int64_t>({1, 0}, DType::kBool, DType::kI64)), (std::vector<int64_t>{1, 0}));
-  EXPECT_EQ((cast<float, float>({1.5f, 2.5f})), (std::vector<float>{1.5f, 2.5f}));
-  const std::vector<float> x = randomValues<float>(100, 60, -1000, 1000);
-  std::vector<double> want(x.begin(), x.end());
-  EXPECT_EQ((cast<float, double>(x)), want);
-}
-
-TEST(CastKernel, HalfPrecisionRoundsToNearestEven) {
-  // f32 -> f16 bits.
-  const std::vector<float> x = {0.0f,          -0.0f,       1.0f,         -2.0f,      65504.0f,     65520.0f,
-                                1e-8f,         5.96e-8f,    6.103515625e-5f, 1.0009765625f, 1.00048828125f,
-                                1.00146484375f, std::numeric_limits<float>::infinity(), 0.333333f, 3e-8f};
-  const std::vector<uint16_t> want = {0x0000, 0x8000, 0x3C00, 0xC000, 0x7BFF, 0x7C00, 0x0000, 0x0001,
-                                      0x0400, 0x3C01, 0x3C00, 0x3C02, 0x7C00, 0x3555, 0x0001};
-  EXPECT_EQ((cast<float, uint16_t>(x, DType::kF32, DType::kF16)), want);
-  EXPECT_EQ((cast<float, uint16_t>({std::nanf("")}, DType::kF32, DType::kF16))[0] & 0x7C00, 0x7C00);
-  // f16 -> f32 of every finite half, then back: exact round trip.
-  std::vector<uint16_t> halves;
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    if ((h & 0x7C00) != 0x7C00) halves.push_back(static_cast<uint16_t>(h));
-  }
-  const std::vector<float> floats = cast<uint16_t, float>(halves, DType::kF16, DType::kF32);
-  EXPECT_EQ(floats[1], 5.9604644775390625e-8f);
-  EXPECT_EQ(floats[0x3C00], 1.0f);
-  EXPECT_EQ((cast<float, uint16_t>(floats, DType::kF32, DType::kF16)), halves);
-  EXPECT_EQ((cast<uint16_t, int32_t>({0x4900, 0xC500}, DType::kF16, DType::kI32)), (std::vector<int32_t>{10, -5}));
-}
-
-TEST(CastKernel, PrepareErrors) {
-  EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}), "Cast: needs the attribute to");
-  EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}, params({{"to", int64_t{99}}})),
-            "Cast: to = 99 is not a known element type");
-  EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kBF16, {1})},
-                         params({{"to", static_cast<int64_t>(DType::kBF16)}})),
-            "Cast: no kernel from f32 to bf16");
-  EXPECT_EQ(prepareError("Cast", {operand<float>({1}, {1})}, {output(DType::kI32, {2})},
-                         params({{"to", static_cast<int64_t>(DType::kI32)}})),
-            "Cast: output is i32[2] but the inputs give i32[1]");
 }
 
 // ---------------------------------------------------------------------- Pad

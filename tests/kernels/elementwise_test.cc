@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float_formats.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -63,6 +64,13 @@ std::vector<double> asDoubles(const std::vector<T>& values) {
   return std::vector<double>(values.begin(), values.end());
 }
 
+// A bool operand (std::vector<bool> has no data()): one byte 0 or 1 each.
+Operand boolOperand(std::vector<int64_t> shape, const std::vector<int>& values) {
+  Operand op = output(DType::kBool, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i) op.bytes[i] = static_cast<std::byte>(values[i] != 0);
+  return op;
+}
+
 const std::vector<std::vector<int64_t>> kUnaryShapes = {{}, {1}, {5}, {3, 17}, {2, 3, 33}};
 
 // ----------------------------------------------------------------- registry
@@ -72,7 +80,11 @@ TEST(ElementwiseKernels, AllAreRegistered) {
   for (const char* op :
        {"Relu",  "Sigmoid", "Tanh",      "Exp", "Log",         "Sqrt",      "Erf",      "Abs",   "Neg",  "Reciprocal",
         "Floor", "Ceil",    "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Gelu",  "Clip", "Identity",
-        "Add",   "Sub",     "Mul",       "Div", "Pow",         "Max",       "Min",      "Equal", "Less", "Greater"}) {
+        "Add",   "Sub",     "Mul",       "Div", "Pow",         "Max",       "Min",      "Equal", "Less", "Greater",
+        "Sign", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+        "Softsign", "Celu", "Selu", "ThresholdedRelu", "Shrink", "Mish", "Swish", "Not", "BitwiseNot", "IsNaN",
+        "IsInf", "Sum", "Mean", "PRelu", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitwiseAnd",
+        "BitwiseOr", "BitwiseXor", "Mod", "BitShift"}) {
     EXPECT_NE(registry.find(op), nullptr) << op;
   }
 }
@@ -120,6 +132,38 @@ std::vector<UnaryCase> unaryCases() {
        [=](double x) { return 0.5 * x * std::erfc(-x * sqrt_half); }, -6, 6},
       {"Gelu", params({{"approximate", std::string("tanh")}}),
        [=](double x) { return x / (1 + std::exp(-2 * sqrt_2_pi * (x + 0.044715 * x * x * x))); }, -6, 6},
+      {"Sign", {}, [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }, -5, 5},
+      {"Round", {}, [](double x) { return std::nearbyint(x); }, -10, 10},
+      {"Sin", {}, [](double x) { return std::sin(x); }, -6, 6, 1e-7},
+      {"Cos", {}, [](double x) { return std::cos(x); }, -6, 6, 1e-7},
+      {"Tan", {}, [](double x) { return std::tan(x); }, -1.5, 1.5},
+      {"Asin", {}, [](double x) { return std::asin(x); }, -1, 1},
+      {"Acos", {}, [](double x) { return std::acos(x); }, -1, 1},
+      {"Atan", {}, [](double x) { return std::atan(x); }, -10, 10},
+      {"Sinh", {}, [](double x) { return std::sinh(x); }, -5, 5},
+      {"Cosh", {}, [](double x) { return std::cosh(x); }, -5, 5},
+      {"Asinh", {}, [](double x) { return std::asinh(x); }, -10, 10},
+      {"Acosh", {}, [](double x) { return std::acosh(x); }, 1, 10},
+      {"Atanh", {}, [](double x) { return std::atanh(x); }, -0.99, 0.99},
+      {"Softsign", {}, [](double x) { return x / (1 + std::abs(x)); }, -10, 10},
+      {"Celu", {}, [](double x) { return std::max(0.0, x) + std::min(0.0, std::exp(x) - 1); }, -5, 5},
+      {"Celu", params({{"alpha", 2.0}}),
+       [](double x) { return std::max(0.0, x) + std::min(0.0, 2 * (std::exp(x / 2) - 1)); }, -5, 5},
+      {"Selu",
+       {},
+       [](double x) { return 1.05070102214813232421875 * (x > 0 ? x : 1.67326319217681884765625 * (std::exp(x) - 1)); },
+       -5,
+       5},
+      {"Selu", params({{"alpha", 2.0}, {"gamma", 3.0}}),
+       [](double x) { return 3 * (x > 0 ? x : 2 * (std::exp(x) - 1)); }, -5, 5},
+      {"ThresholdedRelu", {}, [](double x) { return x > 1 ? x : 0; }, -5, 5},
+      {"ThresholdedRelu", params({{"alpha", 2.5}}), [](double x) { return x > 2.5 ? x : 0; }, -5, 5},
+      {"Shrink", {}, [](double x) { return x < -0.5 ? x : (x > 0.5 ? x : 0); }, -5, 5},
+      {"Shrink", params({{"lambd", 1.5}, {"bias", 0.25}}),
+       [](double x) { return x < -1.5 ? x + 0.25 : (x > 1.5 ? x - 0.25 : 0); }, -5, 5},
+      {"Mish", {}, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -10, 10},
+      {"Swish", {}, [](double x) { return x / (1 + std::exp(-x)); }, -10, 10},
+      {"Swish", params({{"alpha", 0.5}}), [](double x) { return x / (1 + std::exp(-0.5 * x)); }, -10, 10},
   };
 }
 
@@ -199,13 +243,17 @@ TEST(UnaryKernels, GeluRefusesAnUnknownApproximation) {
 }
 
 TEST(UnaryKernels, PrepareErrors) {
-  std::vector<Operand> ints = {operand<int32_t>({3}, {1, 2, 3})};
-  EXPECT_EQ(prepareError("Relu", ints, {output(DType::kI32, {3})}),
-            "Relu: no kernel for i32 inputs (supports f32, f64)");
+  std::vector<Operand> ints = {operand<uint32_t>({3}, {1, 2, 3})};
+  EXPECT_EQ(prepareError("Relu", ints, {output(DType::kU32, {3})}),
+            "Relu: no kernel for u32 inputs (supports f32, f64, f16, bf16, i8, i16, i32, i64)");
   EXPECT_EQ(prepareError("Exp", {operand<uint8_t>({1}, {1})}, {output(DType::kU8, {1})}),
-            "Exp: no kernel for u8 inputs (supports f32, f64)");
-  EXPECT_EQ(prepareError("Abs", {operand<int8_t>({1}, {1})}, {output(DType::kI8, {1})}),
-            "Abs: no kernel for i8 inputs (supports f32, f64, i32, i64)");
+            "Exp: no kernel for u8 inputs (supports f32, f64, f16, bf16)");
+  EXPECT_EQ(prepareError("Abs", {boolOperand({1}, {1})}, {output(DType::kBool, {1})}),
+            "Abs: no kernel for bool inputs (supports f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)");
+  EXPECT_EQ(prepareError("Not", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}),
+            "Not: no kernel for f32 inputs (supports bool)");
+  EXPECT_EQ(prepareError("IsNaN", {operand<float>({1}, {1})}, {output(DType::kF32, {1})}),
+            "IsNaN: output is f32[1] but the inputs give bool[1]");
   std::vector<Operand> x = {operand<float>({3}, {1, 2, 3})};
   EXPECT_EQ(prepareError("Relu", x, {output(DType::kF32, {4})}), "Relu: output is f32[4] but the inputs give f32[3]");
   EXPECT_EQ(prepareError("Relu", x, {output(DType::kF64, {3})}), "Relu: output is f64[3] but the inputs give f32[3]");
@@ -275,8 +323,8 @@ TEST(ClipKernel, PrepareErrors) {
             "Clip: min must be a scalar, got f32[2]");
   EXPECT_EQ(prepareError("Clip", {x, omitted(), operand<double>({}, {1})}, {output(DType::kF32, {3})}),
             "Clip: max is f64 but the input is f32: they must match");
-  EXPECT_EQ(prepareError("Clip", {operand<uint8_t>({1}, {1})}, {output(DType::kU8, {1})}),
-            "Clip: no kernel for u8 inputs (supports f32, f64, i32, i64)");
+  EXPECT_EQ(prepareError("Clip", {boolOperand({1}, {1})}, {output(DType::kBool, {1})}),
+            "Clip: no kernel for bool inputs (supports f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)");
   EXPECT_EQ(prepareError("Clip", {x, x, x, x}, {output(DType::kF32, {3})}), "Clip: expects 1 to 3 inputs, got 4");
 }
 
@@ -338,6 +386,11 @@ std::vector<BinaryCase> binaryCases() {
       {"Equal", [](double a, double b) { return a == b ? 1.0 : 0.0; }, false, true},
       {"Less", [](double a, double b) { return a < b ? 1.0 : 0.0; }, false, true},
       {"Greater", [](double a, double b) { return a > b ? 1.0 : 0.0; }, false, true},
+      {"LessOrEqual", [](double a, double b) { return a <= b ? 1.0 : 0.0; }, false, true},
+      {"GreaterOrEqual", [](double a, double b) { return a >= b ? 1.0 : 0.0; }, false, true},
+      {"Sum", [](double a, double b) { return a + b; }},
+      {"Mean", [](double a, double b) { return (a + b) / 2; }, true},
+      {"PRelu", [](double a, double b) { return a < 0 ? a * b : a; }},
   };
 }
 
@@ -345,7 +398,16 @@ std::vector<BinaryCase> binaryCases() {
 // small integers for comparisons so that equal pairs occur.
 template <typename T>
 std::vector<T> binaryInput(const BinaryCase& c, size_t count, uint32_t seed, bool second) {
-  if (c.comparison) return randomValues<T>(count, seed, -2, 2);
+  if (c.comparison) return randomValues<T>(count, seed, std::is_unsigned_v<T> ? 0 : -2, std::is_unsigned_v<T> ? 4 : 2);
+  // The narrow and unsigned integers: small values whose products fit (and
+  // whose differences wrap).
+  if constexpr (std::is_integral_v<T> && (std::is_unsigned_v<T> || sizeof(T) == 1)) {
+    std::vector<T> values = randomValues<T>(count, seed, 0, 11);
+    if (c.op == "Div" && second) {
+      for (T& v : values) v = v == 0 ? T(3) : v;
+    }
+    return values;
+  }
   if (c.op == "Pow") return second ? randomValues<T>(count, seed, -3, 3) : randomValues<T>(count, seed, 0.1, 4);
   std::vector<T> values = randomValues<T>(count, seed, -50, 50);
   if (c.op == "Div" && second) {
@@ -373,6 +435,10 @@ void checkBinary(const BinaryCase& c, double rtol) {
       const double bv = static_cast<double>(b[broadcastIndex(out_shape, b_shape, i)]);
       want[i] = c.reference(av, bv);
       if (std::is_integral_v<T> && c.op == "Div") want[i] = std::trunc(want[i]);
+      // Integer results wrap around.
+      if (std::is_integral_v<T> && !c.comparison) {
+        want[i] = static_cast<double>(static_cast<T>(static_cast<int64_t>(want[i])));
+      }
     }
     const std::string where = c.op + " " + std::string(dtypeName(dtypeOf<T>())) + " " +
                               TensorInfo{DType::kF32, a_shape}.shapeString() + " with " +
@@ -393,11 +459,17 @@ TEST(BinaryKernels, F64MatchesDoubleReferenceForEveryBroadcastPattern) {
   for (const BinaryCase& c : binaryCases()) checkBinary<double>(c, kF64Tolerance);
 }
 
-TEST(BinaryKernels, I32AndI64AreExactForEveryBroadcastPattern) {
+TEST(BinaryKernels, IntegersAreExactForEveryBroadcastPattern) {
   for (const BinaryCase& c : binaryCases()) {
     if (c.floats_only) continue;
+    checkBinary<int8_t>(c, 0);
+    checkBinary<int16_t>(c, 0);
     checkBinary<int32_t>(c, 0);
     checkBinary<int64_t>(c, 0);
+    checkBinary<uint8_t>(c, 0);
+    checkBinary<uint16_t>(c, 0);
+    checkBinary<uint32_t>(c, 0);
+    checkBinary<uint64_t>(c, 0);
   }
 }
 
@@ -530,10 +602,24 @@ TEST(BinaryKernels, PrepareErrors) {
             "Add: input shapes [2, 3] and [4] do not broadcast: output dimension 1 would be both 3 and 4");
   EXPECT_EQ(prepareError("Add", {f23, operand<int64_t>({3}, {1, 2, 3})}, {output(DType::kF32, {2, 3})}),
             "Add: input 1 is i64 but input 0 is f32: they must match");
-  EXPECT_EQ(prepareError("Add", {operand<uint8_t>({1}, {1}), operand<uint8_t>({1}, {1})}, {output(DType::kU8, {1})}),
-            "Add: no kernel for u8 inputs (supports f32, f64, i32, i64)");
-  EXPECT_EQ(prepareError("Pow", {operand<int32_t>({1}, {1}), operand<int32_t>({1}, {1})}, {output(DType::kI32, {1})}),
-            "Pow: no kernel for i32 inputs (supports f32, f64)");
+  EXPECT_EQ(prepareError("Add", {boolOperand({1}, {1}), boolOperand({1}, {1})}, {output(DType::kBool, {1})}),
+            "Add: no kernel for bool inputs (supports f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)");
+  EXPECT_EQ(prepareError("Pow", {operand<uint8_t>({1}, {1}), operand<int32_t>({1}, {1})}, {output(DType::kU8, {1})}),
+            "Pow: no kernel for u8 inputs (supports f32, f64, f16, bf16, i8, i16, i32, i64)");
+  EXPECT_EQ(prepareError("Pow", {operand<float>({1}, {1}), boolOperand({1}, {1})}, {output(DType::kF32, {1})}),
+            "Pow (exponent): no kernel for bool inputs (supports f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, "
+            "u64)");
+  EXPECT_EQ(prepareError("And", {operand<int32_t>({1}, {1}), operand<int32_t>({1}, {1})}, {output(DType::kBool, {1})}),
+            "And: no kernel for i32 inputs (supports bool)");
+  EXPECT_EQ(prepareError("BitwiseAnd", {f23, f23}, {output(DType::kF32, {2, 3})}),
+            "BitwiseAnd: no kernel for f32 inputs (supports i8, i16, i32, i64, u8, u16, u32, u64)");
+  EXPECT_EQ(prepareError("Mod", {f23, f23}, {output(DType::kF32, {2, 3})}, params({{"fmod", int64_t{2}}})),
+            "Mod: fmod is 2, expected 0 or 1");
+  EXPECT_EQ(prepareError("BitShift", {operand<uint8_t>({1}, {1}), operand<uint8_t>({1}, {1})},
+                         {output(DType::kU8, {1})}, params({{"direction", std::string("UP")}})),
+            "BitShift: direction is 'UP', expected 'LEFT' or 'RIGHT'");
+  EXPECT_EQ(prepareError("Mean", {operand<int32_t>({1}, {1})}, {output(DType::kI32, {1})}),
+            "Mean: no kernel for i32 inputs (supports f32, f64, f16, bf16)");
   EXPECT_EQ(prepareError("Mul", {f23, f23}, {output(DType::kF32, {2, 4})}),
             "Mul: output is f32[2, 4] but the inputs give f32[2, 3]");
   EXPECT_EQ(prepareError("Less", {f23, f23}, {output(DType::kF32, {2, 3})}),
@@ -544,6 +630,236 @@ TEST(BinaryKernels, PrepareErrors) {
   EXPECT_EQ(prepareError("Add", {dynamic, f23}, {output(DType::kF32, {2, 3})}),
             "Add: needs static shapes, input 0 is f32[?, 3]");
   EXPECT_THAT(prepareError("Max", {f23, f4, f23}, {output(DType::kF32, {2, 3})}), HasSubstr("do not broadcast"));
+}
+
+// ------------------------------------------- f16 and bf16, integers, logic
+
+// f16 / bf16 operands from floats (rounded to the type) and back.
+Operand halfOperand(DType dtype, std::vector<int64_t> shape, const std::vector<float>& values) {
+  Operand op = output(dtype, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = dtype == DType::kF16 ? floatToHalf(values[i]) : floatToBfloat16(values[i]);
+    std::memcpy(op.bytes.data() + 2 * i, &bits, 2);
+  }
+  return op;
+}
+
+std::vector<float> halfValues(const Operand& op) {
+  std::vector<float> out;
+  for (uint16_t bits : op.values<uint16_t>()) {
+    out.push_back(op.info.dtype == DType::kF16 ? halfToFloat(bits) : bfloat16ToFloat(bits));
+  }
+  return out;
+}
+
+float roundTo(DType dtype, float value) {
+  return dtype == DType::kF16 ? halfToFloat(floatToHalf(value)) : bfloat16ToFloat(floatToBfloat16(value));
+}
+
+TEST(HalfKernels, ComputeInF32AndRoundOnStore) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtypeName(dtype));
+    std::vector<float> a = randomValues<float>(40, 11, -50, 50);
+    std::vector<float> b = randomValues<float>(8, 12, 0.5, 9);
+    for (float& v : a) v = roundTo(dtype, v);
+    for (float& v : b) v = roundTo(dtype, v);
+    const std::vector<std::pair<const char*, std::function<float(float, float)>>> ops = {
+        {"Add", [](float x, float y) { return x + y; }},
+        {"Sub", [](float x, float y) { return x - y; }},
+        {"Mul", [](float x, float y) { return x * y; }},
+        {"Div", [](float x, float y) { return x / y; }},
+        {"Max", [](float x, float y) { return std::max(x, y); }},
+        {"Pow", [](float x, float y) { return std::pow(std::abs(x), y / 4); }},
+        {"Mean", nullptr}};  // computed below: the sum is rounded before the division
+    for (const auto& [op, f] : ops) {
+      std::vector<float> base = a;
+      std::vector<float> exponent = b;
+      if (std::string(op) == "Pow") {
+        for (float& v : base) v = std::abs(v);
+        for (float& v : exponent) v = roundTo(dtype, v / 4);
+      }
+      std::vector<Operand> inputs = {halfOperand(dtype, {5, 8}, base), halfOperand(dtype, {8}, exponent)};
+      std::vector<Operand> outputs = {output(dtype, {5, 8})};
+      PreparedKernel(op, inputs, outputs).run(inputs, outputs);
+      const std::vector<float> got = halfValues(outputs[0]);
+      for (size_t i = 0; i < got.size(); ++i) {
+        float want = 0;
+        if (std::string(op) == "Pow") {
+          want = roundTo(dtype, std::pow(base[i], exponent[i % 8]));
+        } else if (std::string(op) == "Mean") {
+          want = roundTo(dtype, roundTo(dtype, base[i] + exponent[i % 8]) / 2);
+        } else {
+          want = roundTo(dtype, f(base[i], exponent[i % 8]));
+        }
+        EXPECT_EQ(got[i], want) << op << " element " << i;
+      }
+    }
+    // Unary ops and a comparison.
+    std::vector<Operand> inputs = {halfOperand(dtype, {40}, a)};
+    std::vector<Operand> outputs = {output(dtype, {40})};
+    PreparedKernel("Sin", inputs, outputs).run(inputs, outputs);
+    std::vector<float> got = halfValues(outputs[0]);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(got[i], roundTo(dtype, std::sin(a[i])));
+    PreparedKernel("Relu", inputs, outputs).run(inputs, outputs);
+    got = halfValues(outputs[0]);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(got[i], std::max(a[i], 0.0f));
+    inputs.push_back(halfOperand(dtype, {}, {0.0f}));
+    outputs = {output(DType::kBool, {40})};
+    PreparedKernel("Less", inputs, outputs).run(inputs, outputs);
+    const std::vector<uint8_t> less = outputs[0].values<uint8_t>();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(less[i], a[i] < 0 ? 1 : 0);
+  }
+}
+
+template <typename T>
+std::vector<T> runWith(const char* op, std::vector<Operand> inputs, DType out, const ParamMap& p = {}) {
+  std::vector<Operand> outputs = {output(out, inputs[0].info.shape)};
+  PreparedKernel(op, inputs, outputs, p).run(inputs, outputs);
+  return outputs[0].values<T>();
+}
+
+template <typename T>
+Operand flat(const std::vector<T>& values) {
+  return operand<T>({static_cast<int64_t>(values.size())}, values);
+}
+
+TEST(ModKernel, IntegersAndFloatsWithAndWithoutFmod) {
+  // numpy's mod (the divisor's sign) and fmod (the dividend's sign).
+  const std::vector<int32_t> a = {-4, 7, 5, 4, -7, 8, 3, -3};
+  const std::vector<int32_t> b = {2, -3, 8, -2, 3, 5, 0, -1};
+  EXPECT_EQ(runWith<int32_t>("Mod", {flat(a), flat(b)}, DType::kI32), (std::vector<int32_t>{0, -2, 5, 0, 2, 3, 0, 0}));
+  EXPECT_EQ(runWith<int32_t>("Mod", {flat(a), flat(b)}, DType::kI32, params({{"fmod", int64_t{1}}})),
+            (std::vector<int32_t>{0, 1, 5, 0, -1, 3, 0, 0}));
+  EXPECT_EQ(runWith<int8_t>("Mod", {flat<int8_t>({-128, -7}), flat<int8_t>({-1, 3})}, DType::kI8),
+            (std::vector<int8_t>{0, 2}));
+  EXPECT_EQ(runWith<uint16_t>("Mod", {flat<uint16_t>({65535, 7}), flat<uint16_t>({10, 0})}, DType::kU16),
+            (std::vector<uint16_t>{5, 0}));
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {-4.3f, 7.2f, 5.0f, 4.3f, -7.2f, 1.0f, 1.0f, -0.0f, 0.0f};
+  const std::vector<float> y = {2.1f, -3.4f, 8.0f, -2.1f, 3.4f, inf, -inf, 2.0f, -2.0f};
+  const std::vector<float> mod = runWith<float>("Mod", {flat(x), flat(y)}, DType::kF32);
+  const std::vector<float> fmod =
+      runWith<float>("Mod", {flat(x), flat(y)}, DType::kF32, params({{"fmod", int64_t{1}}}));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float f = std::fmod(x[i], y[i]);
+    EXPECT_EQ(fmod[i], f) << i;
+    float m = f;
+    if (m != 0 && ((m < 0) != (y[i] < 0))) m += y[i];
+    if (m == 0) m = std::copysign(0.0f, y[i]);
+    EXPECT_EQ(mod[i], m) << i;
+    EXPECT_EQ(std::signbit(mod[i]), std::signbit(m)) << i;
+  }
+  EXPECT_EQ(mod[6], -inf);  // 1 mod -inf, as numpy
+  EXPECT_TRUE(std::isnan(runWith<float>("Mod", {flat<float>({1.0f}), flat<float>({0.0f})}, DType::kF32)[0]));
+}
+
+TEST(BitKernels, ShiftsAndBitwiseOpsFollowTheReference) {
+  const ParamMap left = params({{"direction", std::string("LEFT")}});
+  const ParamMap right = params({{"direction", std::string("RIGHT")}});
+  EXPECT_EQ(
+      runWith<uint8_t>("BitShift", {flat<uint8_t>({16, 4, 1, 255}), flat<uint8_t>({1, 2, 3, 8})}, DType::kU8, left),
+      (std::vector<uint8_t>{32, 16, 8, 0}));
+  EXPECT_EQ(
+      runWith<uint8_t>("BitShift", {flat<uint8_t>({16, 4, 1, 255}), flat<uint8_t>({1, 2, 3, 9})}, DType::kU8, right),
+      (std::vector<uint8_t>{8, 1, 0, 0}));
+  // Signed: left wraps; right is arithmetic; negative or too-wide shifts give 0 (or -1).
+  EXPECT_EQ(runWith<int8_t>("BitShift", {flat<int8_t>({64, -1, 5, 5}), flat<int8_t>({1, 3, -1, 8})}, DType::kI8, left),
+            (std::vector<int8_t>{-128, -8, 0, 0}));
+  EXPECT_EQ(runWith<int32_t>("BitShift", {flat<int32_t>({-16, -16, 16, -5}), flat<int32_t>({2, 32, 40, -1})},
+                             DType::kI32, right),
+            (std::vector<int32_t>{-4, -1, 0, -1}));
+  EXPECT_EQ(runWith<uint64_t>("BitShift", {flat<uint64_t>({1}), flat<uint64_t>({63})}, DType::kU64, left),
+            (std::vector<uint64_t>{uint64_t{1} << 63}));
+  EXPECT_EQ(runWith<int16_t>("BitwiseAnd", {flat<int16_t>({0x0F0F, -1}), flat<int16_t>({0x00FF, 5})}, DType::kI16),
+            (std::vector<int16_t>{0x000F, 5}));
+  EXPECT_EQ(runWith<uint32_t>("BitwiseOr", {flat<uint32_t>({0xF0, 1}), flat<uint32_t>({0x0F, 2})}, DType::kU32),
+            (std::vector<uint32_t>{0xFF, 3}));
+  EXPECT_EQ(runWith<uint64_t>("BitwiseXor", {flat<uint64_t>({0xFF, 6}), flat<uint64_t>({0x0F, 3})}, DType::kU64),
+            (std::vector<uint64_t>{0xF0, 5}));
+  EXPECT_EQ(runWith<int32_t>("BitwiseNot", {flat<int32_t>({0, -1, 5})}, DType::kI32),
+            (std::vector<int32_t>{-1, 0, -6}));
+  EXPECT_EQ(runWith<uint8_t>("BitwiseNot", {flat<uint8_t>({0, 0xF0})}, DType::kU8), (std::vector<uint8_t>{0xFF, 0x0F}));
+}
+
+TEST(LogicKernels, AndOrXorNotBroadcast) {
+  std::vector<Operand> inputs = {boolOperand({2, 2}, {1, 0, 1, 0}), boolOperand({2, 1}, {1, 0})};
+  auto run = [&](const char* op) {
+    std::vector<Operand> outputs = {output(DType::kBool, {2, 2})};
+    PreparedKernel(op, inputs, outputs).run(inputs, outputs);
+    return outputs[0].values<uint8_t>();
+  };
+  EXPECT_EQ(run("And"), (std::vector<uint8_t>{1, 0, 0, 0}));
+  EXPECT_EQ(run("Or"), (std::vector<uint8_t>{1, 1, 1, 0}));
+  EXPECT_EQ(run("Xor"), (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_EQ(run("Equal"), (std::vector<uint8_t>{1, 0, 0, 1}));
+  EXPECT_EQ(runWith<uint8_t>("Not", {inputs[0]}, DType::kBool), (std::vector<uint8_t>{0, 1, 0, 1}));
+}
+
+TEST(PowKernel, MixedTypesFollowNumpyPowerThenTheBaseType) {
+  EXPECT_EQ(runWith<float>("Pow", {flat<float>({2, 3, 4}), flat<int64_t>({3, -1, 0})}, DType::kF32),
+            (std::vector<float>{8, 1.0f / 3, 1}));
+  EXPECT_EQ(runWith<float>("Pow", {flat<float>({2, 9}), flat<uint32_t>({10, 2})}, DType::kF32),
+            (std::vector<float>{1024, 81}));
+  // Integer bases: exact integer powers (wrapping), float exponents truncate.
+  EXPECT_EQ(runWith<int32_t>("Pow", {flat<int32_t>({2, -3, 7, 2, 1, -1, 2}), flat<int32_t>({10, 3, 0, 31, -5, -3, -1})},
+                             DType::kI32),
+            (std::vector<int32_t>{1024, -27, 1, std::numeric_limits<int32_t>::min(), 1, -1, 0}));
+  EXPECT_EQ(runWith<int64_t>("Pow", {flat<int64_t>({3}), flat<int64_t>({39})}, DType::kI64),
+            (std::vector<int64_t>{4052555153018976267}));
+  EXPECT_EQ(runWith<int32_t>("Pow", {flat<int32_t>({2, 10, 4}), flat<float>({0.5f, 1.5f, -1})}, DType::kI32),
+            (std::vector<int32_t>{1, 31, 0}));
+  EXPECT_EQ(runWith<double>("Pow", {flat<double>({2}), flat<float>({0.5f})}, DType::kF64),
+            (std::vector<double>{std::sqrt(2.0)}));
+}
+
+TEST(VariadicKernels, SumAndMeanOfThreeBroadcastInputs) {
+  std::vector<Operand> inputs = {operand<float>({2, 3}, {1, 2, 3, 4, 5, 6}), operand<float>({3}, {10, 20, 30}),
+                                 operand<float>({2, 1}, {100, 200})};
+  EXPECT_EQ(runWith<float>("Sum", inputs, DType::kF32), (std::vector<float>{111, 122, 133, 214, 225, 236}));
+  EXPECT_EQ(runWith<float>("Mean", inputs, DType::kF32),
+            (std::vector<float>{37, 122.0f / 3, 133.0f / 3, 214.0f / 3, 75, 236.0f / 3}));
+  EXPECT_EQ(runWith<float>("Mean", {inputs[0]}, DType::kF32), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(runWith<int8_t>("Sum", {flat<int8_t>({100, 1}), flat<int8_t>({100, 2}), flat<int8_t>({1, 3})}, DType::kI8),
+            (std::vector<int8_t>{-55, 6}));
+}
+
+TEST(PredicateKernels, IsNaNAndIsInfWithTheirAttributes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {1, std::nanf(""), inf, -inf, 0};
+  EXPECT_EQ(runWith<uint8_t>("IsNaN", {flat(x)}, DType::kBool), (std::vector<uint8_t>{0, 1, 0, 0, 0}));
+  EXPECT_EQ(runWith<uint8_t>("IsInf", {flat(x)}, DType::kBool), (std::vector<uint8_t>{0, 0, 1, 1, 0}));
+  EXPECT_EQ(runWith<uint8_t>("IsInf", {flat(x)}, DType::kBool, params({{"detect_negative", int64_t{0}}})),
+            (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+  EXPECT_EQ(runWith<uint8_t>("IsInf", {flat(x)}, DType::kBool, params({{"detect_positive", int64_t{0}}})),
+            (std::vector<uint8_t>{0, 0, 0, 1, 0}));
+  EXPECT_EQ(runWith<uint8_t>("IsNaN", {halfOperand(DType::kF16, {3}, {1, std::nanf(""), inf})}, DType::kBool),
+            (std::vector<uint8_t>{0, 1, 0}));
+}
+
+TEST(UnaryKernels, RoundHalfToEvenSignAndIntegerRelu) {
+  EXPECT_EQ(runWith<float>("Round", {flat<float>({0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 2.6f, -2.4f})}, DType::kF32),
+            (std::vector<float>{0, 2, 2, -0.0f, -2, 3, -2}));
+  EXPECT_EQ(runWith<int8_t>("Sign", {flat<int8_t>({-5, 0, 7})}, DType::kI8), (std::vector<int8_t>{-1, 0, 1}));
+  EXPECT_EQ(runWith<uint16_t>("Sign", {flat<uint16_t>({0, 9})}, DType::kU16), (std::vector<uint16_t>{0, 1}));
+  EXPECT_EQ(runWith<int32_t>("Relu", {flat<int32_t>({-5, 0, 7})}, DType::kI32), (std::vector<int32_t>{0, 0, 7}));
+  EXPECT_EQ(runWith<int64_t>("Abs", {flat<int64_t>({-5, 3})}, DType::kI64), (std::vector<int64_t>{5, 3}));
+}
+
+TEST(ClipKernel, EveryIntegerTypeAndHalves) {
+  EXPECT_EQ(runWith<int8_t>("Clip",
+                            {flat<int8_t>({-128, -3, 0, 5, 127}), operand<int8_t>({}, {-2}), operand<int8_t>({}, {4})},
+                            DType::kI8),
+            (std::vector<int8_t>{-2, -2, 0, 4, 4}));
+  EXPECT_EQ(
+      runWith<uint64_t>("Clip", {flat<uint64_t>({0, 5, ~uint64_t{0}}), operand<uint64_t>({}, {2}, true)}, DType::kU64),
+      (std::vector<uint64_t>{2, 5, ~uint64_t{0}}));
+  EXPECT_EQ(runWith<uint8_t>("Clip", {flat<uint8_t>({0, 200}), omitted(), operand<uint8_t>({}, {100})}, DType::kU8),
+            (std::vector<uint8_t>{0, 100}));
+  std::vector<Operand> inputs = {halfOperand(DType::kF16, {4}, {-3, 0.5f, 2, 9}), halfOperand(DType::kF16, {}, {-1}),
+                                 halfOperand(DType::kF16, {}, {2.5f})};
+  std::vector<Operand> outputs = {output(DType::kF16, {4})};
+  PreparedKernel("Clip", inputs, outputs).run(inputs, outputs);
+  EXPECT_EQ(halfValues(outputs[0]), (std::vector<float>{-1, 0.5f, 2, 2.5f}));
 }
 
 }  // namespace

@@ -105,6 +105,36 @@ TEST(Elementwise, CastChangesOnlyTheType) {
             std::string::npos);
 }
 
+TEST(Elementwise, CastToTheNarrowTypesAndCastLike) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF16, {3});
+  const ValueId like = b.input("like", DType::kF4E2M1, {1});
+  EXPECT_EQ(inferredType(b, b.op("CastLike", {b.op("Cast", {x}, {{"to", int64_t{22}}}), like})), "f4e2m1[3]");
+  for (int64_t code : {18, 20, 21, 23, 24, 25, 26}) {
+    GraphBuilder g;
+    const ValueId y = g.input("y", DType::kF32, {2});
+    EXPECT_EQ(inferredType(g, g.op("Cast", {y}, {{"to", code}})),
+              std::string(dtypeName(static_cast<DType>(code))) + "[2]");
+  }
+}
+
+TEST(Elementwise, BitwiseSwishAndPredicates) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kU16, {2, 3});
+  const ValueId y = b.input("y", DType::kU16, {3});
+  EXPECT_EQ(inferredType(b, b.op("BitwiseNot", {b.op("BitwiseXor", {x, y})}), {{"", 18}}), "u16[2, 3]");
+  GraphBuilder s;
+  const ValueId f = s.input("f", DType::kBF16, {4});
+  EXPECT_EQ(inferredType(s, s.op("Swish", {f}, {{"alpha", 0.5f}}), {{"", 24}}), "bf16[4]");
+  GraphBuilder p;
+  const ValueId h = p.input("h", DType::kF16, {4});
+  EXPECT_EQ(inferredType(p, p.op("IsInf", {h}), {{"", 20}}), "bool[4]");
+  GraphBuilder bad;
+  const ValueId i = bad.input("i", DType::kI32, {4});
+  EXPECT_NE(inferenceError(bad, bad.op("IsNaN", {i})).find("needs a floating-point input, found i32"),
+            std::string::npos);
+}
+
 TEST(Elementwise, VariadicAndOptionalInputs) {
   GraphBuilder b;
   const ValueId x = b.input("x", DType::kF32, {4, 1});

@@ -18,12 +18,6 @@ namespace {
 
 ValueType f32(std::vector<Dim> dims) { return ValueType{DType::kF32, std::move(dims)}; }
 
-ConstantPtr i64s(std::vector<int64_t> values) {
-  std::vector<std::byte> bytes(values.size() * 8);
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return makeConstant(TensorInfo{DType::kI64, {static_cast<int64_t>(values.size())}}, std::move(bytes));
-}
-
 class DynamicExecutorTest : public ::testing::Test {
  protected:
   std::filesystem::path path(const std::string& name) {

@@ -26,6 +26,20 @@ void copyTyped(const Field& field, std::vector<std::byte>& out) {
   }
 }
 
+// ONNX packs 4-bit elements two to a byte and 2-bit ones four to a byte,
+// the first element in the low bits; kiln keeps one element per byte (see
+// kiln/dtype.h). Unpacks `count` elements of `bits` bits each.
+std::vector<std::byte> unpackSubByte(const std::vector<std::byte>& packed, uint64_t count, size_t bits) {
+  const size_t per_byte = 8 / bits;
+  const auto mask = static_cast<unsigned>((1u << bits) - 1);
+  std::vector<std::byte> elements(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const auto byte = static_cast<unsigned>(packed[i / per_byte]);
+    elements[i] = static_cast<std::byte>((byte >> ((i % per_byte) * bits)) & mask);
+  }
+  return elements;
+}
+
 std::vector<std::byte> readExternal(const onnx::TensorProto& tensor, const ModelSource& source, uint64_t expected) {
   std::string location;
   uint64_t offset = 0;
@@ -72,8 +86,8 @@ DType dtypeFromOnnx(int32_t onnx_type, const ModelSource& source, const std::str
   if (onnx_type > 0 && onnx_type < 256 && isValidDType(static_cast<uint8_t>(onnx_type))) {
     return static_cast<DType>(onnx_type);
   }
-  throw GraphError(fmt::format("{}: {} has ONNX data type {}, which kiln does not support (string, complex, 4-bit "
-                               "and fnuz float8 types are not tensor storage types in kiln)",
+  throw GraphError(fmt::format("{}: {} has ONNX data type {}, which kiln does not support (string and complex "
+                               "types are not tensor storage types in kiln)",
                                source.name, what, onnx_type));
 }
 
@@ -86,15 +100,22 @@ ConstantPtr constantFromTensorProto(const onnx::TensorProto& tensor, const Model
     info.shape.push_back(dim);
   }
   uint64_t expected = 0;
+  uint64_t count = 0;
   try {
     expected = info.sizeInBytes();
+    count = info.numElements();
   } catch (const UsageError&) {
     fail(source, tensor, "size overflows: shape " + info.shapeString());
   }
+  // What the file holds: sub-byte types packed, the others as in memory.
+  const size_t bits = dtypePackedBits(info.dtype);
+  const bool packed = bits < 8;
+  const uint64_t per_byte = packed ? 8 / bits : 1;
+  const uint64_t stored = packed ? count / per_byte + (count % per_byte != 0 ? 1 : 0) : expected;  // no overflow
 
   std::vector<std::byte> bytes;
   if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
-    bytes = readExternal(tensor, source, expected);
+    bytes = readExternal(tensor, source, stored);
   } else if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
     bytes.resize(raw.size());
@@ -115,13 +136,22 @@ ConstantPtr constantFromTensorProto(const onnx::TensorProto& tensor, const Model
       case DType::kU8:
       case DType::kBool:
       case DType::kF8E4M3:
-      case DType::kF8E5M2: copyTyped<uint8_t>(tensor.int32_data(), bytes); break;
+      case DType::kF8E4M3FNUZ:
+      case DType::kF8E5M2:
+      case DType::kF8E5M2FNUZ:
+      case DType::kF8E8M0:
+      case DType::kF4E2M1:  // these four: one packed byte per int32
+      case DType::kI4:
+      case DType::kU4:
+      case DType::kI2:
+      case DType::kU2: copyTyped<uint8_t>(tensor.int32_data(), bytes); break;
       case DType::kUndefined: break;
     }
   }
-  if (bytes.size() != expected) {
-    fail(source, tensor, fmt::format("holds {} bytes of data but {} needs {}", bytes.size(), info.toString(), expected));
+  if (bytes.size() != stored) {
+    fail(source, tensor, fmt::format("holds {} bytes of data but {} needs {}", bytes.size(), info.toString(), stored));
   }
+  if (packed) bytes = unpackSubByte(bytes, count, bits);
   return makeConstant(std::move(info), std::move(bytes));
 }
 

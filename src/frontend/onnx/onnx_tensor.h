@@ -19,7 +19,7 @@ struct ModelSource {
 };
 
 // The kiln DType of an ONNX data type code; throws GraphError naming `what`
-// for types kiln does not store (string, complex, 4-bit).
+// for types kiln does not store (string, complex).
 DType dtypeFromOnnx(int32_t onnx_type, const ModelSource& source, const std::string& what);
 
 ConstantPtr constantFromTensorProto(const onnx::TensorProto& tensor, const ModelSource& source);

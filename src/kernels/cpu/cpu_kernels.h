@@ -11,7 +11,7 @@ void registerElementwiseKernels(KernelRegistry& registry);  // elementwise.cc: u
 void registerFusedElementwiseKernels(KernelRegistry& registry);  // fused_elementwise.cc: kiln.FusedElementwise
 void registerMatMulKernels(KernelRegistry& registry);       // matmul.cc: MatMul, Gemm, kiln.FusedMatMul, kiln.FusedGemm
 void registerCopyKernels(KernelRegistry& registry);         // copy.cc: kiln.Copy (byte copy for views)
-void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Cast, Pad, Resize
+void registerDataMovementKernels(KernelRegistry& registry);  // data_movement.cc: Transpose, Concat, Split, Slice, Gather, Expand, Tile, Where, Pad, Resize
 void registerReductionKernels(KernelRegistry& registry);     // reduction.cc: Reduce*, ArgMax, ArgMin
 void registerConvKernels(KernelRegistry& registry);         // conv.cc: Conv, ConvTranspose (oneDNN)
 void registerPoolKernels(KernelRegistry& registry);         // pool.cc: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
@@ -20,6 +20,7 @@ void registerFeatureNormalizationKernels(KernelRegistry& registry);  // feature_
 void registerRecurrentKernels(KernelRegistry& registry);    // recurrent.cc: RNN, GRU, LSTM
 void registerLossKernels(KernelRegistry& registry);         // losses.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Dropout
 void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
+void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, CastLike (every dtype)
 void registerLinearAttentionKernels(KernelRegistry& registry);  // linear_attention.cc: LinearAttention, CausalConvWithState
 void registerFlexAttentionKernels(KernelRegistry& registry);  // flex_attention.cc: ai.onnx.preview.FlexAttention
 void registerMlKernels(KernelRegistry& registry);          // ml.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble

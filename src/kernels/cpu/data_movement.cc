@@ -1,5 +1,5 @@
 // Data-movement CPU kernels with ONNX semantics: Transpose, Concat, Split,
-// Slice, Gather, Expand, Where, Cast, Tile, Pad and Resize.
+// Slice, Gather, Expand, Where, Tile, Pad and Resize (Cast: cast.cc).
 //
 // Kernels that only move data move bytes, by element size (1, 2, 4 or 8), so
 // they work for every element type. Most of them reduce to one plan, built at
@@ -929,161 +929,6 @@ void runWhere(const KernelCall& call) {
   state.loop(state, call.inputs[0].data, call.inputs[1].data, call.inputs[2].data, call.outputs[0].data);
 }
 
-// -------------------------------------------------------------------- Cast
-
-// IEEE binary16, stored as its bits.
-struct Half {
-  uint16_t bits;
-};
-
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);  // inf, NaN
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: mantissa * 2^-24, exact in float.
-    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    std::memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-// Round to nearest, ties to even; overflow gives inf, NaN stays NaN.
-uint16_t floatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
-  if (abs < 0x38800000u) {
-    // Result is subnormal or zero: round abs / 2^-24 to an integer.
-    float a;
-    std::memcpy(&a, &abs, sizeof a);
-    const float scaled = a * 16777216.0f;  // exact: a power of two
-    const float rounded = std::nearbyint(scaled);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(rounded));
-  }
-  const uint32_t mantissa_odd = (abs >> 13) & 1u;
-  const uint32_t rounded = abs + 0xFFFu + mantissa_odd;  // ties to even
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13));
-}
-
-template <typename To, typename From>
-To convertValue(From v) {
-  if constexpr (std::is_same_v<From, Half>) {
-    return convertValue<To>(halfToFloat(v.bits));
-  } else if constexpr (std::is_same_v<To, Half>) {
-    return Half{floatToHalf(convertValue<float>(v))};
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
-    // Out of range and NaN are undefined in ONNX (and in C++): saturate, NaN to 0.
-    if (!(v == v)) return To(0);
-    constexpr double lo = static_cast<double>(std::numeric_limits<To>::lowest());
-    constexpr double hi = static_cast<double>(std::numeric_limits<To>::max());
-    const double d = static_cast<double>(v);
-    if (d <= lo) return std::numeric_limits<To>::lowest();
-    if (d >= hi) return std::numeric_limits<To>::max();
-    return static_cast<To>(d);
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
-// bool is stored as one byte 0 or 1; it is read and written as uint8_t.
-template <typename T>
-using CastStorage = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
-
-template <typename From, typename To>
-void castLoop(const std::byte* x_bytes, std::byte* y_bytes, int64_t n) {
-  const auto* x = reinterpret_cast<const CastStorage<From>*>(x_bytes);
-  auto* y = reinterpret_cast<CastStorage<To>*>(y_bytes);
-  for (int64_t i = 0; i < n; ++i) {
-    const From v = static_cast<From>(x[i]);
-    y[i] = static_cast<CastStorage<To>>(convertValue<To>(v));
-  }
-}
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(TypeTag<T>{}) for the C++ type of `dtype`; false when Cast has none.
-template <typename F>
-bool withCastType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32: f(TypeTag<float>{}); return true;
-    case DType::kF64: f(TypeTag<double>{}); return true;
-    case DType::kF16: f(TypeTag<Half>{}); return true;
-    case DType::kI8: f(TypeTag<int8_t>{}); return true;
-    case DType::kU8: f(TypeTag<uint8_t>{}); return true;
-    case DType::kI16: f(TypeTag<int16_t>{}); return true;
-    case DType::kU16: f(TypeTag<uint16_t>{}); return true;
-    case DType::kI32: f(TypeTag<int32_t>{}); return true;
-    case DType::kU32: f(TypeTag<uint32_t>{}); return true;
-    case DType::kI64: f(TypeTag<int64_t>{}); return true;
-    case DType::kU64: f(TypeTag<uint64_t>{}); return true;
-    case DType::kBool: f(TypeTag<bool>{}); return true;
-    default: return false;
-  }
-}
-
-struct CastState final : KernelState {
-  using Loop = void (*)(const std::byte* x, std::byte* y, int64_t n);
-  Loop loop = nullptr;
-  size_t bytes = 0;  // same type: a copy
-};
-
-std::unique_ptr<KernelState> prepareCast(const KernelSetup& setup) {
-  expectCounts("Cast", setup, 1, 1);
-  expectStatic("Cast", setup);
-  const TensorInfo& x = setup.inputs[0];
-  if (!setup.params.has("to")) throw UsageError("Cast: needs the attribute to");
-  const int64_t code = setup.params.getInt("to", 0);
-  if (code < 0 || code > 255 || !isValidDType(static_cast<uint8_t>(code))) {
-    throw UsageError(fmt::format("Cast: to = {} is not a known element type", code));
-  }
-  const DType to = static_cast<DType>(code);
-  expectOutput("Cast", setup.outputs[0], to, x.shape);
-  auto state = std::make_unique<CastState>();
-  if (to == x.dtype) {
-    state->bytes = x.sizeInBytes();
-    return state;
-  }
-  withCastType(x.dtype, [&](auto from) {
-    withCastType(to, [&](auto target) {
-      state->loop = &castLoop<typename decltype(from)::type, typename decltype(target)::type>;
-    });
-  });
-  if (state->loop == nullptr) {
-    throw UsageError(fmt::format("Cast: no kernel from {} to {}", dtypeName(x.dtype), dtypeName(to)));
-  }
-  return state;
-}
-
-void runCast(const KernelCall& call) {
-  const auto& state = static_cast<const CastState&>(*call.state);
-  if (state.loop == nullptr) {
-    if (state.bytes != 0 && call.inputs[0].data != call.outputs[0].data) {
-      std::memcpy(call.outputs[0].data, call.inputs[0].data, state.bytes);
-    }
-    return;
-  }
-  state.loop(call.inputs[0].data, call.outputs[0].data, static_cast<int64_t>(call.outputs[0].numElements()));
-}
-
 // --------------------------------------------------------------------- Pad
 
 enum class PadMode { kConstant, kReflect, kEdge, kWrap };
@@ -1645,7 +1490,6 @@ void registerDataMovementKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Expand", &prepareExpand, &runCopyPlan});
   registry.add(KernelDef{"Tile", &prepareTile, &runCopyPlan});
   registry.add(KernelDef{"Where", &prepareWhere, &runWhere});
-  registry.add(KernelDef{"Cast", &prepareCast, &runCast});
   registry.add(KernelDef{"Pad", &preparePad, &runPad});
   registry.add(KernelDef{"Resize", &prepareNchwResize, &runResize});
   registry.add(KernelDef{"kiln.NhwcResize", &prepareNhwcResize, &runResize});
