@@ -87,8 +87,8 @@ ParamMap paramsOf(const Node& node) {
           } else if constexpr (std::is_same_v<T, ConstantPtr>) {
             params.set(key, tensorParam(node, key, *value));
           } else {
-            throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (tensor, graph or string list) cannot be "
-                                         "passed to a kernel yet",
+            throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (a list of strings, tensors or graphs) "
+                                         "cannot be passed to a kernel yet",
                                          node.name, node.op_type, key));
           }
         },
