@@ -76,6 +76,39 @@ ParamValue scalarOf(const Constant& constant) {
 
 std::string kernelName(const Node& node) { return node.domain.empty() ? node.op_type : node.domain + "." + node.op_type; }
 
+// A tensor attribute as a kernel parameter: its elements, flattened, as a
+// list of doubles (f32, f64) or of integers (integer and bool types). The
+// ai.onnx.ml TreeEnsemble holds its splits and leaf weights this way.
+ParamValue tensorParam(const Node& node, const std::string& key, const Constant& tensor) {
+  const uint64_t count = tensor.info.numElements();
+  const std::byte* bytes = tensor.bytes.data();
+  auto read = [&]<typename T>(T, uint64_t i) {
+    T v;
+    std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
+    return v;
+  };
+  std::vector<double> reals;
+  std::vector<int64_t> ints;
+  for (uint64_t i = 0; i < count; ++i) {
+    switch (tensor.info.dtype) {
+      case DType::kF32: reals.push_back(read(float{}, i)); break;
+      case DType::kF64: reals.push_back(read(double{}, i)); break;
+      case DType::kI64: ints.push_back(read(int64_t{}, i)); break;
+      case DType::kI32: ints.push_back(read(int32_t{}, i)); break;
+      case DType::kI16: ints.push_back(read(int16_t{}, i)); break;
+      case DType::kI8: ints.push_back(read(int8_t{}, i)); break;
+      case DType::kU8: case DType::kBool: ints.push_back(read(uint8_t{}, i)); break;
+      case DType::kU16: ints.push_back(read(uint16_t{}, i)); break;
+      case DType::kU32: ints.push_back(read(uint32_t{}, i)); break;
+      default:
+        throw GraphError(fmt::format("node '{}' ({}): tensor attribute '{}' of type {} cannot be passed to a kernel",
+                                     node.name, node.op_type, key, dtypeName(tensor.info.dtype)));
+    }
+  }
+  const bool real = tensor.info.dtype == DType::kF32 || tensor.info.dtype == DType::kF64;
+  return real ? ParamValue{std::move(reals)} : ParamValue{std::move(ints)};
+}
+
 ParamMap paramsOf(const Node& node) {
   ParamMap params;
   for (const auto& [key, attribute] : node.attributes) {
@@ -100,9 +133,11 @@ ParamMap paramsOf(const Node& node) {
             params.set(key, scalarOf(*value));
           } else if constexpr (std::is_same_v<T, GraphPtr>) {
             // If/Loop/Scan subgraphs are lowered to sub-programs.
+          } else if constexpr (std::is_same_v<T, ConstantPtr>) {
+            params.set(key, tensorParam(node, key, *value));
           } else {
-            throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (tensor, graph or string list) cannot be "
-                                         "passed to a kernel yet",
+            throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (a list of strings, tensors or graphs) "
+                                         "cannot be passed to a kernel yet",
                                          node.name, node.op_type, key));
           }
         },

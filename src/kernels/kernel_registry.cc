@@ -36,6 +36,9 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerQuantizationKernels(r);
     registerSignalKernels(r);
     registerSamplingKernels(r);
+    registerLinearAttentionKernels(r);
+    registerFlexAttentionKernels(r);
+    registerMlKernels(r);
     return r;
   }();
   return registry;

@@ -20,5 +20,8 @@ void registerTransformerOps(OpRegistry& registry);  // transformer_ops.cc: Atten
 void registerQuantizationOps(OpRegistry& registry);  // quantization_ops.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
 void registerSignalOps(OpRegistry& registry);        // signal_ops.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingOps(OpRegistry& registry);      // sampling_ops.cc: GridSample, AffineGrid, RoiAlign, DeformConv
+void registerLinearAttentionOps(OpRegistry& registry);  // linear_attention_ops.cc: LinearAttention, CausalConvWithState
+void registerFlexAttentionOps(OpRegistry& registry);  // flex_attention_ops.cc: FlexAttention (ai.onnx.preview)
+void registerMlOps(OpRegistry& registry);           // ml_ops.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
 
 }  // namespace kiln

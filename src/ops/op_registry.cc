@@ -100,6 +100,9 @@ OpRegistry& OpRegistry::global() {
     registerQuantizationOps(r);
     registerSignalOps(r);
     registerSamplingOps(r);
+    registerLinearAttentionOps(r);
+    registerFlexAttentionOps(r);
+    registerMlOps(r);
     return r;
   }();
   return registry;

@@ -290,6 +290,63 @@ TEST(OnnxImport, IfBranchesReadEnclosingValues) {
   EXPECT_TRUE(findGraphProblems(main).empty());
 }
 
+TEST(OnnxImport, ModelsMayImportOnlyOtherDomains) {
+  TempDir dir;
+  onnx::GraphProto g;
+  g.set_name("ml");
+  addInput(g, "x", onnx::TensorProto::FLOAT, {"2"});
+  addNode(g, "Binarizer", {"x"}, {"y"})->set_domain("ai.onnx.ml");
+  g.add_output()->set_name("y");
+  onnx::ModelProto model = modelWith(g);
+  model.mutable_opset_import(0)->set_domain("ai.onnx.ml");
+  model.mutable_opset_import(0)->set_version(1);
+  const OnnxModel imported = importOnnx(save(model, dir / "ml.onnx"));
+  EXPECT_EQ(imported.opsets.count(""), 0u);
+  EXPECT_EQ(imported.opsets.at("ai.onnx.ml"), 1);
+  // A default-domain node still needs the default opset.
+  addNode(*model.mutable_graph(), "Relu", {"y"}, {"z"});
+  EXPECT_NE(importError(save(model, dir / "relu.onnx"))
+                .find("node 'Relu_z' (Relu) is in the default ONNX domain, but the model imports no version"),
+            std::string::npos);
+}
+
+TEST(OnnxImport, FlexAttentionModifiersAreInlined) {
+  TempDir dir;
+  onnx::GraphProto g;
+  g.set_name("flex");
+  for (const char* name : {"q", "k", "v"}) addInput(g, name, onnx::TensorProto::FLOAT, {"1", "2", "3", "4"});
+  onnx::NodeProto* node = addNode(g, "FlexAttention", {"q", "k", "v"}, {"y"});
+  node->set_domain("ai.onnx.preview");
+  auto modifier = [](const std::string& name, const std::string& op) {
+    onnx::GraphProto body;
+    body.set_name(name);
+    addInput(body, "in", onnx::TensorProto::FLOAT, {"B", "H", "L", "S"});
+    *body.add_initializer() = floatTensor("c", {}, {0.5f}, false);
+    addNode(body, op, {"in", "c"}, {"out"});
+    body.add_output()->set_name("out");
+    return body;
+  };
+  for (const auto& [name, op] : {std::pair{"score_mod", "Add"}, {"prob_mod", "Mul"}}) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::GRAPH);
+    *attribute->mutable_g() = modifier(name, op);
+  }
+  g.add_output()->set_name("y");
+  onnx::ModelProto model = modelWith(g);
+  auto* preview = model.add_opset_import();
+  preview->set_domain("ai.onnx.preview");
+  preview->set_version(1);
+  const OnnxModel imported = importOnnx(save(model, dir / "flex.onnx"));
+  const Graph& main = *imported.graph;
+  std::vector<std::string> ops;
+  for (NodeId id : main.topologicalOrder()) ops.push_back(main.node(id).domain + ":" + main.node(id).op_type);
+  EXPECT_EQ(ops, (std::vector<std::string>{"kiln:FlexAttentionScores", ":Add", ":Softmax", ":Mul", "kiln:FlexAttentionOutput"}));
+  EXPECT_EQ(main.value(main.outputs()[0]).name, "y");
+  EXPECT_EQ(std::get<int64_t>(main.node(main.topologicalOrder().back()).attributes.at("softmax")), 0);
+  EXPECT_TRUE(findGraphProblems(main).empty());
+}
+
 TEST(OnnxImport, ConstantNodesBecomeInitializers) {
   TempDir dir;
   onnx::GraphProto g;

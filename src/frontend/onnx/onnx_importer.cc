@@ -6,6 +6,7 @@
 #include <queue>
 #include <set>
 
+#include "frontend/onnx/flex_attention_expansion.h"
 #include "frontend/onnx/onnx_tensor.h"
 #include "kiln/error.h"
 #include "kiln/onnx_import.h"
@@ -312,6 +313,23 @@ class GraphImporter {
   GraphPtr graph_;
 };
 
+// The first node of `graph` or its subgraphs (at any depth) in the default
+// ONNX domain, or nullptr.
+const onnx::NodeProto* findDefaultDomainNode(const onnx::GraphProto& graph) {
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (node.domain().empty() || node.domain() == "ai.onnx") return &node;
+    for (const onnx::AttributeProto& attribute : node.attribute()) {
+      if (attribute.has_g()) {
+        if (const onnx::NodeProto* inner = findDefaultDomainNode(attribute.g())) return inner;
+      }
+      for (const onnx::GraphProto& g : attribute.graphs()) {
+        if (const onnx::NodeProto* inner = findDefaultDomainNode(g)) return inner;
+      }
+    }
+  }
+  return nullptr;
+}
+
 OnnxModel importModel(const onnx::ModelProto& model, const ModelSource& source, const OnnxImportOptions& options) {
   OnnxModel result;
   result.ir_version = model.ir_version();
@@ -320,11 +338,18 @@ OnnxModel importModel(const onnx::ModelProto& model, const ModelSource& source, 
     const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
     result.opsets[domain] = opset.version();
   }
-  if (!result.opsets.contains("")) {
-    throw GraphError(fmt::format("{}: the model imports no version of the default ONNX operator set", source.name));
-  }
   if (!model.has_graph()) throw GraphError(fmt::format("{}: the model has no graph", source.name));
+  // A model may import only other domains (an ai.onnx.ml-only model); then
+  // none of its nodes may be in the default domain.
+  if (!result.opsets.contains("")) {
+    if (const onnx::NodeProto* node = findDefaultDomainNode(model.graph())) {
+      throw GraphError(fmt::format("{}: node '{}' ({}) is in the default ONNX domain, but the model imports no "
+                                   "version of the default ONNX operator set",
+                                   source.name, node->name(), node->op_type()));
+    }
+  }
   result.graph = GraphImporter(source, nullptr).importMain(model.graph(), options);
+  expandFlexAttentionModifiers(*result.graph);  // ONNX defines them by inlining
   verifyGraph(*result.graph);
   return result;
 }

@@ -25,5 +25,8 @@ void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, C
 void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
 void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv
+void registerLinearAttentionKernels(KernelRegistry& registry);  // linear_attention.cc: LinearAttention, CausalConvWithState
+void registerFlexAttentionKernels(KernelRegistry& registry);  // flex_attention.cc: ai.onnx.preview.FlexAttention
+void registerMlKernels(KernelRegistry& registry);          // ml.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
 
 }  // namespace kiln
