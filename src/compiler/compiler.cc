@@ -123,18 +123,20 @@ ParamMap paramsOf(const Node& node) {
           } else if constexpr (std::is_same_v<T, std::vector<float>>) {
             params.set(key, std::vector<double>(value.begin(), value.end()));
           } else if constexpr (std::is_same_v<T, ConstantPtr>) {
-            // A one-element tensor (ConstantOfShape's value) passes as a
-            // number: an int for integer and bool types, a float otherwise.
-            if (!value || value->info.numElements() != 1) {
-              throw GraphError(fmt::format("node '{}' ({}): tensor attribute '{}' must hold one element to be passed "
-                                           "to a kernel",
-                                           node.name, node.op_type, key));
+            // ConstantOfShape's one-element `value` passes as a number (an
+            // int for integer and bool types, a float otherwise); other
+            // tensor attributes (TreeEnsemble's) as lists.
+            if (node.op_type == "ConstantOfShape") {
+              if (!value || value->info.numElements() != 1) {
+                throw GraphError(fmt::format("node '{}' ({}): tensor attribute '{}' must hold one element", node.name,
+                                             node.op_type, key));
+              }
+              params.set(key, scalarOf(*value));
+            } else {
+              params.set(key, tensorParam(node, key, *value));
             }
-            params.set(key, scalarOf(*value));
           } else if constexpr (std::is_same_v<T, GraphPtr>) {
             // If/Loop/Scan subgraphs are lowered to sub-programs.
-          } else if constexpr (std::is_same_v<T, ConstantPtr>) {
-            params.set(key, tensorParam(node, key, *value));
           } else {
             throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (a list of strings, tensors or graphs) "
                                          "cannot be passed to a kernel yet",
