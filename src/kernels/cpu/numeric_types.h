@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/float_formats.h"
 #include "kiln/dtype.h"
 
 namespace kiln::numeric {
@@ -19,57 +20,12 @@ struct BFloat16 {
   uint16_t bits;
 };
 
-inline float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // mantissa * 2^-24
-    std::memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-// Round to nearest, ties to even.
-inline uint16_t floatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
-  if (abs < 0x38800000u) {
-    float a;
-    std::memcpy(&a, &abs, sizeof a);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  const uint32_t rounded = abs + 0xFFFu + ((abs >> 13) & 1u);
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13));
-}
-
-inline float bfloatToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-inline uint16_t floatToBfloat(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
+// The conversions are core's (core/float_formats.h): one definition of the
+// rounding for every kernel.
+using kiln::floatToHalf;
+using kiln::halfToFloat;
+inline float bfloatToFloat(uint16_t b) { return kiln::bfloat16ToFloat(b); }
+inline uint16_t floatToBfloat(float f) { return kiln::floatToBfloat16(f); }
 
 // How a kernel computes in element type T: in Acc, loading and storing
 // through these.
