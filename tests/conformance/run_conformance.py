@@ -311,6 +311,10 @@ def write_docs(path: str, tests_dir: str, names: list[str], exclusions: dict[str
              "data sets and compared with the test's own tolerances. onnxruntime runs the same tests through the "
              "same harness. Do not edit: rerun `make conformance`.",
              "",
+             "Most of onnxruntime's errors are models it does not load: operator set versions newer than the "
+             "onnxruntime release pinned in requirements.txt supports, element types it has no numpy mapping for "
+             "(bfloat16, float8, 4-bit), or operators it does not implement; the per-operator table shows where.",
+             "",
              "| backend | passed, all tests | passed, without exclusions |",
              "|---|---:|---:|"]
     for backend, results in all_results.items():
