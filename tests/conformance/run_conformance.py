@@ -20,7 +20,8 @@ Each test ends as one of:
 
 Tests run in worker processes so that a crash costs one test, not the run.
 tests/conformance/excluded.txt lists the tests left out of the adjusted rate
-(training-only and string operators only, each with its reason).
+(training-only and string operators, sequence and optional values; each with
+its reason).
 tests/conformance/expected_pass.txt lists the tests kiln passed when it was
 last updated: the run exits 1 if any of them no longer passes, so CI catches
 regressions. --update-expected rewrites it from this run.
@@ -327,7 +328,7 @@ def write_docs(path: str, tests_dir: str, names: list[str], exclusions: dict[str
         counts = Counter(result["status"] for result in results.values())
         lines.append(f"| {backend} | " + " | ".join(str(counts.get(s, 0)) for s in STATUSES) + " |")
     lines += ["", "## Exclusions", "",
-              "Training-only and string operators, left out of the adjusted rate:", "",
+              "Training-only and string operators, and sequence and optional values (not supported yet), left out of the adjusted rate:", "",
               "| pattern | reason |", "|---|---|"]
     for pattern, reason in exclusions.items():
         lines.append(f"| `{pattern}` | {reason} |")
