@@ -28,6 +28,7 @@
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/resize_general.h"
+#include "kernels/cpu/setup_helpers.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -36,7 +37,12 @@ namespace {
 
 // ------------------------------------------------------------------ helpers
 
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
+using setup_helpers::constantInput;
+using setup_helpers::expectOutput;
+using setup_helpers::normalizeAxis;
+using setup_helpers::present;
+using setup_helpers::product;
+using setup_helpers::typeString;
 
 std::string shapeString(const std::vector<int64_t>& shape) { return TensorInfo{DType::kF32, shape}.shapeString(); }
 
@@ -60,33 +66,6 @@ void expectStatic(std::string_view op, const KernelSetup& setup) {
   };
   for (size_t i = 0; i < setup.inputs.size(); ++i) check(setup.inputs[i], "input", i);
   for (size_t i = 0; i < setup.outputs.size(); ++i) check(setup.outputs[i], "output", i);
-}
-
-void expectOutput(std::string_view op, const TensorInfo& got, DType dtype, const std::vector<int64_t>& shape) {
-  const TensorInfo expected{dtype, shape};
-  if (got != expected) {
-    throw UsageError(fmt::format("{}: output is {} but the inputs give {}", op, typeString(got), typeString(expected)));
-  }
-}
-
-bool present(const KernelSetup& setup, size_t index) {
-  return index < setup.inputs.size() && setup.inputs[index].dtype != DType::kUndefined;
-}
-
-const std::byte* constantInput(const KernelSetup& setup, size_t index) {
-  return index < setup.constants.size() ? setup.constants[index] : nullptr;
-}
-
-int64_t normalizeAxis(std::string_view op, int64_t axis, size_t rank) {
-  const int64_t r = static_cast<int64_t>(rank);
-  if (axis < -r || axis >= r) throw UsageError(fmt::format("{}: axis {} is out of range for rank {}", op, axis, rank));
-  return axis < 0 ? axis + r : axis;
-}
-
-int64_t product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
 }
 
 // Element `i` of an integer tensor (i32 or i64).

@@ -37,6 +37,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/numeric_types.h"
+#include "kernels/cpu/setup_helpers.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -53,7 +54,12 @@ using numeric::withNumericType;
 
 // ------------------------------------------------------------------ helpers
 
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
+using setup_helpers::constantInput;
+using setup_helpers::expectOutput;
+using setup_helpers::normalizeAxis;
+using setup_helpers::present;
+using setup_helpers::product;
+using setup_helpers::typeString;
 
 void expectCounts(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs,
                   size_t outputs = 1) {
@@ -74,33 +80,6 @@ void expectCounts(std::string_view op, const KernelSetup& setup, size_t min_inpu
   };
   for (size_t i = 0; i < setup.inputs.size(); ++i) check(setup.inputs[i], "input", i);
   for (size_t i = 0; i < setup.outputs.size(); ++i) check(setup.outputs[i], "output", i);
-}
-
-void expectOutput(std::string_view op, const TensorInfo& got, DType dtype, const Ints& shape) {
-  const TensorInfo expected{dtype, shape};
-  if (got != expected) {
-    throw UsageError(fmt::format("{}: output is {} but the inputs give {}", op, typeString(got), typeString(expected)));
-  }
-}
-
-bool present(const KernelSetup& setup, size_t index) {
-  return index < setup.inputs.size() && setup.inputs[index].dtype != DType::kUndefined;
-}
-
-const std::byte* constantInput(const KernelSetup& setup, size_t index) {
-  return index < setup.constants.size() ? setup.constants[index] : nullptr;
-}
-
-int64_t normalizeAxis(std::string_view op, int64_t axis, size_t rank) {
-  const auto r = static_cast<int64_t>(rank);
-  if (axis < -r || axis >= r) throw UsageError(fmt::format("{}: axis {} is out of range for rank {}", op, axis, rank));
-  return axis < 0 ? axis + r : axis;
-}
-
-int64_t product(const Ints& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
 }
 
 Ints stridesOf(const Ints& shape) {
