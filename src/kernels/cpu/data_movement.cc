@@ -42,6 +42,9 @@ using setup_helpers::expectOutput;
 using setup_helpers::normalizeAxis;
 using setup_helpers::present;
 using setup_helpers::product;
+using setup_helpers::readInt;
+using setup_helpers::refuseElementSize;
+using setup_helpers::withElementSize;
 using setup_helpers::typeString;
 
 std::string shapeString(const std::vector<int64_t>& shape) { return TensorInfo{DType::kF32, shape}.shapeString(); }
@@ -66,18 +69,6 @@ void expectStatic(std::string_view op, const KernelSetup& setup) {
   };
   for (size_t i = 0; i < setup.inputs.size(); ++i) check(setup.inputs[i], "input", i);
   for (size_t i = 0; i < setup.outputs.size(); ++i) check(setup.outputs[i], "output", i);
-}
-
-// Element `i` of an integer tensor (i32 or i64).
-int64_t readInt(const std::byte* data, DType dtype, uint64_t i) {
-  if (dtype == DType::kI32) {
-    int32_t v;
-    std::memcpy(&v, data + i * sizeof v, sizeof v);
-    return v;
-  }
-  int64_t v;
-  std::memcpy(&v, data + i * sizeof v, sizeof v);
-  return v;
 }
 
 // Element `i` of a float tensor (f32 or f64) as double.
@@ -129,28 +120,6 @@ template <>
 struct Bits<8> {
   using type = uint64_t;
 };
-
-// Calls f(T{}) with the unsigned type of `size` bytes.
-template <typename F>
-auto withElementSize(size_t size, F&& f) {
-  switch (size) {
-    case 1:
-      return f(uint8_t{});
-    case 2:
-      return f(uint16_t{});
-    case 4:
-      return f(uint32_t{});
-    default:
-      return f(uint64_t{});
-  }
-}
-
-void refuseElementSize(std::string_view op, DType dtype) {
-  const size_t size = dtypeSize(dtype);
-  if (size != 1 && size != 2 && size != 4 && size != 8) {
-    throw UsageError(fmt::format("{}: no kernel for {} inputs", op, dtypeName(dtype)));
-  }
-}
 
 // ------------------------------------------------------------ strided copy
 

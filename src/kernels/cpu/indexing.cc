@@ -59,6 +59,9 @@ using setup_helpers::expectOutput;
 using setup_helpers::normalizeAxis;
 using setup_helpers::present;
 using setup_helpers::product;
+using setup_helpers::readInt;
+using setup_helpers::refuseElementSize;
+using setup_helpers::withElementSize;
 using setup_helpers::typeString;
 
 void expectCounts(std::string_view op, const KernelSetup& setup, size_t min_inputs, size_t max_inputs,
@@ -97,39 +100,6 @@ void expectIndexType(std::string_view op, const TensorInfo& info, const char* wh
 }
 
 // Element `i` of an i32 or i64 tensor.
-int64_t readInt(const std::byte* data, DType dtype, uint64_t i) {
-  if (dtype == DType::kI32) {
-    int32_t v;
-    std::memcpy(&v, data + i * sizeof v, sizeof v);
-    return v;
-  }
-  int64_t v;
-  std::memcpy(&v, data + i * sizeof v, sizeof v);
-  return v;
-}
-
-void refuseElementSize(std::string_view op, DType dtype) {
-  const size_t size = dtypeSize(dtype);
-  if (size != 1 && size != 2 && size != 4 && size != 8) {
-    throw UsageError(fmt::format("{}: no kernel for {} data", op, dtypeName(dtype)));
-  }
-}
-
-// Calls f(T{}) with the unsigned type of `size` bytes.
-template <typename F>
-auto withElementSize(size_t size, F&& f) {
-  switch (size) {
-    case 1:
-      return f(uint8_t{});
-    case 2:
-      return f(uint16_t{});
-    case 4:
-      return f(uint32_t{});
-    default:
-      return f(uint64_t{});
-  }
-}
-
 // The bytes of `value` as one element of `dtype` (bool: 0 or 1).
 std::array<std::byte, 8> elementBytes(DType dtype, double value) {
   std::array<std::byte, 8> bytes{};

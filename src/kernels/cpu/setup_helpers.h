@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,41 @@ inline int64_t product(const std::vector<int64_t>& shape, size_t begin, size_t e
   int64_t n = 1;
   for (size_t d = begin; d < end; ++d) n *= shape[d];
   return n;
+}
+
+// Element `i` of an integer tensor (i32 or i64).
+inline int64_t readInt(const std::byte* data, DType dtype, uint64_t i) {
+  if (dtype == DType::kI32) {
+    int32_t v;
+    std::memcpy(&v, data + i * sizeof v, sizeof v);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, data + i * sizeof v, sizeof v);
+  return v;
+}
+
+// Kernels that only move elements handle them by size: 1, 2, 4 or 8 bytes.
+inline void refuseElementSize(std::string_view op, DType dtype) {
+  const size_t size = dtypeSize(dtype);
+  if (size != 1 && size != 2 && size != 4 && size != 8) {
+    throw UsageError(fmt::format("{}: no kernel for {} inputs", op, dtypeName(dtype)));
+  }
+}
+
+// Calls f(T{}) with the unsigned type of `size` bytes.
+template <typename F>
+auto withElementSize(size_t size, F&& f) {
+  switch (size) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    default:
+      return f(uint64_t{});
+  }
 }
 
 }  // namespace kiln::setup_helpers
