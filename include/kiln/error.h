@@ -13,6 +13,18 @@
 //                through a stale blob writer, invalid arguments).
 //   IoError      the operating system refused an operation (open, write,
 //                mmap); carries errno's text.
+//   DeviceError  a program failed on a device. Its subclasses are the error
+//                classes of the reference runtime, which decide what the
+//                model runner does next (docs/runtime.md, "Errors"):
+//     ApplicationRuntimeError  the program itself failed (an exception on
+//                the device); a device reset clears it.
+//     RecoverableDeviceError   a transient failure; recoveryAction() says
+//                what clears it (only kDeviceReset lets the runner reset by
+//                itself).
+//     UnknownDeviceError       the device is in an unknown state: nothing
+//                is reset, manual intervention is needed.
+//   DeviceBusyError  the device asked for is attached elsewhere (another
+//                process or object) and the wait configuration gave up.
 //
 // Thread safety: exceptions are immutable values and may be shared freely.
 #pragma once
@@ -20,6 +32,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kiln {
 
@@ -62,6 +75,51 @@ class IoError : public Error {
 
  private:
   int error_number_;
+};
+
+class DeviceError : public Error {
+ public:
+  DeviceError(std::string device, const std::string& message)
+      : Error(device + ": " + message), device_(std::move(device)) {}
+  const std::string& device() const { return device_; }
+
+ private:
+  std::string device_;
+};
+
+class ApplicationRuntimeError : public DeviceError {
+ public:
+  using DeviceError::DeviceError;
+};
+
+// What clears a recoverable error, as the reference's poplar::RecoveryAction.
+enum class RecoveryAction : uint8_t {
+  kDeviceReset,  // reset the device and reload the executable (IPU_RESET)
+  kRerun,        // nothing to reset: running the program again may succeed
+  kPowerCycle,   // the device needs a power cycle: an operator must act
+};
+
+const char* recoveryActionName(RecoveryAction action);
+
+class RecoverableDeviceError : public DeviceError {
+ public:
+  RecoverableDeviceError(std::string device, const std::string& message, RecoveryAction action)
+      : DeviceError(std::move(device), message + " (recovery action: " + recoveryActionName(action) + ")"),
+        action_(action) {}
+  RecoveryAction recoveryAction() const { return action_; }
+
+ private:
+  RecoveryAction action_;
+};
+
+class UnknownDeviceError : public DeviceError {
+ public:
+  using DeviceError::DeviceError;
+};
+
+class DeviceBusyError : public Error {
+ public:
+  explicit DeviceBusyError(const std::string& message) : Error(message) {}
 };
 
 }  // namespace kiln

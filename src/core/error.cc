@@ -16,3 +16,16 @@ IoError::IoError(const std::string& what, int error_number)
     : Error(fmt::format("{}: {}", what, std::strerror(error_number))), error_number_(error_number) {}
 
 }  // namespace kiln
+
+namespace kiln {
+
+const char* recoveryActionName(RecoveryAction action) {
+  switch (action) {
+    case RecoveryAction::kDeviceReset: return "device reset";
+    case RecoveryAction::kRerun: return "rerun";
+    case RecoveryAction::kPowerCycle: return "power cycle";
+  }
+  return "unknown";
+}
+
+}  // namespace kiln
