@@ -1,0 +1,93 @@
+// Executable: one model of a package, deserialised for one device.
+//
+// It decodes the model's executable and places it on the device: the
+// intermediate arena in device memory, and (when the load programs run)
+// the load anchors (the weights) copied into device memory, or bound in
+// place on a device that works on host memory (cpu). Then runMain() runs
+// the main program over device buffers.
+//
+// Programs: kiln's compiler writes a "load" program (its anchors are the
+// weights) and a "main" program (the model's inputs and outputs); "save"
+// lists are empty for inference packages and run as no-ops. A device reset
+// loses device memory: run the load programs again before the next main.
+//
+// Thread safety: runLoad/runMain/runSave must not run concurrently with one
+// another (the Session serialises them); accessors may run from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/metadata.h"
+
+namespace kiln {
+
+class PackageReader;
+
+struct ExecutableOptions {
+  // Kernel threads; 0: the device's compute_threads.
+  int threads = 0;
+};
+
+// The host bytes a load anchor takes its value from; they must outlive the
+// load (on cpu, they are used in place and must outlive the Executable).
+using LoadSource = std::function<std::span<const std::byte>(const Anchor& anchor)>;
+
+class Executable {
+ public:
+  // Decodes model `model` of `package` (empty: its only model) for `device`
+  // and allocates the arena there. Throws UsageError when the model cannot
+  // run on the device (wrong kind, run-time shapes, device memory too small:
+  // the message gives what the model needs and what the device has) and
+  // FormatError when the executable is malformed.
+  Executable(std::shared_ptr<const PackageReader> package, const std::string& model, std::shared_ptr<Device> device,
+             const ExecutableOptions& options = {});
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  const std::string& name() const;
+  const Metadata& metadata() const;
+  const PackageReader& package() const;
+  Device& device() const;
+
+  // Anchors of the load programs (weights) and of the main program (the
+  // model's inputs and outputs, in the order runMain takes them).
+  const std::vector<Anchor>& loadAnchors() const;
+  const std::vector<Anchor>& mainInputs() const;
+  const std::vector<Anchor>& mainOutputs() const;
+
+  // Device memory the executable holds: arena plus weights once loaded.
+  uint64_t deviceBytes() const;
+
+  // Runs the load programs: every load anchor's bytes, from `source`, go to
+  // the device, then the kernels are prepared (weights packed). Throws
+  // UsageError when a source has the wrong size.
+  void runLoad(const LoadSource& source);
+  bool loaded() const;
+  // After Device::reset(): the weights on the device are gone.
+  void invalidate();
+
+  // Runs the main program on the calling thread (a device compute job, or
+  // any thread for cpu). `inputs` and `outputs` are device addresses in
+  // mainInputs()/mainOutputs() order, each holding the anchor's full size.
+  // Makes no heap allocation.
+  void runMain(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs);
+  // Runs the save programs (none in inference packages).
+  void runSave();
+
+  // Steps run by the main program so far (control flow counted as run).
+  uint64_t stepsRun() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,133 @@
+// ModelRunner: the high-level entry point for running a packaged model.
+//
+// It finds and attaches devices (DeviceManager), loads the model on each
+// (Session), creates the queues, and runs one main-loop thread per replica.
+// execute() and executeAsync() turn a request (caller memory per anchor)
+// into queue entries that point at that memory; results are written in
+// place, or into tensors the runner allocates. Requests from any number of
+// callers are gathered into device batches, so concurrent small requests
+// share the device.
+//
+// Behaviours (docs/runtime.md gives the details and examples):
+//   - I/O validation (validate_io_params): missing or extra anchors, wrong
+//     sizes or dtypes are a UsageError naming the anchor and what was
+//     expected. Off: a request may give only the anchors of the sub-model
+//     it selects (conditional execution); inputs it leaves out read zeros,
+//     outputs it leaves out are dropped. Sizes are always checked.
+//   - Batch sizing: without batching_dim (kNoBatchDim), a request holds N
+//     whole compiled tensors per anchor, stacked on dimension 0 (N >= 1).
+//     With batching_dim = d, any number of rows on dimension d: requests
+//     are split and padded into the compiled batch and the outputs
+//     reassembled.
+//   - Flush: a partial device batch waits timeout_ns for rows from other
+//     requests, then runs padded (flush_callback may supply the padding).
+//   - Errors, as the reference's table: application errors and recoverable
+//     errors whose action is a device reset reset the device and reload the
+//     model before the next request when auto_reset is on; every request
+//     already enqueued when the error happened completes with that error.
+//     A recoverable error with another action fails the enqueued requests
+//     and the device keeps serving. Otherwise (unknown errors, other
+//     errors, auto_reset off) the runner stops: enqueued and later requests
+//     fail with the error until reset() is called.
+//   - Replicas: replication_factor N runs N copies on N devices (sim
+//     devices, or the CPU cores split N ways). Anchors marked per-replica
+//     in the package get a leading dimension N and each replica runs its
+//     slice; otherwise the request stream is spread over the replicas.
+//
+// Thread safety: with thread_safe, any number of threads may call execute
+// and executeAsync at once. Without it, one call at a time: an overlapping
+// call throws UsageError. Callers own their input and output memory and
+// must keep it valid until their result is ready.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/metadata.h"
+#include "kiln/session.h"
+
+namespace kiln {
+
+class PackageReader;
+
+struct ModelRunnerConfig {
+  DeviceWaitConfig device_wait_config;
+  bool thread_safe = true;
+  std::chrono::nanoseconds timeout_ns{std::chrono::milliseconds(5)};
+  bool validate_io_params = true;
+  uint32_t batching_dim = kNoBatchDim;  // 0xFFFFFFFF: dynamic batch sizing off
+  uint32_t ring_buffer_size_multiplier = 2;
+  bool auto_reset = true;
+  FlushCallback flush_callback;
+  uint32_t replication_factor = 1;
+
+  // kiln's additions.
+  std::optional<DeviceKind> device_kind;  // e.g. kSim to run a cpu package on sim devices
+  DeviceManager* device_manager = nullptr;  // null: one built from the environment
+  uint32_t pipeline_depth = 3;              // batches in flight per device (own-memory devices)
+  std::string model;                        // which model of the package; empty: its only one
+  int threads = 0;                          // kernel threads per replica; 0: the device's
+};
+
+// One anchor as a request sees it.
+struct DataDesc {
+  std::string name;
+  std::vector<int64_t> shape;  // of one compiled batch (with the replica dimension in front when per-replica)
+  DType dtype = DType::kUndefined;
+  uint64_t size_in_bytes = 0;
+};
+
+// An output the runner allocated.
+struct HostTensor {
+  TensorInfo info;
+  std::vector<std::byte> bytes;
+};
+using OutputTensors = std::unordered_map<std::string, HostTensor>;
+
+class ModelRunner {
+ public:
+  // From package file(s) (a model may be split over several files).
+  explicit ModelRunner(const std::filesystem::path& package, ModelRunnerConfig config = {});
+  ModelRunner(const std::vector<std::filesystem::path>& packages, ModelRunnerConfig config = {});
+  // From an opened package.
+  ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunnerConfig config = {});
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  std::vector<DataDesc> getExecuteInputs() const;
+  std::vector<DataDesc> getExecuteOutputs() const;
+
+  // Runner-allocated outputs.
+  OutputTensors execute(const InputMemoryView& inputs);
+  std::future<OutputTensors> executeAsync(const InputMemoryView& inputs);
+  // Caller-allocated outputs.
+  void execute(const InputMemoryView& inputs, const OutputMemoryView& outputs);
+  std::future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
+
+  // After the runner stopped on an error: resets the devices, reloads the
+  // model and serves again.
+  void reset();
+
+  // Device resets done so far (automatic and manual), device batches run,
+  // batches flushed partial.
+  uint64_t resets() const;
+  uint64_t batchesRun() const;
+  uint64_t batchesFlushed() const;
+  const ModelRunnerConfig& config() const;
+  std::vector<std::string> deviceIds() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

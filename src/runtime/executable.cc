@@ -1,0 +1,188 @@
+#include "kiln/executable.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "format/executable_spec.h"
+#include "format/graph_package.h"
+#include "kiln/error.h"
+#include "kiln/executor.h"
+#include "kiln/package_reader.h"
+#include "runtime/device_sync.h"
+
+namespace kiln {
+namespace {
+
+std::string mebibytes(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+}  // namespace
+
+struct Executable::Impl {
+  std::shared_ptr<const PackageReader> package;
+  std::shared_ptr<Device> device;
+  std::string name;
+  Metadata metadata;
+  std::string source;  // for messages
+  ExecutableSpec spec;
+  int threads = 0;
+  std::vector<Anchor> load_anchors;
+  std::vector<Anchor> main_inputs;
+  std::vector<Anchor> main_outputs;
+  DeviceBuffer arena;
+  // Weights: device copies (sim) or the host bytes in place (cpu).
+  std::map<std::string, DeviceBuffer> weight_buffers;
+  std::map<std::string, std::span<const std::byte>> weights;
+  // Built by runLoad: the kernels are prepared over the weights as they sit
+  // on the device.
+  std::unique_ptr<Executor> executor;
+};
+
+Executable::Executable(std::shared_ptr<const PackageReader> package, const std::string& model,
+                       std::shared_ptr<Device> device, const ExecutableOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (!package || !device) throw UsageError("Executable needs a package and a device");
+  m.package = std::move(package);
+  m.device = std::move(device);
+  m.source = fmt::format("{}", fmt::join(m.package->sources(), ", "));
+  const auto all = m.package->metadata();
+  if (all.empty()) throw UsageError(m.source + " holds no model");
+  if (model.empty() && all.size() > 1) throw UsageError(fmt::format("{} holds {} models: name one", m.source, all.size()));
+  const MetadataBlob* chosen = model.empty() ? all.front() : m.package->findMetadata(model);
+  if (chosen == nullptr) throw UsageError(fmt::format("{} holds no model named '{}'", m.source, model));
+  m.name = chosen->name();
+  m.metadata = chosen->metadata();
+  if (isGraphPackage(m.metadata)) {
+    throw UsageError(fmt::format("model '{}' has shapes known only at run time; the runtime runs packages with "
+                                 "static shapes (compile with fixed input shapes, or use kiln::DynamicExecutor)",
+                                 m.name));
+  }
+  const std::string& kind = m.metadata.target.device_kind;
+  if (kind != "cpu" && kind != "sim") {
+    throw UsageError(fmt::format("model '{}' targets device kind '{}', which this runtime cannot run", m.name, kind));
+  }
+  m.threads = options.threads > 0 ? options.threads : static_cast<int>(m.device->info().compute_threads);
+
+  const ExecutableBlob* blob = m.package->findExecutable(m.metadata.executable);
+  m.spec = decodeExecutable(blob->read(), m.source + " (executable '" + blob->name() + "')");
+  // Anchors by program: those of the load programs are the weights.
+  auto in_load = [&](const Anchor& anchor) {
+    for (uint32_t program : anchor.programs) {
+      for (uint32_t load : m.metadata.program_flow.load) {
+        if (program == load) return true;
+      }
+    }
+    return false;
+  };
+  for (const Anchor& anchor : m.metadata.anchors) {
+    if (anchor.direction == AnchorDirection::kInput && in_load(anchor)) {
+      m.load_anchors.push_back(anchor);
+    } else if (anchor.direction == AnchorDirection::kInput) {
+      m.main_inputs.push_back(anchor);
+    } else {
+      m.main_outputs.push_back(anchor);
+    }
+  }
+  if (m.main_inputs.size() != m.spec.inputs.size() || m.main_outputs.size() != m.spec.outputs.size()) {
+    throw FormatError(m.source, chosen->info().offset,
+                      fmt::format("metadata of '{}' has {} inputs and {} outputs, its executable {} and {}", m.name,
+                                  m.main_inputs.size(), m.main_outputs.size(), m.spec.inputs.size(),
+                                  m.spec.outputs.size()));
+  }
+  for (const Anchor& anchor : m.load_anchors) {
+    if (!anchor.info.isStatic()) throw FormatError(m.source, chosen->info().offset, "load anchor '" + anchor.name + "' has a dynamic shape");
+  }
+
+  // Everything the model keeps on the device must fit before anything is
+  // allocated, so that a model too large fails with the whole picture.
+  uint64_t needed = m.spec.arena_bytes;
+  if (!m.device->usesHostMemory()) {
+    for (const Anchor& anchor : m.load_anchors) needed += anchor.info.sizeInBytes();
+  }
+  const uint64_t capacity = m.device->info().memory_bytes;
+  const uint64_t in_use = m.device->memoryInUse();
+  if (needed + in_use > capacity) {
+    throw UsageError(fmt::format("model '{}' needs {} of device memory on {} (arena {}, weights {}); the device has {} "
+                                 "with {} in use",
+                                 m.name, mebibytes(needed), m.device->id(), mebibytes(m.spec.arena_bytes),
+                                 mebibytes(needed - m.spec.arena_bytes), mebibytes(capacity), mebibytes(in_use)));
+  }
+  m.arena = m.device->allocate(std::max<uint64_t>(m.spec.arena_bytes, 64));
+}
+
+Executable::~Executable() = default;
+
+const std::string& Executable::name() const { return impl_->name; }
+const Metadata& Executable::metadata() const { return impl_->metadata; }
+const PackageReader& Executable::package() const { return *impl_->package; }
+Device& Executable::device() const { return *impl_->device; }
+const std::vector<Anchor>& Executable::loadAnchors() const { return impl_->load_anchors; }
+const std::vector<Anchor>& Executable::mainInputs() const { return impl_->main_inputs; }
+const std::vector<Anchor>& Executable::mainOutputs() const { return impl_->main_outputs; }
+bool Executable::loaded() const { return impl_->executor != nullptr; }
+void Executable::invalidate() { impl_->executor.reset(); }
+uint64_t Executable::stepsRun() const { return impl_->executor ? impl_->executor->stepsRun() : 0; }
+
+uint64_t Executable::deviceBytes() const {
+  uint64_t bytes = impl_->arena.size();
+  for (const auto& [name, buffer] : impl_->weight_buffers) bytes += buffer.size();
+  return bytes;
+}
+
+void Executable::runLoad(const LoadSource& source) {
+  Impl& m = *impl_;
+  m.executor.reset();
+  std::vector<DeviceJob> copies;
+  for (const Anchor& anchor : m.load_anchors) {
+    const std::span<const std::byte> bytes = source(anchor);
+    if (bytes.size() != anchor.info.sizeInBytes()) {
+      throw UsageError(fmt::format("load anchor '{}' is {}; its source holds {} bytes", anchor.name,
+                                   anchor.info.toString(), bytes.size()));
+    }
+    if (m.device->usesHostMemory()) {
+      m.weights[anchor.name] = bytes;
+      continue;
+    }
+    DeviceBuffer& buffer = m.weight_buffers[anchor.name];
+    if (!buffer) buffer = m.device->allocate(std::max<uint64_t>(bytes.size(), 1));
+    m.weights[anchor.name] = {buffer.data(), bytes.size()};
+    DeviceJob job;
+    job.kind = DeviceJob::Kind::kCopyToDevice;
+    job.destination = buffer.data();
+    job.source = bytes.data();
+    job.bytes = bytes.size();
+    copies.push_back(job);
+  }
+  runJobsAndWait(*m.device, copies);
+  // Constants the executable names are the load anchors (the compiler names
+  // each TensorData after its value).
+  auto constants = [&](const std::string& constant) -> std::span<const std::byte> {
+    const auto found = m.weights.find(constant);
+    if (found == m.weights.end()) throw FormatError(m.source, 0, "constant '" + constant + "' has no load anchor");
+    return found->second;
+  };
+  auto executor = std::make_unique<Executor>(m.spec, constants, ExecutorOptions{.threads = m.threads, .external_arena = true});
+  executor->setArena(m.arena.data());
+  m.executor = std::move(executor);
+}
+
+void Executable::runMain(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
+  if (!impl_->executor) {
+    throw UsageError(fmt::format("model '{}' on {}: run the load programs before the main program (again after a "
+                                 "device reset)",
+                                 impl_->name, impl_->device->id()));
+  }
+  impl_->executor->run(inputs, outputs);
+}
+
+void Executable::runSave() {
+  // kiln's inference packages list no save programs; a package that lists
+  // some needs state kiln cannot hold yet.
+  if (!impl_->metadata.program_flow.save.empty()) {
+    throw UsageError(fmt::format("model '{}' lists {} save programs; this runtime has no model state to save",
+                                 impl_->name, impl_->metadata.program_flow.save.size()));
+  }
+}
+
+}  // namespace kiln

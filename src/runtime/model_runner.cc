@@ -1,0 +1,515 @@
+#include "kiln/model_runner.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/package_reader.h"
+#include "runtime/request.h"
+
+namespace kiln {
+namespace {
+
+// What the runner does after a device error (the reference's table).
+enum class ErrorAction { kResetDevice, kKeepServing, kStop };
+
+ErrorAction actionFor(const std::exception_ptr& error, bool auto_reset) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ApplicationRuntimeError&) {
+    return auto_reset ? ErrorAction::kResetDevice : ErrorAction::kStop;
+  } catch (const RecoverableDeviceError& e) {
+    if (e.recoveryAction() == RecoveryAction::kDeviceReset) return auto_reset ? ErrorAction::kResetDevice : ErrorAction::kStop;
+    if (e.recoveryAction() == RecoveryAction::kRerun) return ErrorAction::kKeepServing;
+    return ErrorAction::kStop;
+  } catch (...) {
+    return ErrorAction::kStop;
+  }
+}
+
+const Metadata& chooseMetadata(const PackageReader& package, const std::string& model) {
+  const auto all = package.metadata();
+  if (all.empty()) throw UsageError(fmt::format("{} holds no model", fmt::join(package.sources(), ", ")));
+  if (model.empty()) {
+    if (all.size() > 1) throw UsageError(fmt::format("{} holds {} models: set ModelRunnerConfig::model", fmt::join(package.sources(), ", "), all.size()));
+    return all.front()->metadata();
+  }
+  const MetadataBlob* found = package.findMetadata(model);
+  if (found == nullptr) throw UsageError(fmt::format("{} holds no model named '{}'", fmt::join(package.sources(), ", "), model));
+  return found->metadata();
+}
+
+}  // namespace
+
+struct ModelRunner::Impl {
+  struct Replica {
+    std::shared_ptr<Device> device;
+    std::unique_ptr<Session> session;
+    QueueManager* queues = nullptr;
+    std::thread thread;
+    bool running = false;  // its thread serves (guarded by submit_mutex)
+  };
+
+  std::shared_ptr<const PackageReader> package;
+  ModelRunnerConfig config;
+  std::unique_ptr<DeviceManager> own_manager;
+  std::vector<Replica> replicas;
+  std::vector<Anchor> inputs;   // user anchors, as each replica's session has them
+  std::vector<Anchor> outputs;
+  std::vector<QueueLayout> input_layouts;
+  std::vector<QueueLayout> output_layouts;
+  bool lockstep = false;  // per-replica anchors: every request runs on every replica
+  std::vector<bool> input_per_replica;
+  std::vector<bool> output_per_replica;
+
+  std::mutex submit_mutex;
+  std::atomic<bool> in_call{false};  // overlap check when !thread_safe
+  std::exception_ptr failure;        // set when the runner stopped (guarded by submit_mutex)
+  std::atomic<bool> closing{false};
+  size_t next_replica = 0;
+  std::atomic<uint64_t> resets{0};
+
+  uint32_t replicaCount() const { return static_cast<uint32_t>(replicas.size()); }
+  void start(uint32_t r);
+  void serve(uint32_t r);
+  uint64_t validate(const InputMemoryView& in, const OutputMemoryView* out) const;
+  std::vector<int64_t> outputShape(size_t j, uint64_t rows) const;
+  void submit(const InputMemoryView& in, const OutputMemoryView& out, Request* request, uint64_t rows);
+};
+
+void ModelRunner::Impl::start(uint32_t r) {
+  replicas[r].running = true;
+  replicas[r].thread = std::thread([this, r] { serve(r); });
+}
+
+// The main-loop thread of replica `r`: runs the main programs and, after
+// an error, fails what was enqueued and resets, keeps serving or stops.
+void ModelRunner::Impl::serve(uint32_t r) {
+  Replica& replica = replicas[r];
+  for (;;) {
+    std::exception_ptr error;
+    try {
+      replica.session->runMainPrograms();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (!error || closing.load(std::memory_order_acquire)) break;
+    const ErrorAction action = actionFor(error, config.auto_reset);
+    {
+      // Under the submit lock no request is half enqueued: every one in the
+      // queues now was enqueued before the error and gets it.
+      std::lock_guard lock(submit_mutex);
+      replica.session->failQueuedEntries(error);
+      if (action == ErrorAction::kStop) {
+        if (!failure) failure = error;
+        replica.running = false;
+        return;
+      }
+    }
+    if (action == ErrorAction::kResetDevice) {
+      try {
+        replica.device->reset();
+        resets.fetch_add(1, std::memory_order_relaxed);
+        replica.session->executable().invalidate();
+        replica.session->runLoadPrograms();
+      } catch (...) {
+        std::lock_guard lock(submit_mutex);
+        replica.session->failQueuedEntries(std::current_exception());
+        if (!failure) failure = std::current_exception();
+        replica.running = false;
+        return;
+      }
+    }
+  }
+  std::lock_guard lock(submit_mutex);
+  replica.running = false;
+}
+
+ModelRunner::ModelRunner(const std::filesystem::path& package, ModelRunnerConfig config)
+    : ModelRunner(std::make_shared<const PackageReader>(package), std::move(config)) {}
+
+ModelRunner::ModelRunner(const std::vector<std::filesystem::path>& packages, ModelRunnerConfig config)
+    : ModelRunner(std::make_shared<const PackageReader>(packages), std::move(config)) {}
+
+ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunnerConfig config)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (!package) throw UsageError("ModelRunner needs a package");
+  m.package = std::move(package);
+  m.config = std::move(config);
+  const uint32_t n = m.config.replication_factor;
+  if (n == 0) throw UsageError("replication_factor must be at least 1");
+  if (m.config.ring_buffer_size_multiplier == 0) throw UsageError("ring_buffer_size_multiplier must be at least 1");
+  const Metadata& metadata = chooseMetadata(*m.package, m.config.model);
+  if (metadata.replication_factor > 1 && metadata.replication_factor != n) {
+    throw UsageError(fmt::format("the model was compiled for {} replicas; ModelRunnerConfig::replication_factor is {}",
+                                 metadata.replication_factor, n));
+  }
+  m.lockstep = metadata.replication_factor > 1;
+
+  DeviceManager* manager = m.config.device_manager;
+  if (manager == nullptr) {
+    m.own_manager = std::make_unique<DeviceManager>();
+    manager = m.own_manager.get();
+  }
+  DeviceConstraints constraints;
+  constraints.kind = m.config.device_kind;
+  const DeviceKind kind = m.config.device_kind.value_or(parseDeviceKind(metadata.target.device_kind));
+  if (kind == DeviceKind::kCpu && n > 1) {
+    constraints.cpu_threads = std::max(1u, std::thread::hardware_concurrency() / n);
+  }
+  SessionOptions session_options;
+  session_options.timeout = m.config.timeout_ns;
+  session_options.flush_callback = m.config.flush_callback;
+  session_options.pipeline_depth = m.config.pipeline_depth;
+  session_options.executable.threads = m.config.threads;
+  m.replicas.resize(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    m.replicas[r].device = manager->getDevice(metadata.target, constraints, m.config.device_wait_config);
+    m.replicas[r].session =
+        std::make_unique<Session>(m.package, m.replicas[r].device, session_options, m.config.model);
+  }
+  Session& first = *m.replicas[0].session;
+  m.inputs = first.userInputs();
+  m.outputs = first.userOutputs();
+  if (m.outputs.empty()) throw UsageError("the model has no outputs to run for");
+  const uint32_t batch_dim = m.config.batching_dim;
+  for (const Anchor& anchor : m.inputs) {
+    m.input_layouts.push_back(queueLayoutOf(anchor.info, batch_dim));
+    m.input_per_replica.push_back(m.lockstep && anchor.is_per_replica);
+  }
+  for (const Anchor& anchor : m.outputs) {
+    m.output_layouts.push_back(queueLayoutOf(anchor.info, batch_dim));
+    m.output_per_replica.push_back(m.lockstep && anchor.is_per_replica);
+  }
+  uint64_t batch_rows = 1;
+  for (const QueueLayout& layout : m.input_layouts) batch_rows = std::max(batch_rows, layout.batch_rows);
+  const size_t capacity = std::max<size_t>(2, m.config.ring_buffer_size_multiplier * batch_rows);
+  for (uint32_t r = 0; r < n; ++r) {
+    Session& session = *m.replicas[r].session;
+    session.runLoadPrograms();
+    m.replicas[r].queues = &session.createQueueManager(capacity, batch_dim);
+  }
+  for (uint32_t r = 0; r < n; ++r) m.start(r);
+}
+
+ModelRunner::~ModelRunner() {
+  Impl& m = *impl_;
+  m.closing.store(true, std::memory_order_release);
+  for (auto& replica : m.replicas) {
+    if (replica.session) replica.session->stop();
+  }
+  for (auto& replica : m.replicas) {
+    if (replica.thread.joinable()) replica.thread.join();
+  }
+  // No request may wait forever on a runner that is gone.
+  const auto gone = std::make_exception_ptr(UsageError("the ModelRunner was destroyed before the request ran"));
+  std::lock_guard lock(m.submit_mutex);
+  for (auto& replica : m.replicas) {
+    if (replica.session) replica.session->failQueuedEntries(gone);
+  }
+}
+
+std::vector<int64_t> ModelRunner::Impl::outputShape(size_t j, uint64_t rows) const {
+  std::vector<int64_t> shape = outputs[j].info.shape;
+  if (config.batching_dim != kNoBatchDim) {
+    shape[config.batching_dim] = static_cast<int64_t>(rows);
+  } else if (!shape.empty()) {
+    shape[0] *= static_cast<int64_t>(rows);
+  }
+  if (output_per_replica[j]) shape.insert(shape.begin(), replicaCount());
+  return shape;
+}
+
+namespace {
+
+std::vector<DataDesc> describe(const std::vector<Anchor>& anchors, const std::vector<bool>& per_replica, uint32_t n) {
+  std::vector<DataDesc> result;
+  for (size_t i = 0; i < anchors.size(); ++i) {
+    DataDesc desc{anchors[i].name, anchors[i].info.shape, anchors[i].info.dtype, anchors[i].info.sizeInBytes()};
+    if (per_replica[i]) {
+      desc.shape.insert(desc.shape.begin(), n);
+      desc.size_in_bytes *= n;
+    }
+    result.push_back(std::move(desc));
+  }
+  return result;
+}
+
+}  // namespace
+
+std::vector<DataDesc> ModelRunner::getExecuteInputs() const {
+  return describe(impl_->inputs, impl_->input_per_replica, impl_->replicaCount());
+}
+std::vector<DataDesc> ModelRunner::getExecuteOutputs() const {
+  return describe(impl_->outputs, impl_->output_per_replica, impl_->replicaCount());
+}
+
+// Checks a request against the anchors; returns its rows (in queue-layout
+// rows: whole tensors without batching_dim).
+uint64_t ModelRunner::Impl::validate(const InputMemoryView& in, const OutputMemoryView* out) const {
+  const bool batching = config.batching_dim != kNoBatchDim;
+  std::optional<uint64_t> rows;
+  std::string rows_from;
+  std::vector<std::string> missing;
+  auto check = [&](const Anchor& anchor, const QueueLayout& layout, bool per_replica, const void* data, uint64_t bytes,
+                   DType dtype, const char* what) {
+    if (dtype != DType::kUndefined && dtype != anchor.info.dtype) {
+      throw UsageError(fmt::format("{} '{}' is {}, the request gives {}", what, anchor.name,
+                                   dtypeName(anchor.info.dtype), dtypeName(dtype)));
+    }
+    if (data == nullptr) throw UsageError(fmt::format("{} '{}': the request gives no memory (null)", what, anchor.name));
+    const uint64_t copies = per_replica ? replicaCount() : 1;
+    const uint64_t row = layout.bytesOf(1) * copies;
+    if (bytes == 0 || bytes % row != 0) {
+      if (batching) {
+        throw UsageError(fmt::format("{} '{}' ({}) has {} bytes: not a whole number of rows of {} bytes on batching "
+                                     "dimension {}",
+                                     what, anchor.name, anchor.info.toString(), bytes, row, config.batching_dim));
+      }
+      throw UsageError(fmt::format("{} '{}' has {} bytes; without batching_dim a request holds a whole number of "
+                                   "compiled tensors of {} bytes ({}); set batching_dim for other batch sizes",
+                                   what, anchor.name, bytes, row, anchor.info.toString()));
+    }
+    const uint64_t found = bytes / row;
+    if (rows && *rows != found) {
+      throw UsageError(fmt::format("the request's anchors disagree on the batch: '{}' has {} {} and '{}' has {}",
+                                   rows_from, *rows, batching ? "rows" : "compiled batches", anchor.name, found));
+    }
+    rows = found;
+    rows_from = anchor.name;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto found = in.find(inputs[i].name);
+    if (found == in.end()) {
+      missing.push_back(inputs[i].name);
+      continue;
+    }
+    check(inputs[i], input_layouts[i], input_per_replica[i], found->second.data, found->second.bytes,
+          found->second.dtype, "input");
+  }
+  if (out != nullptr) {
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const auto found = out->find(outputs[j].name);
+      if (found == out->end()) {
+        missing.push_back(outputs[j].name);
+        continue;
+      }
+      check(outputs[j], output_layouts[j], output_per_replica[j], found->second.data, found->second.bytes,
+            found->second.dtype, "output");
+    }
+  }
+  if (config.validate_io_params) {
+    std::vector<std::string> extra;
+    for (const auto& [name, view] : in) {
+      if (std::none_of(inputs.begin(), inputs.end(), [&](const Anchor& a) { return a.name == name; })) extra.push_back(name);
+    }
+    if (out != nullptr) {
+      for (const auto& [name, view] : *out) {
+        if (std::none_of(outputs.begin(), outputs.end(), [&](const Anchor& a) { return a.name == name; })) extra.push_back(name);
+      }
+    }
+    if (!missing.empty() || !extra.empty()) {
+      std::vector<std::string> expected;
+      for (const Anchor& a : inputs) expected.push_back("input " + a.name);
+      if (out != nullptr) {
+        for (const Anchor& a : outputs) expected.push_back("output " + a.name);
+      }
+      throw UsageError(fmt::format("the request does not match the model's anchors: missing [{}], unknown [{}]; "
+                                   "expected [{}] (turn validate_io_params off to give only a sub-model's anchors)",
+                                   fmt::join(missing, ", "), fmt::join(extra, ", "), fmt::join(expected, ", ")));
+    }
+  }
+  if (!rows) {
+    // Nothing to size the request by: one device batch.
+    uint64_t batch_rows = 1;
+    for (const QueueLayout& layout : input_layouts) batch_rows = std::max(batch_rows, layout.batch_rows);
+    rows = batching ? batch_rows : 1;
+  }
+  return *rows;
+}
+
+// Enqueues the request's entries, chunk by chunk; each chunk goes into
+// every queue of its replica at once under the submit lock, after waiting
+// (unlocked) until all those queues have room, so that a failing replica
+// can always take the lock and no request is ever half enqueued.
+void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView& out, Request* request,
+                               uint64_t rows) {
+  const uint32_t n = replicaCount();
+  uint64_t chunk_rows = rows;
+  if (!lockstep && n > 1) {
+    chunk_rows = 1;
+    for (const QueueLayout& layout : input_layouts) chunk_rows = std::max(chunk_rows, layout.batch_rows);
+  }
+  for (uint64_t first = 0; first < rows; first += chunk_rows) {
+    const uint64_t take = std::min(chunk_rows, rows - first);
+    for (;;) {
+      std::unique_lock lock(submit_mutex);
+      if (failure) {
+        lock.unlock();
+        request->answer(failure, take * outputs.size() * (lockstep ? n : 1));
+        break;
+      }
+      if (closing.load(std::memory_order_acquire)) {
+        lock.unlock();
+        request->answer(std::make_exception_ptr(UsageError("the ModelRunner is shutting down")),
+                      take * outputs.size() * (lockstep ? n : 1));
+        break;
+      }
+      const uint32_t target = lockstep ? 0 : static_cast<uint32_t>(next_replica % n);
+      const uint32_t last = lockstep ? n : target + 1;
+      TensorQueue* full = nullptr;
+      for (uint32_t r = target; r < last && full == nullptr; ++r) {
+        for (const auto& queue : replicas[r].queues->inputQueues()) {
+          if (queue->full()) full = queue.get();
+        }
+        for (const auto& queue : replicas[r].queues->outputQueues()) {
+          if (queue->full()) full = queue.get();
+        }
+      }
+      if (full != nullptr) {
+        lock.unlock();
+        full->waitForRoom();
+        continue;
+      }
+      for (uint32_t r = target; r < last; ++r) {
+        QueueManager& queues = *replicas[r].queues;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          const QueueLayout& layout = input_layouts[i];
+          const auto found = in.find(inputs[i].name);
+          std::byte* data = nullptr;
+          if (found != in.end()) {
+            data = const_cast<std::byte*>(static_cast<const std::byte*>(found->second.data));
+            if (input_per_replica[i]) data += r * (found->second.bytes / n);
+            data += first * layout.row_bytes;
+          }
+          queues.inputQueues()[i]->enqueue(
+              QueueEntry{.data = data, .rows = take, .outer_stride = rows * layout.row_bytes, .done = nullptr, .context = nullptr});
+        }
+        for (size_t j = 0; j < outputs.size(); ++j) {
+          const QueueLayout& layout = output_layouts[j];
+          const auto found = out.find(outputs[j].name);
+          std::byte* data = nullptr;
+          // Without per-replica outputs, replica 0's result is the answer.
+          if (found != out.end() && (!lockstep || output_per_replica[j] || r == 0)) {
+            data = static_cast<std::byte*>(found->second.data);
+            if (output_per_replica[j]) data += r * (found->second.bytes / n);
+            data += first * layout.row_bytes;
+          }
+          queues.outputQueues()[j]->enqueue(QueueEntry{.data = data, .rows = take, .outer_stride = rows * layout.row_bytes,
+                                                       .done = &Request::rowsDone, .context = request});
+        }
+      }
+      ++next_replica;
+      break;
+    }
+  }
+}
+
+namespace {
+
+// Marks one call in progress when the runner is not thread-safe.
+class CallGuard {
+ public:
+  CallGuard(std::atomic<bool>& in_call, bool thread_safe) : in_call_(thread_safe ? nullptr : &in_call) {
+    if (in_call_ != nullptr && in_call_->exchange(true, std::memory_order_acquire)) {
+      in_call_ = nullptr;
+      throw UsageError("ModelRunner: two threads called execute at once but the runner was built with "
+                       "thread_safe = false");
+    }
+  }
+  ~CallGuard() {
+    if (in_call_ != nullptr) in_call_->store(false, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<bool>* in_call_;
+};
+
+}  // namespace
+
+std::future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
+  Impl& m = *impl_;
+  CallGuard guard(m.in_call, m.config.thread_safe);
+  const uint64_t rows = m.validate(inputs, &outputs);
+  auto* request = new Request(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
+  std::future<void> result = request->promise.get_future();
+  m.submit(inputs, outputs, request, rows);
+  return result;
+}
+
+std::future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
+  Impl& m = *impl_;
+  CallGuard guard(m.in_call, m.config.thread_safe);
+  const uint64_t rows = m.validate(inputs, nullptr);
+  auto* request = new Request(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
+  auto tensors = std::make_shared<OutputTensors>();
+  OutputMemoryView views;
+  for (size_t j = 0; j < m.outputs.size(); ++j) {
+    HostTensor& tensor = (*tensors)[m.outputs[j].name];
+    tensor.info = TensorInfo{m.outputs[j].info.dtype, m.outputShape(j, rows)};
+    tensor.bytes.resize(tensor.info.sizeInBytes());
+    views[m.outputs[j].name] = TensorMemoryView{tensor.bytes.data(), tensor.bytes.size(), tensor.info.dtype};
+  }
+  // The void future resolves first; a deferred continuation hands over the
+  // tensors without another thread.
+  std::future<void> finished = request->promise.get_future();
+  m.submit(inputs, views, request, rows);
+  return std::async(std::launch::deferred, [finished = std::move(finished), tensors]() mutable {
+    finished.get();
+    return std::move(*tensors);
+  });
+}
+
+OutputTensors ModelRunner::execute(const InputMemoryView& inputs) { return executeAsync(inputs).get(); }
+
+void ModelRunner::execute(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
+  executeAsync(inputs, outputs).get();
+}
+
+void ModelRunner::reset() {
+  Impl& m = *impl_;
+  for (uint32_t r = 0; r < m.replicaCount(); ++r) {
+    Impl::Replica& replica = m.replicas[r];
+    bool running;
+    {
+      std::lock_guard lock(m.submit_mutex);
+      running = replica.running;
+    }
+    if (running) continue;
+    if (replica.thread.joinable()) replica.thread.join();
+    replica.device->reset();
+    m.resets.fetch_add(1, std::memory_order_relaxed);
+    replica.session->executable().invalidate();
+    replica.session->runLoadPrograms();
+    std::lock_guard lock(m.submit_mutex);
+    m.start(r);
+  }
+  std::lock_guard lock(m.submit_mutex);
+  m.failure = nullptr;
+}
+
+uint64_t ModelRunner::resets() const { return impl_->resets.load(std::memory_order_relaxed); }
+uint64_t ModelRunner::batchesRun() const {
+  uint64_t total = 0;
+  for (const auto& replica : impl_->replicas) total += replica.session->batchesRun();
+  return total;
+}
+uint64_t ModelRunner::batchesFlushed() const {
+  uint64_t total = 0;
+  for (const auto& replica : impl_->replicas) total += replica.session->batchesFlushed();
+  return total;
+}
+const ModelRunnerConfig& ModelRunner::config() const { return impl_->config; }
+std::vector<std::string> ModelRunner::deviceIds() const {
+  std::vector<std::string> ids;
+  for (const auto& replica : impl_->replicas) ids.push_back(replica.device->id());
+  return ids;
+}
+
+}  // namespace kiln

@@ -1,0 +1,183 @@
+#include "kiln/session.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+
+#include "kiln/error.h"
+#include "kiln/package_reader.h"
+#include "runtime/main_loop.h"
+
+namespace kiln {
+
+struct Session::Impl {
+  std::shared_ptr<const PackageReader> package;
+  SessionOptions options;
+  std::unique_ptr<Executable> executable;
+  std::vector<MainInputSource> input_sources;  // per executable main input
+  std::vector<Anchor> user_inputs;
+  std::vector<Anchor> user_outputs;
+  std::map<std::string, std::span<const std::byte>> user_load_bytes;  // excluded load anchors
+  std::vector<std::string> excluded_load;
+  std::unique_ptr<QueueManager> queues;
+  std::unique_ptr<MainLoop> loop;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> flushed{0};
+
+  bool excluded(const Anchor& anchor) const {
+    for (const auto& predicate : options.exclude_from_binding) {
+      if (predicate && predicate(anchor)) return true;
+    }
+    return false;
+  }
+};
+
+Session::Session(std::shared_ptr<const PackageReader> package, std::shared_ptr<Device> device, SessionOptions options,
+                 const std::string& model)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.package = package;
+  m.options = std::move(options);
+  m.executable = std::make_unique<Executable>(std::move(package), model, std::move(device), m.options.executable);
+  for (const Anchor& anchor : m.executable->loadAnchors()) {
+    if (!m.package->isPackageProvided(anchor) || m.excluded(anchor)) m.excluded_load.push_back(anchor.name);
+  }
+  for (const Anchor& anchor : m.executable->mainInputs()) {
+    MainInputSource source;
+    const bool provided = m.package->isPackageProvided(anchor) && !m.excluded(anchor);
+    if (provided) {
+      if (const TensorDataBlob* tensor = m.package->findTensorData(anchor.name)) {
+        source.tensor = tensor->data();
+      } else {
+        source.feed = m.package->findFeedData(anchor.name);
+        if (source.feed->count() == 0) throw UsageError("FeedData '" + anchor.name + "' holds no items");
+      }
+    } else {
+      if (!anchor.info.isStatic()) {
+        throw UsageError(fmt::format("input '{}' of model '{}' has a dynamic shape {}; the runtime runs static shapes",
+                                     anchor.name, m.executable->name(), anchor.info.shapeString()));
+      }
+      source.queue = static_cast<int>(m.user_inputs.size());
+      m.user_inputs.push_back(anchor);
+    }
+    m.input_sources.push_back(source);
+  }
+  m.user_outputs = m.executable->mainOutputs();
+}
+
+Session::~Session() { stop(); }
+
+Executable& Session::executable() { return *impl_->executable; }
+Device& Session::device() { return impl_->executable->device(); }
+const std::vector<Anchor>& Session::userInputs() const { return impl_->user_inputs; }
+const std::vector<Anchor>& Session::userOutputs() const { return impl_->user_outputs; }
+std::vector<std::string> Session::unboundLoadAnchors() const { return impl_->excluded_load; }
+QueueManager* Session::queueManager() { return impl_->queues.get(); }
+uint64_t Session::batchesRun() const { return impl_->batches.load(std::memory_order_relaxed); }
+uint64_t Session::batchesFlushed() const { return impl_->flushed.load(std::memory_order_relaxed); }
+
+void Session::bindTensor(const std::string& anchor, std::span<const std::byte> bytes) {
+  Impl& m = *impl_;
+  for (const Anchor& load : m.executable->loadAnchors()) {
+    if (load.name != anchor) continue;
+    if (bytes.size() != load.info.sizeInBytes()) {
+      throw UsageError(fmt::format("bindTensor('{}'): the anchor is {}, got {} bytes", anchor, load.info.toString(),
+                                   bytes.size()));
+    }
+    m.user_load_bytes[anchor] = bytes;
+    return;
+  }
+  throw UsageError(fmt::format("bindTensor('{}'): model '{}' has no load anchor of that name", anchor,
+                               m.executable->name()));
+}
+
+void Session::runLoadPrograms() {
+  Impl& m = *impl_;
+  std::vector<std::string> missing;
+  for (const std::string& name : m.excluded_load) {
+    if (!m.user_load_bytes.contains(name)) missing.push_back(name);
+  }
+  if (!missing.empty()) {
+    throw UsageError(fmt::format("model '{}': load anchors {} are not bound by the package (or excluded from binding) "
+                                 "and were not given with bindTensor()",
+                                 m.executable->name(), fmt::join(missing, ", ")));
+  }
+  m.executable->runLoad([&](const Anchor& anchor) -> std::span<const std::byte> {
+    const auto user = m.user_load_bytes.find(anchor.name);
+    if (user != m.user_load_bytes.end()) return user->second;
+    if (const TensorDataBlob* tensor = m.package->findTensorData(anchor.name)) return tensor->data();
+    return m.package->findFeedData(anchor.name)->item(0);
+  });
+}
+
+QueueManager& Session::createQueueManager(size_t capacity, uint32_t batch_dim) {
+  Impl& m = *impl_;
+  if (m.loop) throw UsageError("createQueueManager() while the main programs run: stop() first");
+  std::vector<QueueLayout> input_layouts;
+  std::vector<QueueLayout> output_layouts;
+  auto layout = [&](const Anchor& anchor) {
+    return queueLayoutOf(anchor.info, batch_dim != kNoBatchDim ? batch_dim : anchor.batch_dim);
+  };
+  for (const Anchor& anchor : m.user_inputs) input_layouts.push_back(layout(anchor));
+  for (const Anchor& anchor : m.user_outputs) output_layouts.push_back(layout(anchor));
+  m.queues = std::make_unique<QueueManager>(m.user_inputs, m.user_outputs, input_layouts, output_layouts, capacity);
+  return *m.queues;
+}
+
+void Session::runMainPrograms() {
+  Impl& m = *impl_;
+  if (!m.executable->loaded()) {
+    throw UsageError(fmt::format("model '{}': run the load programs first (again after a device reset)",
+                                 m.executable->name()));
+  }
+  if (!m.queues) throw UsageError("runMainPrograms() needs a QueueManager: call createQueueManager() first");
+  if (m.loop) throw UsageError("runMainPrograms() is already running");
+  MainLoopConfig config;
+  config.executable = m.executable.get();
+  config.queues = m.queues.get();
+  config.inputs = m.input_sources;
+  for (size_t j = 0; j < m.user_outputs.size(); ++j) config.outputs.push_back(static_cast<int>(j));
+  config.timeout = m.options.timeout;
+  config.flush_callback = &m.options.flush_callback;
+  config.depth = m.options.pipeline_depth;
+  config.batches = &m.batches;
+  config.flushed = &m.flushed;
+  m.stop.store(false, std::memory_order_release);
+  m.loop = std::make_unique<MainLoop>(std::move(config));
+  struct Finish {
+    Impl& m;
+    ~Finish() { m.loop.reset(); }
+  } finish{m};
+  m.loop->run(m.stop);
+  if (m.queues->disconnected()) {
+    failQueuedEntries(std::make_exception_ptr(UsageError("the session's queues were disconnected")));
+  }
+}
+
+void Session::stop() {
+  Impl& m = *impl_;
+  m.stop.store(true, std::memory_order_release);
+  if (m.queues) m.queues->activity().notifyAll();
+}
+
+void Session::failQueuedEntries(const std::exception_ptr& error) {
+  Impl& m = *impl_;
+  if (!m.queues) return;
+  auto drain = [&](const std::vector<std::unique_ptr<TensorQueue>>& queues) {
+    for (const auto& queue : queues) {
+      while (QueueEntry* entry = queue->front()) {
+        const QueueEntry taken = *entry;
+        queue->pop();
+        if (taken.done != nullptr) taken.done(taken.context, taken.rows, error);
+      }
+    }
+  };
+  drain(m.queues->inputQueues());
+  drain(m.queues->outputQueues());
+}
+
+void Session::runSavePrograms() { impl_->executable->runSave(); }
+
+}  // namespace kiln
