@@ -1,0 +1,42 @@
+// Helpers shared by the device implementations (cpu_device.cc,
+// sim_device.cc, device_manager.cc); not part of the public API.
+//
+// Thread safety: every function here is a pure function or touches only
+// what it returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+
+namespace kiln::device_internal {
+
+// Device memory alignment: the same 64 bytes as package payloads, so that a
+// kernel sees the same alignment on every device.
+inline constexpr uint64_t kAlignment = 64;
+
+// 64-byte aligned memory of at least `bytes` bytes (rounded up to the
+// alignment); null when the system has none to give.
+std::byte* allocateAligned(uint64_t bytes) noexcept;
+void freeAligned(std::byte* data) noexcept;
+
+// "512 B", "12.0 KiB", "60.0 MiB", "1.5 GiB": sizes for error messages.
+std::string humanBytes(uint64_t bytes);
+
+// Memory of the host in bytes (sysconf), and its online cores (at least 1).
+uint64_t hostMemoryBytes();
+uint32_t hostCores();
+
+// Instruction set extensions of the host CPU that kernels may rely on, in
+// GCC's spelling ("avx2", "avx512f", ...). Targets name them in
+// Target::features.
+const std::vector<std::string>& hostCpuFeatures();
+
+// Throws UsageError when `job` cannot run (no `done`, a compute job without
+// `compute`, a copy with a null pointer), before anything is queued.
+void checkJob(const std::string& device, const DeviceJob& job);
+
+}  // namespace kiln::device_internal
