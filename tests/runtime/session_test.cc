@@ -1,0 +1,217 @@
+// Executable and Session on real devices (cpu, sim): loading, automatic
+// binding with exclusion predicates, the main loop over queues (wrap-around,
+// back-pressure, row gathering), device memory limits and resets.
+#include "kiln/session.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/package_reader.h"
+#include "tests/runtime/runtime_test_models.h"
+
+namespace kiln {
+namespace {
+
+using testing::affineReference;
+using testing::simOptions;
+using testing::TempPackage;
+
+constexpr int64_t kBatch = 4;
+constexpr int64_t kFeatures = 8;
+
+std::vector<float> rampRows(size_t rows, float start) {
+  std::vector<float> x(rows * kFeatures);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.25f * static_cast<float>(i % 13);
+  return x;
+}
+
+void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << "element " << i;
+}
+
+struct Counter {
+  std::atomic<uint64_t> rows{0};
+  std::atomic<uint64_t> errors{0};
+  static void done(void* context, uint64_t rows, const std::exception_ptr& error) {
+    auto* counter = static_cast<Counter*>(context);
+    if (error) counter->errors.fetch_add(1);
+    counter->rows.fetch_add(rows);
+  }
+};
+
+class SessionTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    testing::writeAffineModel(package_.path(), kBatch, kFeatures);
+    reader_ = std::make_shared<const PackageReader>(package_.path());
+    manager_ = std::make_unique<DeviceManager>(simOptions(1));
+  }
+  std::shared_ptr<Device> device() { return manager_->getSpecificDevice(GetParam()); }
+
+  TempPackage package_{"affine"};
+  std::shared_ptr<const PackageReader> reader_;
+  std::unique_ptr<DeviceManager> manager_;
+};
+
+// Entries of 1..7 rows through queues of capacity 2: the main loop gathers
+// rows into device batches of 4, splitting entries across batches, and the
+// producer waits for room (back-pressure) while the ring wraps many times.
+TEST_P(SessionTest, GathersRowsFromQueuesIntoBatches) {
+  Session session(reader_, device());
+  session.runLoadPrograms();
+  QueueManager& queues = session.createQueueManager(2, 0);
+  TensorQueue& x = queues.inputQueue("x");
+  TensorQueue& y = queues.outputQueue("y");
+  EXPECT_EQ(x.capacity(), 2u);
+  EXPECT_EQ(x.layout().batch_rows, 4u);
+  std::thread loop([&] { session.runMainPrograms(); });
+
+  std::vector<std::vector<float>> inputs, outputs;
+  size_t total_rows = 0;
+  for (size_t i = 0; i < 60; ++i) {
+    const size_t rows = 1 + i % 7;
+    total_rows += rows;
+    inputs.push_back(rampRows(rows, static_cast<float>(i)));
+    outputs.emplace_back(rows * kFeatures, -1.0f);
+  }
+  // Pad to whole batches so that no flush is needed.
+  const size_t pad = (kBatch - total_rows % kBatch) % kBatch;
+  if (pad > 0) {
+    inputs.push_back(rampRows(pad, 99.0f));
+    outputs.emplace_back(pad * kFeatures, -1.0f);
+    total_rows += pad;
+  }
+  Counter counter;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    x.enqueue(reinterpret_cast<std::byte*>(inputs[i].data()), inputs[i].size() * 4, &Counter::done, &counter);
+    y.enqueue(reinterpret_cast<std::byte*>(outputs[i].data()), outputs[i].size() * 4, &Counter::done, &counter);
+  }
+  while (counter.rows.load() < 2 * total_rows) std::this_thread::yield();
+  session.stop();
+  loop.join();
+  EXPECT_EQ(counter.errors.load(), 0u);
+  EXPECT_EQ(session.batchesRun(), total_rows / kBatch);
+  EXPECT_EQ(session.batchesFlushed(), 0u);
+  for (size_t i = 0; i < inputs.size(); ++i) expectNear(outputs[i], affineReference(inputs[i], kFeatures));
+}
+
+// stop() with a partial batch runs it padded: every queued row is answered.
+TEST_P(SessionTest, StopFlushesThePartialBatch) {
+  SessionOptions options;
+  options.timeout = std::chrono::seconds(30);
+  Session session(reader_, device(), options);
+  session.runLoadPrograms();
+  QueueManager& queues = session.createQueueManager(4, 0);
+  std::vector<float> in = rampRows(3, 1.0f), out(3 * kFeatures);
+  Counter counter;
+  queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(in.data()), in.size() * 4);
+  queues.outputQueue("y").enqueue(reinterpret_cast<std::byte*>(out.data()), out.size() * 4, &Counter::done, &counter);
+  std::thread loop([&] { session.runMainPrograms(); });
+  queues.flushAll();
+  while (counter.rows.load() < 3) std::this_thread::yield();
+  session.stop();
+  loop.join();
+  expectNear(out, affineReference(in, kFeatures));
+  EXPECT_EQ(session.batchesFlushed(), 1u);
+}
+
+// Excluded from automatic binding: the user must bind the weights, and the
+// model then runs with them.
+TEST_P(SessionTest, ExcludedAnchorsAreBoundByTheUser) {
+  SessionOptions options;
+  options.exclude_from_binding.push_back([](const Anchor& anchor) { return anchor.name == "w"; });
+  Session session(reader_, device(), options);
+  EXPECT_EQ(session.unboundLoadAnchors(), std::vector<std::string>{"w"});
+  try {
+    session.runLoadPrograms();
+    FAIL() << "loading without the excluded weights must fail";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("w"), std::string::npos) << e.what();
+  }
+  const std::vector<float> wrong(3);
+  EXPECT_THROW(session.bindTensor("w", std::as_bytes(std::span(wrong))), UsageError);
+  EXPECT_THROW(session.bindTensor("nope", std::as_bytes(std::span(wrong))), UsageError);
+  const std::vector<float> zeros(kFeatures * kFeatures, 0.0f);
+  session.bindTensor("w", std::as_bytes(std::span(zeros)));
+  session.runLoadPrograms();
+  QueueManager& queues = session.createQueueManager(2, 0);
+  std::vector<float> in = rampRows(kBatch, 3.0f), out(kBatch * kFeatures);
+  Counter counter;
+  queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(in.data()), in.size() * 4);
+  queues.outputQueue("y").enqueue(reinterpret_cast<std::byte*>(out.data()), out.size() * 4, &Counter::done, &counter);
+  std::thread loop([&] { session.runMainPrograms(); });
+  while (counter.rows.load() < kBatch) std::this_thread::yield();
+  session.stop();
+  loop.join();
+  // x @ 0 + b = b on every row.
+  for (int64_t r = 0; r < kBatch; ++r) {
+    for (int64_t j = 0; j < kFeatures; ++j) EXPECT_EQ(out[r * kFeatures + j], static_cast<float>(j));
+  }
+}
+
+TEST_P(SessionTest, QueueErrorsAreClear) {
+  Session session(reader_, device());
+  EXPECT_THROW(session.runMainPrograms(), UsageError);  // not loaded
+  session.runLoadPrograms();
+  EXPECT_THROW(session.runMainPrograms(), UsageError);  // no queues
+  QueueManager& queues = session.createQueueManager(2, 0);
+  try {
+    queues.inputQueue("z");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("x"), std::string::npos) << e.what();  // lists the queues
+  }
+  std::vector<float> odd(kFeatures + 1);
+  EXPECT_THROW(queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(odd.data()), odd.size() * 4), UsageError);
+  // After disconnectAll, enqueue refuses and runMainPrograms returns.
+  queues.disconnectAll();
+  std::vector<float> row(kFeatures);
+  EXPECT_THROW(queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(row.data()), row.size() * 4), UsageError);
+  session.runMainPrograms();
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, SessionTest, ::testing::Values("cpu", "sim:0"));
+
+TEST(SimExecutable, ModelLargerThanDeviceMemoryIsAClearError) {
+  TempPackage package("affine_big");
+  testing::writeAffineModel(package.path(), kBatch, 256);  // 256 KiB of weights
+  SimDeviceConfig sim;
+  sim.memory_bytes = 64 << 10;
+  DeviceManager manager(simOptions(1, sim));
+  auto reader = std::make_shared<const PackageReader>(package.path());
+  try {
+    Session session(reader, manager.getSpecificDevice("sim:0"));
+    FAIL() << "a model larger than the device must not load";
+  } catch (const UsageError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("needs"), std::string::npos) << message;
+    EXPECT_NE(message.find("sim:0"), std::string::npos) << message;
+  }
+}
+
+// A reset loses device memory (sim fills it with 0xCD): the main program
+// refuses to run until the load programs ran again, then is correct.
+TEST(SimExecutable, ResetNeedsTheLoadProgramsAgain) {
+  TempPackage package("affine_reset");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  DeviceManager manager(simOptions(1));
+  auto device = manager.getSpecificDevice("sim:0");
+  Executable executable(std::make_shared<const PackageReader>(package.path()), "", device);
+  auto reader = PackageReader(package.path());
+  auto load = [&](const Anchor& anchor) { return reader.findTensorData(anchor.name)->data(); };
+  executable.runLoad(load);
+  EXPECT_GT(executable.deviceBytes(), static_cast<uint64_t>(kFeatures * kFeatures * 4));
+  device->reset();
+  executable.invalidate();
+  std::vector<const std::byte*> in{nullptr};
+  std::vector<std::byte*> out{nullptr};
+  EXPECT_THROW(executable.runMain(in, out), UsageError);
+  executable.runLoad(load);
+  EXPECT_TRUE(executable.loaded());
+}
+
+}  // namespace
+}  // namespace kiln
