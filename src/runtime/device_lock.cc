@@ -23,7 +23,9 @@ namespace {
 int openLockFile(const std::filesystem::path& lock_dir, const std::filesystem::path& path) {
   std::error_code error;
   std::filesystem::create_directories(lock_dir, error);
-  if (error) throw IoError(fmt::format("cannot create the device lock directory '{}'", lock_dir.string()), error.value());
+  if (error) {
+    throw IoError(fmt::format("cannot create the device lock directory '{}'", lock_dir.string()), error.value());
+  }
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd >= 0) {
     // The umask narrows open()'s mode; every user of this machine must be

@@ -88,7 +88,9 @@ uint64_t memoryVariable(const char* variable, std::string_view value) {
     if (scale != 1) digits.remove_suffix(1);
   }
   uint64_t number = 0;
-  if (!parseUnsigned(digits, &number) || number == 0 || number > UINT64_MAX / scale) badValue(variable, expected, value);
+  if (!parseUnsigned(digits, &number) || number == 0 || number > UINT64_MAX / scale) {
+    badValue(variable, expected, value);
+  }
   return number * scale;
 }
 
@@ -178,7 +180,8 @@ DeviceManagerOptions DeviceManagerOptions::fromEnvironment() {
   }
   if (const char* v = get("KILN_SIM_MEMORY")) options.sim.memory_bytes = memoryVariable("KILN_SIM_MEMORY", v);
   if (const char* v = get("KILN_SIM_LATENCY_US")) {
-    options.sim.transfer_latency_ns = static_cast<uint64_t>(std::llround(nonNegativeVariable("KILN_SIM_LATENCY_US", v) * 1e3));
+    const double microseconds = nonNegativeVariable("KILN_SIM_LATENCY_US", v);
+    options.sim.transfer_latency_ns = static_cast<uint64_t>(std::llround(microseconds * 1e3));
   }
   if (const char* v = get("KILN_SIM_BANDWIDTH_GBPS")) {
     options.sim.transfer_bytes_per_second = nonNegativeVariable("KILN_SIM_BANDWIDTH_GBPS", v) * 1e9;

@@ -15,6 +15,7 @@
 #include "kiln/device.h"
 #include "kiln/error.h"
 #include "tests/device/device_test_util.h"
+#include "tests/support/allocation_counter.h"
 
 namespace kiln {
 namespace {
@@ -73,6 +74,39 @@ struct Chain {
   DeviceJob up, compute, down;
   JobWaiter finished;
 
+  // Points the three jobs at `buffer` and the host arrays.
+  void wire(Device& target, const DeviceBuffer& buffer, const float* input, float* output, size_t floats) {
+    device = &target;
+    device_floats = reinterpret_cast<float*>(buffer.data());
+    count = floats;
+    for (DeviceJob* job : {&up, &compute, &down}) {
+      job->owner = this;
+      job->done = &Chain::next;
+    }
+    up.kind = DeviceJob::Kind::kCopyToDevice;
+    up.destination = buffer.data();
+    up.source = reinterpret_cast<const std::byte*>(input);
+    up.bytes = floats * sizeof(float);
+    compute.kind = DeviceJob::Kind::kCompute;
+    compute.compute = &Chain::doubleAll;
+    compute.context = this;
+    down.kind = DeviceJob::Kind::kCopyToHost;
+    down.destination = reinterpret_cast<std::byte*>(output);
+    down.source = buffer.data();
+    down.bytes = floats * sizeof(float);
+  }
+
+  // Submits the first job and waits for the last; returns the first error.
+  std::exception_ptr run() {
+    {
+      std::lock_guard lock(finished.mutex);
+      finished.finished = false;
+      finished.error = nullptr;
+    }
+    device->submit(up);
+    return finished.wait();
+  }
+
   static void doubleAll(void* context) {
     auto* chain = static_cast<Chain*>(context);
     for (size_t i = 0; i < chain->count; ++i) chain->device_floats[i] *= 2;
@@ -95,37 +129,37 @@ TEST_P(DeviceConformance, CopyComputeCopyChainedFromDone) {
   std::vector<float> input(count), output(count, 0);
   for (size_t i = 0; i < count; ++i) input[i] = static_cast<float>(i) - 7.5f;
   DeviceBuffer buffer = device_->allocate(count * sizeof(float));
-
   Chain chain;
-  chain.device = device_.get();
-  chain.device_floats = reinterpret_cast<float*>(buffer.data());
-  chain.count = count;
-  for (DeviceJob* job : {&chain.up, &chain.compute, &chain.down}) {
-    job->owner = &chain;
-    job->done = &Chain::next;
-  }
-  chain.up.kind = DeviceJob::Kind::kCopyToDevice;
-  chain.up.destination = buffer.data();
-  chain.up.source = reinterpret_cast<const std::byte*>(input.data());
-  chain.up.bytes = count * sizeof(float);
-  chain.compute.kind = DeviceJob::Kind::kCompute;
-  chain.compute.compute = &Chain::doubleAll;
-  chain.compute.context = &chain;
-  chain.down.kind = DeviceJob::Kind::kCopyToHost;
-  chain.down.destination = reinterpret_cast<std::byte*>(output.data());
-  chain.down.source = buffer.data();
-  chain.down.bytes = count * sizeof(float);
+  chain.wire(*device_, buffer, input.data(), output.data(), count);
 
   // Twice, reusing the same jobs: they are the caller's to reuse.
   for (int round = 0; round < 2; ++round) {
-    chain.finished.finished = false;
-    device_->submit(chain.up);
-    ASSERT_EQ(chain.finished.wait(), nullptr);
+    ASSERT_EQ(chain.run(), nullptr);
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(output[i], input[i] * 2) << i;
     input.swap(output);
-    chain.up.source = reinterpret_cast<const std::byte*>(input.data());
-    chain.down.destination = reinterpret_cast<std::byte*>(output.data());
+    chain.wire(*device_, buffer, input.data(), output.data(), count);
   }
+}
+
+// DESIGN.md: no allocation in the steady state. Once jobs and buffers
+// exist, submitting and completing them touches no heap on any thread.
+TEST_P(DeviceConformance, SteadyStateSubmissionAllocatesNothing) {
+  const size_t count = 1024;
+  std::vector<float> input(count, 1.0f), output(count, 0);
+  DeviceBuffer buffer = device_->allocate(count * sizeof(float));
+  Chain chain;
+  chain.wire(*device_, buffer, input.data(), output.data(), count);
+  ASSERT_EQ(chain.run(), nullptr);  // warm-up
+
+  bool all_succeeded = true;
+  testing::startCountingAllocations();
+  for (int round = 0; round < 100; ++round) all_succeeded &= chain.run() == nullptr;
+  device_->synchronize();
+  const testing::AllocationCount allocations = testing::stopCountingAllocations();
+  EXPECT_TRUE(all_succeeded);
+  EXPECT_EQ(allocations.news, 0u);
+  EXPECT_EQ(allocations.mallocs, 0u);
+  EXPECT_EQ(output, std::vector<float>(count, 2.0f));
 }
 
 TEST_P(DeviceConformance, JobsCompleteInSubmissionOrderPerQueue) {

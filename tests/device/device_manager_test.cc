@@ -226,7 +226,8 @@ class Holder {
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
     const std::string dir = lock_dir.string(), hold = std::to_string(hold_ms);
     const char* argv[] = {KILN_DEVICE_LOCK_HOLDER, dir.c_str(), "2", id.c_str(), hold.c_str(), nullptr};
-    const int error = ::posix_spawn(&pid_, KILN_DEVICE_LOCK_HOLDER, &actions, nullptr, const_cast<char**>(argv), environ);
+    const int error =
+        ::posix_spawn(&pid_, KILN_DEVICE_LOCK_HOLDER, &actions, nullptr, const_cast<char**>(argv), environ);
     posix_spawn_file_actions_destroy(&actions);
     ::close(fds[1]);
     if (error != 0) {

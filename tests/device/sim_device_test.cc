@@ -130,7 +130,8 @@ TEST(SimDevice, SynchronizeAndResetFromDoneAreRefused) {
   };
   device.submit(job);
   device.synchronize();
-  EXPECT_THAT(testing::messageOf<UsageError>(state.from_synchronize), HasSubstr("synchronize() called from a device thread"));
+  EXPECT_THAT(testing::messageOf<UsageError>(state.from_synchronize),
+              HasSubstr("synchronize() called from a device thread"));
   EXPECT_THAT(testing::messageOf<UsageError>(state.from_reset), HasSubstr("reset() called from a device thread"));
 }
 

@@ -15,5 +15,6 @@ Command addDumpCommand(CLI::App& app);
 Command addCompileCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
 Command addBenchCommand(CLI::App& app);
+Command addDevicesCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   std::map<std::string, kiln::cli::Command> commands;
   commands["bench"] = kiln::cli::addBenchCommand(app);
   commands["compile"] = kiln::cli::addCompileCommand(app);
+  commands["devices"] = kiln::cli::addDevicesCommand(app);
   commands["dump"] = kiln::cli::addDumpCommand(app);
   commands["run"] = kiln::cli::addRunCommand(app);
 
