@@ -120,6 +120,8 @@ class Session {
   // queued, and throws the device's error. Throws UsageError when the load
   // programs have not run or there is no QueueManager.
   void runMainPrograms();
+  // Makes the running runMainPrograms return (or the next one, when none
+  // runs yet) once the batches in flight are done.
   void stop();
 
   // Finishes every entry still queued with `error` (after a failure, so

@@ -778,10 +778,16 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   for (uint32_t value : spec.inputs) {
     metadata.anchors.push_back(anchorFor(spec.values[value], AnchorDirection::kInput, kMainProgram));
   }
+  // One load anchor per constant, named as its TensorData blob (a
+  // subgraph's constants carry a scope prefix that their values lack).
+  std::vector<bool> anchored(spec.constants.size(), false);
   for (const ValueSpec& value : spec.values) {
-    if (value.storage == ValueStorage::kConstant) {
-      metadata.anchors.push_back(anchorFor(value, AnchorDirection::kInput, kLoadProgram));
-    }
+    if (value.storage != ValueStorage::kConstant || anchored[value.index]) continue;
+    anchored[value.index] = true;
+    Anchor anchor = anchorFor(value, AnchorDirection::kInput, kLoadProgram);
+    anchor.name = spec.constants[value.index];
+    anchor.handle = "h2d_" + anchor.name;
+    metadata.anchors.push_back(anchor);
   }
   for (uint32_t value : spec.outputs) {
     Anchor anchor = anchorFor(spec.values[value], AnchorDirection::kOutput, kMainProgram);

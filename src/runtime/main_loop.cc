@@ -102,8 +102,10 @@ struct SlotCallbacks {
   // Answers every entry of the batch, then frees the slot.
   static void finish(MainLoop::Slot& slot) {
     MainLoop& loop = *slot.loop;
-    for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
+    // Counted before the answers, so that a caller who got its result sees
+    // its batch counted.
     loop.config_.batches->fetch_add(1, std::memory_order_relaxed);
+    for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
     if (slot.error) loop.recordFailure(slot.error);
     slot.busy.store(false, std::memory_order_release);
     loop.slot_freed_.notifyAll();

@@ -144,11 +144,15 @@ void Session::runMainPrograms() {
   config.depth = m.options.pipeline_depth;
   config.batches = &m.batches;
   config.flushed = &m.flushed;
-  m.stop.store(false, std::memory_order_release);
   m.loop = std::make_unique<MainLoop>(std::move(config));
+  // A stop() that came before this call counts (a runner may stop before
+  // its serving thread got here); it is used up when the loop ends.
   struct Finish {
     Impl& m;
-    ~Finish() { m.loop.reset(); }
+    ~Finish() {
+      m.loop.reset();
+      m.stop.store(false, std::memory_order_release);
+    }
   } finish{m};
   m.loop->run(m.stop);
   if (m.queues->disconnected()) {

@@ -1,0 +1,347 @@
+// ModelRunner on real devices: sync and async requests, runner- and
+// caller-allocated outputs, I/O validation, conditional execution, dynamic
+// batch sizing, flush on timeout, replicas, device waiting.
+#include "kiln/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/package_reader.h"
+#include "tests/runtime/runtime_test_models.h"
+
+namespace kiln {
+namespace {
+
+using testing::affineReference;
+using testing::simOptions;
+using testing::TempPackage;
+
+constexpr int64_t kBatch = 4;
+constexpr int64_t kFeatures = 8;
+
+std::vector<float> rows(size_t count, float start) {
+  std::vector<float> x(count * kFeatures);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.5f * static_cast<float>(i % 11);
+  return x;
+}
+
+std::vector<float> floats(const HostTensor& tensor) {
+  std::vector<float> values(tensor.bytes.size() / 4);
+  std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
+  return values;
+}
+
+void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << "element " << i;
+}
+
+InputMemoryView inputOf(const std::vector<float>& x) {
+  return {{"x", ConstTensorMemoryView{x.data(), x.size() * 4, DType::kF32}}};
+}
+
+class ModelRunnerTest : public ::testing::TestWithParam<DeviceKind> {
+ protected:
+  void SetUp() override {
+    testing::writeAffineModel(package_.path(), kBatch, kFeatures);
+    manager_ = std::make_unique<DeviceManager>(simOptions(2));
+  }
+  ModelRunnerConfig config() {
+    ModelRunnerConfig config;
+    config.device_kind = GetParam();
+    config.device_manager = manager_.get();
+    return config;
+  }
+  TempPackage package_{"affine"};
+  std::unique_ptr<DeviceManager> manager_;
+};
+
+TEST_P(ModelRunnerTest, DescribesItsAnchors) {
+  ModelRunner runner(package_.path(), config());
+  const auto inputs = runner.getExecuteInputs();
+  ASSERT_EQ(inputs.size(), 1u);
+  EXPECT_EQ(inputs[0].name, "x");
+  EXPECT_EQ(inputs[0].shape, (std::vector<int64_t>{kBatch, kFeatures}));
+  EXPECT_EQ(inputs[0].dtype, DType::kF32);
+  EXPECT_EQ(inputs[0].size_in_bytes, static_cast<uint64_t>(kBatch * kFeatures * 4));
+  const auto outputs = runner.getExecuteOutputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].name, "y");
+}
+
+TEST_P(ModelRunnerTest, SyncAndAsyncWithBothKindsOfOutputs) {
+  ModelRunner runner(package_.path(), config());
+  const std::vector<float> x = rows(kBatch, 1.0f);
+  const std::vector<float> want = affineReference(x, kFeatures);
+  // Runner-allocated, sync.
+  OutputTensors result = runner.execute(inputOf(x));
+  EXPECT_EQ(result.at("y").info.shape, (std::vector<int64_t>{kBatch, kFeatures}));
+  expectNear(floats(result.at("y")), want);
+  // Caller-allocated, sync.
+  std::vector<float> y(x.size());
+  runner.execute(inputOf(x), {{"y", TensorMemoryView{y.data(), y.size() * 4, DType::kF32}}});
+  expectNear(y, want);
+  // Many async requests in flight, both kinds.
+  std::vector<std::vector<float>> xs, ys;
+  for (int i = 0; i < 40; ++i) {
+    xs.push_back(rows(kBatch * (1 + i % 3), static_cast<float>(i)));
+    ys.emplace_back(xs.back().size());
+  }
+  std::vector<std::future<void>> written;
+  std::vector<std::future<OutputTensors>> allocated;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    written.push_back(runner.executeAsync(inputOf(xs[i]), {{"y", TensorMemoryView{ys[i].data(), ys[i].size() * 4}}}));
+    allocated.push_back(runner.executeAsync(inputOf(xs[i])));
+  }
+  for (size_t i = 0; i < xs.size(); ++i) {
+    written[i].get();
+    expectNear(ys[i], affineReference(xs[i], kFeatures));
+    expectNear(floats(allocated[i].get().at("y")), affineReference(xs[i], kFeatures));
+  }
+}
+
+TEST_P(ModelRunnerTest, ValidationRejectsBadRequestsAndRunsNothing) {
+  ModelRunner runner(package_.path(), config());
+  const std::vector<float> x = rows(kBatch, 0.0f);
+  std::vector<float> y(x.size());
+  auto expectError = [&](const InputMemoryView& in, const OutputMemoryView& out, const std::string& fragment) {
+    try {
+      runner.execute(in, out);
+      ADD_FAILURE() << "expected an error mentioning " << fragment;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  const OutputMemoryView out{{"y", TensorMemoryView{y.data(), y.size() * 4}}};
+  expectError({}, out, "missing [x]");
+  InputMemoryView extra = inputOf(x);
+  extra["bogus"] = ConstTensorMemoryView{x.data(), 4};
+  expectError(extra, out, "unknown [bogus]");
+  expectError({{"x", ConstTensorMemoryView{x.data(), 12}}}, out, "whole number of compiled tensors");
+  expectError({{"x", ConstTensorMemoryView{x.data(), x.size() * 4, DType::kI32}}}, out, "is f32");
+  expectError(inputOf(x), {}, "missing [y]");
+  expectError(inputOf(x), {{"y", TensorMemoryView{y.data(), 8}}}, "output 'y'");
+  EXPECT_EQ(runner.batchesRun(), 0u);
+  runner.execute(inputOf(x), out);
+  EXPECT_EQ(runner.batchesRun(), 1u);
+}
+
+// Without batching_dim: whole multiples of the compiled batch only.
+TEST_P(ModelRunnerTest, BatchesMustBeMultiplesWithoutBatchingDim) {
+  ModelRunner runner(package_.path(), config());
+  for (size_t count : {4, 8, 12}) {
+    const std::vector<float> x = rows(count, 2.0f);
+    expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+  }
+  const std::vector<float> six = rows(6, 0.0f);
+  EXPECT_THROW(runner.execute(inputOf(six)), UsageError);
+}
+
+// With batching_dim: every batch size from 1 to 3x the compiled one, split
+// and padded into device batches of 4 and reassembled.
+TEST_P(ModelRunnerTest, DynamicBatchSizing) {
+  ModelRunnerConfig c = config();
+  c.batching_dim = 0;
+  c.timeout_ns = std::chrono::microseconds(200);
+  ModelRunner runner(package_.path(), c);
+  for (size_t count = 1; count <= 3 * kBatch; ++count) {
+    const std::vector<float> x = rows(count, static_cast<float>(count));
+    OutputTensors result = runner.execute(inputOf(x));
+    EXPECT_EQ(result.at("y").info.shape, (std::vector<int64_t>{static_cast<int64_t>(count), kFeatures}));
+    expectNear(floats(result.at("y")), affineReference(x, kFeatures));
+  }
+  EXPECT_GT(runner.batchesFlushed(), 0u);  // the sizes that were not multiples of 4
+  const std::vector<float> x = rows(1, 0.0f);
+  EXPECT_THROW(runner.execute({{"x", ConstTensorMemoryView{x.data(), 7}}}), UsageError);
+}
+
+// Concurrent small requests share device batches.
+TEST_P(ModelRunnerTest, ConcurrentRequestsFillBatchesTogether) {
+  ModelRunnerConfig c = config();
+  c.batching_dim = 0;
+  c.timeout_ns = std::chrono::milliseconds(50);
+  ModelRunner runner(package_.path(), c);
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < 8; ++i) xs.push_back(rows(1, static_cast<float>(i)));
+  std::vector<std::future<OutputTensors>> results;
+  for (const auto& x : xs) results.push_back(runner.executeAsync(inputOf(x)));
+  for (size_t i = 0; i < xs.size(); ++i) expectNear(floats(results[i].get().at("y")), affineReference(xs[i], kFeatures));
+  EXPECT_EQ(runner.batchesRun(), 2u);  // eight one-row requests, two batches of four
+}
+
+TEST_P(ModelRunnerTest, FlushCallbackRunsOnceAndCanSupplyTheMissingRows) {
+  ModelRunnerConfig c = config();
+  c.batching_dim = 0;
+  c.timeout_ns = std::chrono::milliseconds(1);
+  std::atomic<int> calls{0};
+  std::string waited_for;
+  const std::vector<float> filler = rows(kBatch - 1, 7.0f);
+  std::vector<float> filler_out(filler.size());
+  const InputMemoryView filler_inputs{{"x", ConstTensorMemoryView{filler.data(), filler.size() * 4}}};
+  const OutputMemoryView filler_outputs{{"y", TensorMemoryView{filler_out.data(), filler_out.size() * 4}}};
+  c.flush_callback = [&](const std::string& tensor_id, const InputMemoryView*& inputs, const OutputMemoryView*& outputs) {
+    ++calls;
+    waited_for = tensor_id;
+    inputs = &filler_inputs;
+    outputs = &filler_outputs;
+  };
+  ModelRunner runner(package_.path(), c);
+  const std::vector<float> x = rows(1, 3.0f);
+  expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(waited_for, "x");
+  EXPECT_EQ(runner.batchesFlushed(), 1u);
+  // The padding rows ran on the callback's inputs, into its outputs.
+  expectNear(filler_out, affineReference(filler, kFeatures));
+}
+
+TEST_P(ModelRunnerTest, FlushWithoutCallbackAnswersOnlyRealRequests) {
+  ModelRunnerConfig c = config();
+  c.batching_dim = 0;
+  c.timeout_ns = std::chrono::milliseconds(1);
+  ModelRunner runner(package_.path(), c);
+  const std::vector<float> x = rows(3, -1.0f);
+  OutputTensors result = runner.execute(inputOf(x));
+  EXPECT_EQ(result.at("y").info.shape, (std::vector<int64_t>{3, kFeatures}));
+  expectNear(floats(result.at("y")), affineReference(x, kFeatures));
+  EXPECT_EQ(runner.batchesFlushed(), 1u);
+}
+
+TEST_P(ModelRunnerTest, Replicas) {
+  ModelRunnerConfig c = config();
+  c.replication_factor = 2;
+  ModelRunner runner(package_.path(), c);
+  const auto ids = runner.deviceIds();
+  ASSERT_EQ(ids.size(), 2u);
+  if (GetParam() == DeviceKind::kSim) {
+    EXPECT_NE(ids[0], ids[1]);
+  }
+  std::vector<std::vector<float>> xs;
+  std::vector<std::future<OutputTensors>> results;
+  uint64_t batches = 0;
+  for (int i = 0; i < 20; ++i) {
+    xs.push_back(rows(kBatch * (1 + i % 3), static_cast<float>(i)));
+    batches += 1 + i % 3;
+  }
+  for (const auto& x : xs) results.push_back(runner.executeAsync(inputOf(x)));
+  for (size_t i = 0; i < xs.size(); ++i) expectNear(floats(results[i].get().at("y")), affineReference(xs[i], kFeatures));
+  EXPECT_EQ(runner.batchesRun(), batches);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ModelRunnerTest, ::testing::Values(DeviceKind::kCpu, DeviceKind::kSim),
+                         [](const auto& param_info) { return std::string(deviceKindName(param_info.param)); });
+
+// Batching on a middle dimension: x[3, batch, 5], compiled batch 2.
+TEST(ModelRunnerBatching, MiddleDimension) {
+  TempPackage package("middle");
+  testing::writeMiddleBatchModel(package.path(), 3, 2, 5);
+  DeviceManager manager(simOptions(1));
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kSim}) {
+    ModelRunnerConfig config;
+    config.device_kind = kind;
+    config.device_manager = &manager;
+    config.batching_dim = 1;
+    config.timeout_ns = std::chrono::microseconds(100);
+    ModelRunner runner(package.path(), config);
+    for (int64_t batch = 1; batch <= 6; ++batch) {
+      std::vector<float> x(static_cast<size_t>(3 * batch * 5));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+      OutputTensors result = runner.execute({{"x", ConstTensorMemoryView{x.data(), x.size() * 4}}});
+      EXPECT_EQ(result.at("y").info.shape, (std::vector<int64_t>{3, batch, 5}));
+      const std::vector<float> y = floats(result.at("y"));
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], x[i] * 3 - 1) << deviceKindName(kind) << " batch " << batch;
+    }
+  }
+}
+
+// Two sub-models behind an If: with validate_io_params off a request gives
+// only the anchors of the one it selects.
+TEST(ModelRunnerConditional, RequestsGiveOnlyTheSelectedSubModelsAnchors) {
+  TempPackage package("conditional");
+  testing::writeConditionalModel(package.path());
+  DeviceManager manager(simOptions(1));
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kSim}) {
+    ModelRunnerConfig config;
+    config.device_kind = kind;
+    config.device_manager = &manager;
+    config.validate_io_params = false;
+    auto runner = std::make_unique<ModelRunner>(package.path(), config);
+    const bool yes = true, no = false;
+    const std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8};
+    std::vector<float> y(4);
+    const OutputMemoryView out{{"y", TensorMemoryView{y.data(), 16}}};
+    runner->execute({{"select", ConstTensorMemoryView{&yes, 1}}, {"a", ConstTensorMemoryView{a.data(), 16}}}, out);
+    EXPECT_EQ(y, (std::vector<float>{2, 4, 6, 8}));
+    runner->execute({{"select", ConstTensorMemoryView{&no, 1}}, {"b", ConstTensorMemoryView{b.data(), 16}}}, out);
+    EXPECT_EQ(y, (std::vector<float>{15, 16, 17, 18}));
+    // Sizes are still checked.
+    EXPECT_THROW(runner->execute({{"select", ConstTensorMemoryView{&no, 1}}, {"b", ConstTensorMemoryView{b.data(), 8}}}, out),
+                 UsageError);
+    runner.reset();  // lets go of the device
+
+    config.validate_io_params = true;
+    ModelRunner strict(package.path(), config);
+    EXPECT_THROW(
+        strict.execute({{"select", ConstTensorMemoryView{&yes, 1}}, {"a", ConstTensorMemoryView{a.data(), 16}}}, out),
+        UsageError);
+  }
+}
+
+TEST(ModelRunnerDevices, BusyDeviceFailsOrWaitsAsConfigured) {
+  TempPackage package("busy");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  DeviceManager manager(simOptions(1));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  auto first = std::make_unique<ModelRunner>(package.path(), config);
+  EXPECT_THROW(ModelRunner(package.path(), config), DeviceBusyError);
+  config.device_wait_config = DeviceWaitConfig{WaitStrategy::kWaitWithTimeout, std::chrono::seconds(10),
+                                               std::chrono::milliseconds(5)};
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    first.reset();
+  });
+  ModelRunner second(package.path(), config);  // gets sim:0 once the first lets go
+  release.join();
+  const std::vector<float> x = rows(kBatch, 0.0f);
+  expectNear(floats(second.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+}
+
+TEST(ModelRunnerThreads, ManyThreadsCallAtOnce) {
+  TempPackage package("threads");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  DeviceManager manager(simOptions(1));
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kSim}) {
+    ModelRunnerConfig config;
+    config.device_kind = kind;
+    config.device_manager = &manager;
+    config.batching_dim = 0;
+    config.timeout_ns = std::chrono::microseconds(500);
+    ModelRunner runner(package.path(), config);
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 50; ++i) {
+          const std::vector<float> x = rows(1 + (t + i) % 5, static_cast<float>(t * 100 + i));
+          const std::vector<float> y = floats(runner.execute(inputOf(x)).at("y"));
+          const std::vector<float> want = affineReference(x, kFeatures);
+          for (size_t k = 0; k < y.size(); ++k) {
+            if (std::abs(y[k] - want[k]) > 1e-3) {
+              ++wrong;
+              break;
+            }
+          }
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(wrong.load(), 0) << deviceKindName(kind);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
