@@ -5,6 +5,8 @@
 #                    and compare it with onnxruntime
 #   make test        unit tests, command-line tests, a 60-second fuzz run
 #   make test-asan   the same tests under AddressSanitizer + UBSan
+#   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
+#                    ThreadSanitizer
 #   make bench       benchmarks: zero-copy open, and six models against onnxruntime and
 #                    OpenVINO (bench/compare.py writes bench/RESULTS.md)
 #   make conformance the ONNX backend node tests through kiln and onnxruntime; writes
@@ -19,7 +21,7 @@ BENCH_SIZE_MIB ?= 1024
 CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
 
-.PHONY: all setup build build-asan build-fuzz demo test test-unit test-asan bench fuzz fuzz-run clean \
+.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan bench fuzz fuzz-run clean \
 	conformance conformance-data conformance-check
 
 all: build
@@ -35,6 +37,11 @@ build: setup
 build-asan: setup
 	cmake --preset asan $(CMAKE_ARGS) > /dev/null
 	cmake --build --preset asan
+
+# Only the runtime's tests: they are the threaded ones.
+build-tsan: setup
+	cmake --preset tsan $(CMAKE_ARGS) > /dev/null
+	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
@@ -61,6 +68,12 @@ test: build
 test-asan: build-asan
 	ctest --test-dir build/asan --output-on-failure -j2
 	KILN_BUILD_DIR=build/asan $(PYTEST) tests/cli
+
+# Any race report fails its test (TSan exits with 66). The suppressions
+# silence libgomp, which TSan cannot see into (tests/tsan_suppressions.txt).
+test-tsan: build-tsan
+	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan_suppressions.txt second_deadlock_stack=1" \
+	  ctest --test-dir build/tsan -L tsan --output-on-failure -j2
 
 bench: build
 	@mkdir -p build/bench

@@ -11,6 +11,8 @@ if(KILN_BUILD_TESTS OR KILN_BUILD_FUZZERS)
 endif()
 if(KILN_BUILD_BENCH)
   find_package(benchmark REQUIRED)
+  # Header-only: boost::lockfree::spsc_queue, the baseline of ring_buffer_bench.
+  find_package(Boost REQUIRED)
 endif()
 find_package(Protobuf REQUIRED)
 find_package(ONNX REQUIRED)
