@@ -74,6 +74,10 @@ struct SessionOptions {
   // How long a partial batch waits for more rows before it is flushed.
   std::chrono::nanoseconds timeout{std::chrono::milliseconds(5)};
   FlushCallback flush_callback;
+  // Called once, on a device thread, when the main programs fail, before
+  // any entry is answered with the error (the model runner holds new
+  // requests back from then until it has handled the error).
+  std::function<void(const std::exception_ptr&)> on_failure;
   // Batches in flight at once on a device with its own memory (each has
   // its own staging buffers on the device); 1 on cpu.
   uint32_t pipeline_depth = 3;

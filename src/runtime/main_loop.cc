@@ -103,10 +103,11 @@ struct SlotCallbacks {
   static void finish(MainLoop::Slot& slot) {
     MainLoop& loop = *slot.loop;
     // Counted before the answers, so that a caller who got its result sees
-    // its batch counted.
+    // its batch counted; a failure is recorded before the answers too, so
+    // that a caller who saw the error finds the session failing.
     loop.config_.batches->fetch_add(1, std::memory_order_relaxed);
-    for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
     if (slot.error) loop.recordFailure(slot.error);
+    for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
     slot.busy.store(false, std::memory_order_release);
     loop.slot_freed_.notifyAll();
   }
@@ -191,10 +192,15 @@ MainLoop::MainLoop(MainLoopConfig config) : config_(std::move(config)) {
 MainLoop::~MainLoop() { waitIdle(); }
 
 void MainLoop::recordFailure(const std::exception_ptr& error) {
+  bool first = false;
   {
     std::lock_guard lock(error_mutex_);
-    if (!error_) error_ = error;
+    if (!error_) {
+      error_ = error;
+      first = true;
+    }
   }
+  if (first && config_.on_failure != nullptr && *config_.on_failure) (*config_.on_failure)(error);
   failed_.store(true, std::memory_order_release);
   config_.queues->activity().notifyAll();
   slot_freed_.notifyAll();
@@ -215,23 +221,30 @@ void MainLoop::waitIdle() {
   for (auto& slot : slots_) waitForSlot(*slot);
 }
 
-// Takes rows from the front entries of every queue the batch still needs
-// rows from; returns true when it took any.
+// Takes rows from the front entries of all queues in step: a row of the
+// batch is taken only when every queue has it, so that the queues stay
+// aligned (row k of every anchor belongs to the same request) even when a
+// partial batch is flushed while a request is half enqueued. Every queue
+// needs the same number of rows (createQueueManager checks the layouts).
+// Returns true when it took any.
 static bool takeAvailable(std::vector<Gathering>& gathering, std::vector<std::vector<Part>*>& parts,
                           std::vector<Completion>& completions) {
   bool took = false;
-  for (size_t k = 0; k < gathering.size(); ++k) {
-    Gathering& g = gathering[k];
-    const QueueLayout& layout = g.queue->layout();
-    while (g.need > 0) {
+  while (!gathering.empty() && gathering[0].need > 0) {
+    uint64_t take = gathering[0].need;
+    for (const Gathering& g : gathering) {
+      const QueueEntry* entry = g.queue->front();
+      if (entry == nullptr) return took;
+      take = std::min(take, entry->rows);
+    }
+    for (size_t k = 0; k < gathering.size(); ++k) {
+      Gathering& g = gathering[k];
+      const QueueLayout& layout = g.queue->layout();
       QueueEntry* entry = g.queue->front();
-      if (entry == nullptr) break;
-      const uint64_t take = std::min(g.need, entry->rows);
       const uint64_t stride = entry->outer_stride != 0 ? entry->outer_stride : entry->rows * layout.row_bytes;
       parts[k]->push_back(Part{entry->data, take, stride, layout.batch_rows - g.need});
       if (entry->done != nullptr) completions.push_back(Completion{entry->done, entry->context, take});
       g.need -= take;
-      took = true;
       if (take == entry->rows) {
         g.queue->pop();
       } else {
@@ -241,6 +254,7 @@ static bool takeAvailable(std::vector<Gathering>& gathering, std::vector<std::ve
         entry->outer_stride = stride;
       }
     }
+    took = true;
   }
   return took;
 }
@@ -346,16 +360,18 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
     }
     // A short spin catches the next request of a busy caller without a
     // sleep; then sleep until a queue, stop() or a failure says something.
+    auto rowsReady = [&] {
+      return std::all_of(slot.gathering.begin(), slot.gathering.end(),
+                         [](const Gathering& g) { return g.queue->front() != nullptr; });
+    };
     bool ready = false;
-    for (int spin = 0; spin < 256 && !ready; ++spin) {
-      for (const Gathering& g : slot.gathering) ready |= g.need > 0 && g.queue->front() != nullptr;
-    }
+    for (int spin = 0; spin < 256 && !ready; ++spin) ready = rowsReady();
     if (ready) continue;
     EventCount& activity = config_.queues->activity();
     const uint32_t ticket = activity.prepareWait();
     bool wake = stop.load(std::memory_order_acquire) || config_.queues->disconnected() ||
                 failed_.load(std::memory_order_acquire);
-    for (const Gathering& g : slot.gathering) wake |= g.need > 0 && g.queue->front() != nullptr;
+    wake |= rowsReady();
     if (wake) {
       activity.cancelWait();
       continue;

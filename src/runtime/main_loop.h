@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -51,6 +52,7 @@ struct MainLoopConfig {
   std::vector<int> outputs;             // per mainOutputs(): index in outputQueues()
   std::chrono::nanoseconds timeout{0};
   const FlushCallback* flush_callback = nullptr;
+  const std::function<void(const std::exception_ptr&)>* on_failure = nullptr;
   uint32_t depth = 1;
   // Counters the loop adds to (batches run, batches flushed partial); they
   // outlive the loop and may be read from any thread.

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -68,6 +69,14 @@ struct ModelRunner::Impl {
   std::vector<bool> output_per_replica;
 
   std::mutex submit_mutex;
+  // Set (by the device thread, through SessionOptions::on_failure) when a
+  // replica's main loop fails, before any request sees the error; cleared
+  // under submit_mutex once the requests enqueued before it are failed.
+  // New requests for that replica wait on `error_handled` meanwhile, so
+  // that they run after the reset instead of failing with an error that
+  // happened before they came.
+  std::unique_ptr<std::atomic<bool>[]> error_pending;
+  std::condition_variable error_handled;
   std::atomic<bool> in_call{false};  // overlap check when !thread_safe
   std::exception_ptr failure;        // set when the runner stopped (guarded by submit_mutex)
   std::atomic<bool> closing{false};
@@ -105,6 +114,8 @@ void ModelRunner::Impl::serve(uint32_t r) {
       // queues now was enqueued before the error and gets it.
       std::lock_guard lock(submit_mutex);
       replica.session->failQueuedEntries(error);
+      error_pending[r].store(false, std::memory_order_release);
+      error_handled.notify_all();
       if (action == ErrorAction::kStop) {
         if (!failure) failure = error;
         replica.running = false;
@@ -169,8 +180,12 @@ ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunn
   session_options.pipeline_depth = m.config.pipeline_depth;
   session_options.executable.threads = m.config.threads;
   m.replicas.resize(n);
+  m.error_pending = std::make_unique<std::atomic<bool>[]>(n);
   for (uint32_t r = 0; r < n; ++r) {
     m.replicas[r].device = manager->getDevice(metadata.target, constraints, m.config.device_wait_config);
+    session_options.on_failure = [&m, r](const std::exception_ptr&) {
+      m.error_pending[r].store(true, std::memory_order_release);
+    };
     m.replicas[r].session =
         std::make_unique<Session>(m.package, m.replicas[r].device, session_options, m.config.model);
   }
@@ -200,7 +215,11 @@ ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunn
 
 ModelRunner::~ModelRunner() {
   Impl& m = *impl_;
-  m.closing.store(true, std::memory_order_release);
+  {
+    std::lock_guard lock(m.submit_mutex);
+    m.closing.store(true, std::memory_order_release);
+    m.error_handled.notify_all();
+  }
   for (auto& replica : m.replicas) {
     if (replica.session) replica.session->stop();
   }
@@ -363,6 +382,12 @@ void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
       }
       const uint32_t target = lockstep ? 0 : static_cast<uint32_t>(next_replica % n);
       const uint32_t last = lockstep ? n : target + 1;
+      bool pending = false;
+      for (uint32_t r = target; r < last; ++r) pending |= error_pending[r].load(std::memory_order_acquire);
+      if (pending) {
+        error_handled.wait(lock);
+        continue;
+      }
       TensorQueue* full = nullptr;
       for (uint32_t r = target; r < last && full == nullptr; ++r) {
         for (const auto& queue : replicas[r].queues->inputQueues()) {

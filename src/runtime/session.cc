@@ -122,6 +122,20 @@ QueueManager& Session::createQueueManager(size_t capacity, uint32_t batch_dim) {
   };
   for (const Anchor& anchor : m.user_inputs) input_layouts.push_back(layout(anchor));
   for (const Anchor& anchor : m.user_outputs) output_layouts.push_back(layout(anchor));
+  // The main loop takes rows from all queues in step.
+  auto check = [&](const std::vector<Anchor>& anchors, const std::vector<QueueLayout>& layouts) {
+    for (size_t i = 0; i < anchors.size(); ++i) {
+      const QueueLayout& first = input_layouts.empty() ? output_layouts.front() : input_layouts.front();
+      const std::string& first_name = m.user_inputs.empty() ? m.user_outputs.front().name : m.user_inputs.front().name;
+      if (layouts[i].batch_rows != first.batch_rows) {
+        throw UsageError(fmt::format("anchors '{}' and '{}' have batches of {} and {} rows; the queues of one session "
+                                     "must batch alike (choose batch_dim)",
+                                     first_name, anchors[i].name, first.batch_rows, layouts[i].batch_rows));
+      }
+    }
+  };
+  check(m.user_inputs, input_layouts);
+  check(m.user_outputs, output_layouts);
   m.queues = std::make_unique<QueueManager>(m.user_inputs, m.user_outputs, input_layouts, output_layouts, capacity);
   return *m.queues;
 }
@@ -141,6 +155,7 @@ void Session::runMainPrograms() {
   for (size_t j = 0; j < m.user_outputs.size(); ++j) config.outputs.push_back(static_cast<int>(j));
   config.timeout = m.options.timeout;
   config.flush_callback = &m.options.flush_callback;
+  config.on_failure = &m.options.on_failure;
   config.depth = m.options.pipeline_depth;
   config.batches = &m.batches;
   config.flushed = &m.flushed;

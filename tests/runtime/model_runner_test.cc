@@ -35,7 +35,7 @@ std::vector<float> floats(const HostTensor& tensor) {
 
 void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << "element " << i;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * std::max(1.0f, std::abs(want[i]))) << "element " << i;
 }
 
 InputMemoryView inputOf(const std::vector<float>& x) {
@@ -330,7 +330,7 @@ TEST(ModelRunnerThreads, ManyThreadsCallAtOnce) {
           const std::vector<float> y = floats(runner.execute(inputOf(x)).at("y"));
           const std::vector<float> want = affineReference(x, kFeatures);
           for (size_t k = 0; k < y.size(); ++k) {
-            if (std::abs(y[k] - want[k]) > 1e-3) {
+            if (std::abs(y[k] - want[k]) > 1e-5f * std::max(1.0f, std::abs(want[k]))) {
               ++wrong;
               break;
             }

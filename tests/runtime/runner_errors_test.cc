@@ -1,0 +1,222 @@
+// ModelRunner error handling, as the reference's table says, with faults
+// injected on sim devices: each error class with and without auto_reset,
+// requests enqueued before an error complete with it, and a soak test of
+// several threads with random faults where every request is answered once.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/model_runner.h"
+#include "tests/runtime/runtime_test_models.h"
+
+namespace kiln {
+namespace {
+
+using testing::affineReference;
+using testing::simOptions;
+using testing::TempPackage;
+
+constexpr int64_t kBatch = 4;
+constexpr int64_t kFeatures = 8;
+
+std::vector<float> rows(size_t count, float start) {
+  std::vector<float> x(count * kFeatures);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.5f * static_cast<float>(i % 11);
+  return x;
+}
+
+bool matches(const OutputTensors& result, const std::vector<float>& x) {
+  const HostTensor& y = result.at("y");
+  const std::vector<float> want = affineReference(x, kFeatures);
+  if (y.bytes.size() != want.size() * 4) return false;
+  std::vector<float> got(want.size());
+  std::memcpy(got.data(), y.bytes.data(), y.bytes.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) > 1e-5f * std::max(1.0f, std::abs(want[i]))) return false;
+  }
+  return true;
+}
+
+InputMemoryView inputOf(const std::vector<float>& x) {
+  return {{"x", ConstTensorMemoryView{x.data(), x.size() * 4, DType::kF32}}};
+}
+
+struct ErrorCase {
+  FaultKind kind;
+  bool auto_reset;
+  bool serves_on;    // the next request succeeds without a manual reset
+  bool resets;       // the runner resets the device itself
+};
+
+std::string caseName(const ::testing::TestParamInfo<ErrorCase>& info) {
+  return std::string(faultKindName(info.param.kind)) + (info.param.auto_reset ? "_auto_reset" : "_no_auto_reset");
+}
+
+class RunnerErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+// Compute job 1 (the second request's batch) fails with the case's class.
+TEST_P(RunnerErrorTest, FollowsTheReferenceTable) {
+  const ErrorCase& c = GetParam();
+  TempPackage package("errors");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  SimDeviceConfig sim;
+  sim.fault_script = {ScriptedFault{1, c.kind}};
+  DeviceManager manager(simOptions(1, sim));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.auto_reset = c.auto_reset;
+  ModelRunner runner(package.path(), config);
+
+  const std::vector<float> x = rows(kBatch, 1.0f);
+  EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
+  // The failing request gets the device's error class.
+  try {
+    runner.execute(inputOf(x));
+    FAIL() << "the injected fault must reach the request";
+  } catch (const ApplicationRuntimeError&) {
+    EXPECT_EQ(c.kind, FaultKind::kApplicationError);
+  } catch (const RecoverableDeviceError& e) {
+    EXPECT_TRUE(c.kind == FaultKind::kRecoverableReset || c.kind == FaultKind::kRecoverableRerun);
+    EXPECT_EQ(e.recoveryAction(),
+              c.kind == FaultKind::kRecoverableReset ? RecoveryAction::kDeviceReset : RecoveryAction::kRerun);
+  } catch (const UnknownDeviceError&) {
+    EXPECT_EQ(c.kind, FaultKind::kUnknown);
+  }
+  if (c.serves_on) {
+    // Correct results prove the weights were loaded again after a reset
+    // (a reset fills device memory with 0xCD).
+    EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
+    EXPECT_EQ(runner.resets(), c.resets ? 1u : 0u);
+  } else {
+    // Stopped: later requests get the error, nothing resets by itself.
+    EXPECT_THROW(runner.execute(inputOf(x)), DeviceError);
+    EXPECT_THROW(runner.executeAsync(inputOf(x)).get(), DeviceError);
+    EXPECT_EQ(runner.resets(), 0u);
+    runner.reset();  // the manual intervention
+    EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
+    EXPECT_EQ(runner.resets(), 1u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Classes, RunnerErrorTest,
+    ::testing::Values(ErrorCase{FaultKind::kApplicationError, true, true, true},
+                      ErrorCase{FaultKind::kApplicationError, false, false, false},
+                      ErrorCase{FaultKind::kRecoverableReset, true, true, true},
+                      ErrorCase{FaultKind::kRecoverableReset, false, false, false},
+                      ErrorCase{FaultKind::kRecoverableRerun, true, true, false},
+                      ErrorCase{FaultKind::kRecoverableRerun, false, true, false},
+                      ErrorCase{FaultKind::kUnknown, true, false, false},
+                      ErrorCase{FaultKind::kUnknown, false, false, false}),
+    caseName);
+
+// One request runs; then ten are queued behind slow transfers and the
+// first of their batches fails. All ten were enqueued before the error, so
+// all ten get it (those in flight too: their transfers fail on the failed
+// device), and the runner serves again after its reset.
+TEST(RunnerErrors, RequestsEnqueuedBeforeAnErrorGetIt) {
+  TempPackage package("enqueued");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  SimDeviceConfig sim;
+  sim.transfer_latency_ns = 20'000'000;
+  sim.fault_script = {ScriptedFault{1, FaultKind::kApplicationError}};
+  DeviceManager manager(simOptions(1, sim));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.ring_buffer_size_multiplier = 16;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> first = rows(kBatch, -3.0f);
+  EXPECT_TRUE(matches(runner.execute(inputOf(first)), first));
+  std::vector<std::vector<float>> xs;
+  std::vector<std::future<OutputTensors>> results;
+  for (int i = 0; i < 10; ++i) xs.push_back(rows(kBatch, static_cast<float>(i)));
+  for (const auto& x : xs) results.push_back(runner.executeAsync(inputOf(x)));
+  for (size_t i = 0; i < results.size(); ++i) EXPECT_THROW(results[i].get(), ApplicationRuntimeError) << i;
+  EXPECT_TRUE(matches(runner.execute(inputOf(xs[0])), xs[0]));
+  EXPECT_EQ(runner.resets(), 1u);
+}
+
+// Several threads, thousands of requests of random sizes, random faults of
+// the classes the runner recovers from: every request is answered exactly
+// once (a second answer would hit a deleted request or a satisfied
+// promise), completed + failed == submitted, and every completed result is
+// right.
+TEST(RunnerErrors, SoakWithRandomFaults) {
+  TempPackage package("soak");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  SimDeviceConfig sim;
+  sim.fault_rates[static_cast<size_t>(FaultKind::kApplicationError)] = 0.01;
+  sim.fault_rates[static_cast<size_t>(FaultKind::kRecoverableReset)] = 0.01;
+  sim.fault_rates[static_cast<size_t>(FaultKind::kRecoverableRerun)] = 0.01;
+  sim.fault_seed = 7;
+  DeviceManager manager(simOptions(2, sim));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.batching_dim = 0;
+  config.timeout_ns = std::chrono::microseconds(200);
+  config.replication_factor = 2;
+  config.ring_buffer_size_multiplier = 4;
+  ModelRunner runner(package.path(), config);
+
+  constexpr int kThreads = 4;
+  constexpr int kRequestsPerThread = 750;
+  std::atomic<int> completed{0}, failed{0}, wrong{0}, unexpected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 random(static_cast<unsigned>(t));
+      struct InFlight {
+        std::vector<float> x;
+        std::future<OutputTensors> result;
+      };
+      std::vector<InFlight> window;
+      auto settle = [&](InFlight& request) {
+        try {
+          OutputTensors result = request.result.get();
+          if (matches(result, request.x)) {
+            ++completed;
+          } else if (wrong++ < 3) {
+            std::vector<float> got(result.at("y").bytes.size() / 4);
+            std::memcpy(got.data(), result.at("y").bytes.data(), got.size() * 4);
+            const std::vector<float> want = affineReference(request.x, kFeatures);
+            std::string text;
+            for (size_t k = 0; k < got.size(); k += kFeatures) text += std::to_string(got[k]) + "/" + std::to_string(want[k]) + " ";
+            ADD_FAILURE() << "wrong result, rows " << got.size() / kFeatures << ": " << text;
+          }
+        } catch (const DeviceError&) {
+          ++failed;
+        } catch (const std::exception& e) {
+          if (unexpected++ < 3) ADD_FAILURE() << "unexpected error: " << e.what();
+        }
+      };
+      for (int i = 0; i < kRequestsPerThread; ++i) {
+        InFlight request;
+        request.x = rows(1 + random() % 9, static_cast<float>(t * 1000 + i));
+        request.result = runner.executeAsync(inputOf(request.x));
+        window.push_back(std::move(request));
+        if (window.size() == 8) {
+          for (auto& r : window) settle(r);
+          window.clear();
+        }
+      }
+      for (auto& r : window) settle(r);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(completed + failed + wrong + unexpected, kThreads * kRequestsPerThread);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(failed.load(), 0);          // faults did happen...
+  EXPECT_GT(runner.resets(), 0u);       // ...and were recovered from
+  EXPECT_GT(completed.load(), failed.load());
+  std::printf("soak: %d completed, %d failed, %llu resets, %llu batches\n", completed.load(), failed.load(),
+              static_cast<unsigned long long>(runner.resets()), static_cast<unsigned long long>(runner.batchesRun()));
+}
+
+}  // namespace
+}  // namespace kiln
