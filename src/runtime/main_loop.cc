@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "kiln/blob.h"
 #include "kiln/error.h"
@@ -102,6 +103,9 @@ struct SlotCallbacks {
   // Answers every entry of the batch, then frees the slot.
   static void finish(MainLoop::Slot& slot) {
     MainLoop& loop = *slot.loop;
+    // The loop may be destroyed as soon as the slot is free: waitIdle()
+    // also waits for this count, whose decrement is the last access here.
+    loop.finishing_.fetch_add(1, std::memory_order_relaxed);
     // Counted before the answers, so that a caller who got its result sees
     // its batch counted; a failure is recorded before the answers too, so
     // that a caller who saw the error finds the session failing.
@@ -110,6 +114,7 @@ struct SlotCallbacks {
     for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
     slot.busy.store(false, std::memory_order_release);
     loop.slot_freed_.notifyAll();
+    loop.finishing_.fetch_sub(1, std::memory_order_release);
   }
 };
 
@@ -219,6 +224,8 @@ void MainLoop::waitForSlot(Slot& slot) {
 
 void MainLoop::waitIdle() {
   for (auto& slot : slots_) waitForSlot(*slot);
+  // A device thread may still be between freeing its slot and leaving.
+  while (finishing_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
 // Takes rows from the front entries of all queues in step: a row of the

@@ -86,6 +86,7 @@ class MainLoop {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::byte> zeros_;  // flush data for a device with its own memory
   EventCount slot_freed_;
+  std::atomic<uint32_t> finishing_{0};  // device threads inside SlotCallbacks::finish
   std::atomic<bool> failed_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
