@@ -43,7 +43,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +51,7 @@
 
 #include "kiln/device.h"
 #include "kiln/metadata.h"
+#include "kiln/request_future.h"
 #include "kiln/session.h"
 
 namespace kiln {
@@ -85,13 +85,6 @@ struct DataDesc {
   uint64_t size_in_bytes = 0;
 };
 
-// An output the runner allocated.
-struct HostTensor {
-  TensorInfo info;
-  std::vector<std::byte> bytes;
-};
-using OutputTensors = std::unordered_map<std::string, HostTensor>;
-
 class ModelRunner {
  public:
   // From package file(s) (a model may be split over several files).
@@ -108,10 +101,10 @@ class ModelRunner {
 
   // Runner-allocated outputs.
   OutputTensors execute(const InputMemoryView& inputs);
-  std::future<OutputTensors> executeAsync(const InputMemoryView& inputs);
+  Future<OutputTensors> executeAsync(const InputMemoryView& inputs);
   // Caller-allocated outputs.
   void execute(const InputMemoryView& inputs, const OutputMemoryView& outputs);
-  std::future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
+  Future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
 
   // After the runner stopped on an error: resets the devices, reloads the
   // model and serves again.

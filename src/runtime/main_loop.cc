@@ -40,6 +40,9 @@ HostBuffer allocateHost(uint64_t bytes) {
   return buffer;
 }
 
+// How long the loop polls empty queues before it sleeps.
+constexpr std::chrono::microseconds kSpin(50);
+
 // One anchor's gathering state within a batch.
 struct Gathering {
   TensorQueue* queue;
@@ -365,14 +368,18 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
         return Gather::kComplete;
       }
     }
-    // A short spin catches the next request of a busy caller without a
-    // sleep; then sleep until a queue, stop() or a failure says something.
+    // A spin of up to kSpin catches the next request of a busy caller
+    // without a sleep (so its enqueue needs no system call to wake us);
+    // then sleep until a queue, stop() or a failure says something.
     auto rowsReady = [&] {
       return std::all_of(slot.gathering.begin(), slot.gathering.end(),
                          [](const Gathering& g) { return g.queue->front() != nullptr; });
     };
     bool ready = false;
-    for (int spin = 0; spin < 256 && !ready; ++spin) ready = rowsReady();
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    do {
+      for (int spin = 0; spin < 64 && !ready; ++spin) ready = rowsReady();
+    } while (!ready && std::chrono::steady_clock::now() < spin_until && !stop.load(std::memory_order_relaxed));
     if (ready) continue;
     EventCount& activity = config_.queues->activity();
     const uint32_t ticket = activity.prepareWait();

@@ -88,7 +88,7 @@ struct ModelRunner::Impl {
   void serve(uint32_t r);
   uint64_t validate(const InputMemoryView& in, const OutputMemoryView* out) const;
   std::vector<int64_t> outputShape(size_t j, uint64_t rows) const;
-  void submit(const InputMemoryView& in, const OutputMemoryView& out, Request* request, uint64_t rows);
+  void submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request, uint64_t rows);
 };
 
 void ModelRunner::Impl::start(uint32_t r) {
@@ -357,7 +357,7 @@ uint64_t ModelRunner::Impl::validate(const InputMemoryView& in, const OutputMemo
 // every queue of its replica at once under the submit lock, after waiting
 // (unlocked) until all those queues have room, so that a failing replica
 // can always take the lock and no request is ever half enqueued.
-void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView& out, Request* request,
+void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request,
                                uint64_t rows) {
   const uint32_t n = replicaCount();
   uint64_t chunk_rows = rows;
@@ -427,7 +427,7 @@ void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
             data += first * layout.row_bytes;
           }
           queues.outputQueues()[j]->enqueue(QueueEntry{.data = data, .rows = take, .outer_stride = rows * layout.row_bytes,
-                                                       .done = &Request::rowsDone, .context = request});
+                                                       .done = &RequestState::rowsDone, .context = request});
         }
       }
       ++next_replica;
@@ -458,37 +458,31 @@ class CallGuard {
 
 }  // namespace
 
-std::future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
+Future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
   Impl& m = *impl_;
   CallGuard guard(m.in_call, m.config.thread_safe);
   const uint64_t rows = m.validate(inputs, &outputs);
-  auto* request = new Request(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
-  std::future<void> result = request->promise.get_future();
+  auto* request = new RequestState(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
+  Future<void> result(request);
   m.submit(inputs, outputs, request, rows);
   return result;
 }
 
-std::future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
+Future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
   Impl& m = *impl_;
   CallGuard guard(m.in_call, m.config.thread_safe);
   const uint64_t rows = m.validate(inputs, nullptr);
-  auto* request = new Request(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
-  auto tensors = std::make_shared<OutputTensors>();
+  auto* request = new RequestState(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
+  Future<OutputTensors> result(request);
   OutputMemoryView views;
   for (size_t j = 0; j < m.outputs.size(); ++j) {
-    HostTensor& tensor = (*tensors)[m.outputs[j].name];
+    HostTensor& tensor = request->tensors[m.outputs[j].name];
     tensor.info = TensorInfo{m.outputs[j].info.dtype, m.outputShape(j, rows)};
     tensor.bytes.resize(tensor.info.sizeInBytes());
     views[m.outputs[j].name] = TensorMemoryView{tensor.bytes.data(), tensor.bytes.size(), tensor.info.dtype};
   }
-  // The void future resolves first; a deferred continuation hands over the
-  // tensors without another thread.
-  std::future<void> finished = request->promise.get_future();
   m.submit(inputs, views, request, rows);
-  return std::async(std::launch::deferred, [finished = std::move(finished), tensors]() mutable {
-    finished.get();
-    return std::move(*tensors);
-  });
+  return result;
 }
 
 OutputTensors ModelRunner::execute(const InputMemoryView& inputs) { return executeAsync(inputs).get(); }

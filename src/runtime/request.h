@@ -1,30 +1,37 @@
-// Request: the runner's record of one execute call in flight.
+// RequestState: the runner's record of one execute call in flight, shared
+// by the caller's Future and the queue entries that answer it.
 //
 // It counts the output rows still to be answered (over every entry of
-// every chunk, flushed ones included) and keeps the first error. The
-// entry that answers the last rows resolves the promise and deletes the
-// request: after that no entry refers to it.
+// every chunk, flushed ones included) and keeps the first error. The entry
+// that answers the last rows publishes the result (`answered`, release)
+// and wakes a waiting caller. Two references keep it alive, the caller's
+// Future and the runner's answer; the last one to let go deletes it.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
-#include <future>
 #include <mutex>
+
+#include "kiln/request_future.h"
+#include "runtime/event_count.h"
 
 namespace kiln {
 
-struct Request {
-  explicit Request(uint64_t rows) : remaining(rows) {}
+struct RequestState {
+  explicit RequestState(uint64_t rows) : remaining(rows) {}
 
   std::atomic<uint64_t> remaining;
-  std::mutex error_mutex;
+  std::mutex error_mutex;  // taken only on the error path
   std::exception_ptr error;
-  std::promise<void> promise;
+  OutputTensors tensors;   // runner-allocated outputs
+  std::atomic<uint32_t> answered{0};
+  EventCount answer_event;
+  std::atomic<uint32_t> references{2};
 
   // QueueEntry::done of every output entry.
   static void rowsDone(void* context, uint64_t rows, const std::exception_ptr& failure) {
-    static_cast<Request*>(context)->answer(failure, rows);
+    static_cast<RequestState*>(context)->answer(failure, rows);
   }
 
   // Answers `rows` rows, with `failure` when not null.
@@ -34,13 +41,14 @@ struct Request {
       if (!error) error = failure;
     }
     if (remaining.fetch_sub(rows, std::memory_order_acq_rel) != rows) return;
-    // The last rows: every other writer of `error` is done.
-    if (error) {
-      promise.set_exception(error);
-    } else {
-      promise.set_value();
-    }
-    delete this;
+    // The last rows: every other writer of `error` is done (acq_rel above).
+    answered.store(1, std::memory_order_release);
+    answer_event.notifyAll();
+    release();
+  }
+
+  void release() {
+    if (references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 };
 

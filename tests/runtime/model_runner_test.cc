@@ -89,8 +89,8 @@ TEST_P(ModelRunnerTest, SyncAndAsyncWithBothKindsOfOutputs) {
     xs.push_back(rows(kBatch * (1 + i % 3), static_cast<float>(i)));
     ys.emplace_back(xs.back().size());
   }
-  std::vector<std::future<void>> written;
-  std::vector<std::future<OutputTensors>> allocated;
+  std::vector<Future<void>> written;
+  std::vector<Future<OutputTensors>> allocated;
   for (size_t i = 0; i < xs.size(); ++i) {
     written.push_back(runner.executeAsync(inputOf(xs[i]), {{"y", TensorMemoryView{ys[i].data(), ys[i].size() * 4}}}));
     allocated.push_back(runner.executeAsync(inputOf(xs[i])));
@@ -165,7 +165,7 @@ TEST_P(ModelRunnerTest, ConcurrentRequestsFillBatchesTogether) {
   ModelRunner runner(package_.path(), c);
   std::vector<std::vector<float>> xs;
   for (int i = 0; i < 8; ++i) xs.push_back(rows(1, static_cast<float>(i)));
-  std::vector<std::future<OutputTensors>> results;
+  std::vector<Future<OutputTensors>> results;
   for (const auto& x : xs) results.push_back(runner.executeAsync(inputOf(x)));
   for (size_t i = 0; i < xs.size(); ++i) expectNear(floats(results[i].get().at("y")), affineReference(xs[i], kFeatures));
   EXPECT_EQ(runner.batchesRun(), 2u);  // eight one-row requests, two batches of four
@@ -219,7 +219,7 @@ TEST_P(ModelRunnerTest, Replicas) {
     EXPECT_NE(ids[0], ids[1]);
   }
   std::vector<std::vector<float>> xs;
-  std::vector<std::future<OutputTensors>> results;
+  std::vector<Future<OutputTensors>> results;
   uint64_t batches = 0;
   for (int i = 0; i < 20; ++i) {
     xs.push_back(rows(kBatch * (1 + i % 3), static_cast<float>(i)));

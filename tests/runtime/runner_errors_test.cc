@@ -132,7 +132,7 @@ TEST(RunnerErrors, RequestsEnqueuedBeforeAnErrorGetIt) {
   const std::vector<float> first = rows(kBatch, -3.0f);
   EXPECT_TRUE(matches(runner.execute(inputOf(first)), first));
   std::vector<std::vector<float>> xs;
-  std::vector<std::future<OutputTensors>> results;
+  std::vector<Future<OutputTensors>> results;
   for (int i = 0; i < 10; ++i) xs.push_back(rows(kBatch, static_cast<float>(i)));
   for (const auto& x : xs) results.push_back(runner.executeAsync(inputOf(x)));
   for (size_t i = 0; i < results.size(); ++i) EXPECT_THROW(results[i].get(), ApplicationRuntimeError) << i;
@@ -172,7 +172,7 @@ TEST(RunnerErrors, SoakWithRandomFaults) {
       std::mt19937 random(static_cast<unsigned>(t));
       struct InFlight {
         std::vector<float> x;
-        std::future<OutputTensors> result;
+        Future<OutputTensors> result;
       };
       std::vector<InFlight> window;
       auto settle = [&](InFlight& request) {
