@@ -1,8 +1,9 @@
 # The commands a kiln developer or user types. Each one installs what is
 # missing (scripts/setup) and builds first, so it works on a fresh machine.
 #
-#   make demo        write an example package and dump it; compile ResNet-50, run it
-#                    and compare it with onnxruntime
+#   make demo        write an example package and dump it; serve a small model with the
+#                    ModelRunner (async requests, dynamic batching, a sim device);
+#                    compile ResNet-50, run it and compare it with onnxruntime
 #   make test        unit tests, command-line tests, a 60-second fuzz run
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
@@ -51,6 +52,7 @@ demo: build
 	@mkdir -p build/demo
 	build/release/examples/write_example_package build/demo/example.kiln
 	build/release/tools/kiln dump --all build/demo/example.kiln
+	build/release/examples/runner_demo build/demo/runner_demo.kiln
 	OMP_NUM_THREADS=2 PYTHONPATH=build/release/python .venv/bin/python examples/resnet50_demo.py
 
 test-unit: build

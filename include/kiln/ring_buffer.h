@@ -59,8 +59,7 @@ class RingBuffer {
   // Producer: moves `item` into the buffer; false when it is full (then
   // `item`, taken by value, is simply destroyed).
   [[nodiscard]] bool tryPush(T item) {
-    // Only this thread writes tail_, so a relaxed load reads its own last store.
-    const size_t tail = tail_.load(std::memory_order_relaxed);
+    const size_t tail = producer_.tail;  // this side's copy of tail_
     if (tail - producer_.cached_head == capacity_) {
       // Looks full: see how far the consumer has got. Acquire pairs with the
       // consumer's release of head_, so its move out of the slot we are
@@ -69,6 +68,7 @@ class RingBuffer {
       if (tail - producer_.cached_head == capacity_) return false;
     }
     slots_[tail & mask_] = std::move(item);
+    producer_.tail = tail + 1;
     // Release publishes the slot's new value to the consumer's acquire.
     tail_.store(tail + 1, std::memory_order_release);
     return true;
@@ -77,7 +77,7 @@ class RingBuffer {
   // Consumer: the oldest entry, or nullptr when the buffer is empty. The
   // entry stays in place (and the producer will not touch it) until pop().
   [[nodiscard]] T* front() {
-    const size_t head = head_.load(std::memory_order_relaxed);  // only this thread writes head_
+    const size_t head = consumer_.head;  // this side's copy of head_
     if (head == consumer_.cached_tail && !refreshTail(head)) return nullptr;
     return &slots_[head & mask_];
   }
@@ -88,8 +88,9 @@ class RingBuffer {
   // not when the producer reuses the slot.
   void pop() {
     assert(front() != nullptr && "RingBuffer::pop on an empty buffer");
-    const size_t head = head_.load(std::memory_order_relaxed);
+    const size_t head = consumer_.head;
     slots_[head & mask_] = T{};
+    consumer_.head = head + 1;
     // Release: the slot is free only after our last access to it.
     head_.store(head + 1, std::memory_order_release);
   }
@@ -97,9 +98,10 @@ class RingBuffer {
   // Consumer: moves the oldest entry into `out` and removes it; false (and
   // `out` unchanged) when the buffer is empty.
   [[nodiscard]] bool tryPop(T& out) {
-    const size_t head = head_.load(std::memory_order_relaxed);
+    const size_t head = consumer_.head;
     if (head == consumer_.cached_tail && !refreshTail(head)) return false;
     out = std::move(slots_[head & mask_]);
+    consumer_.head = head + 1;
     head_.store(head + 1, std::memory_order_release);
     return true;
   }
@@ -161,10 +163,17 @@ class RingBuffer {
 
   alignas(kCacheLineSize) std::atomic<size_t> head_{0};  // written by the consumer only
   alignas(kCacheLineSize) std::atomic<size_t> tail_{0};  // written by the producer only
+  // Each side's own copy of its index (always equal to the atomic it
+  // publishes) and its last view of the other side's, on a line only that
+  // side touches: the fast path never reads a shared index line, so
+  // publishing an index costs one ownership transfer of its line rather
+  // than a read followed by an upgrade.
   struct alignas(kCacheLineSize) ProducerState {
+    size_t tail = 0;         // == tail_
     size_t cached_head = 0;  // the producer's last view of head_
   } producer_;
   struct alignas(kCacheLineSize) ConsumerState {
+    size_t head = 0;         // == head_
     size_t cached_tail = 0;  // the consumer's last view of tail_
   } consumer_;
 };

@@ -345,10 +345,7 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
     return "";
   };
   for (;;) {
-    if (takeAvailable(slot.gathering, slot.part_lists, slot.completions) && !any) {
-      any = true;
-      started = std::chrono::steady_clock::now();
-    }
+    any |= takeAvailable(slot.gathering, slot.part_lists, slot.completions);
     if (complete()) return Gather::kComplete;
     if (failed_.load(std::memory_order_acquire)) return Gather::kStopped;
     const bool stopping = stop.load(std::memory_order_acquire) || config_.queues->disconnected();
@@ -362,6 +359,9 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
     }
     std::chrono::nanoseconds remaining(-1);
     if (any) {
+      // The clock starts when the batch is first found partial (a batch
+      // that fills at once never reads it).
+      if (started == std::chrono::steady_clock::time_point{}) started = std::chrono::steady_clock::now();
       remaining = config_.timeout - (std::chrono::steady_clock::now() - started);
       if (remaining.count() <= 0) {
         flushRest(slot, waitingFor(), true);

@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "kiln/package_writer.h"
 #include "tests/runtime/runtime_test_models.h"
 
 namespace kiln {
@@ -232,6 +233,51 @@ TEST_P(ModelRunnerTest, Replicas) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, ModelRunnerTest, ::testing::Values(DeviceKind::kCpu, DeviceKind::kSim),
                          [](const auto& param_info) { return std::string(deviceKindName(param_info.param)); });
+
+// A package compiled for 2 replicas whose user anchors are per-replica
+// (written here by copying a compiled package with that metadata): a
+// request carries a leading replica dimension and each replica runs its
+// slice, on its own sim device.
+TEST(ModelRunnerReplicas, PerReplicaAnchorsGainALeadingDimension) {
+  TempPackage compiled("per_replica_src");
+  testing::writeAffineModel(compiled.path(), kBatch, kFeatures);
+  TempPackage package("per_replica");
+  {
+    PackageReader reader(compiled.path());
+    const MetadataBlob* metadata_blob = reader.metadata().front();
+    Metadata metadata = metadata_blob->metadata();
+    metadata.replication_factor = 2;
+    for (Anchor& anchor : metadata.anchors) {
+      if (!reader.isPackageProvided(anchor)) anchor.is_per_replica = true;
+    }
+    PackageWriter writer(package.path());
+    const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
+    writer.writeExecutable(executable->name(), executable->read());
+    writer.writeMetadata(metadata_blob->name(), metadata);
+    for (const TensorDataBlob* tensor : reader.tensorData()) {
+      writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
+    }
+    writer.close();
+  }
+  DeviceManager manager(simOptions(2));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.replication_factor = 1;
+  EXPECT_THROW(ModelRunner(package.path(), config), UsageError);  // compiled for 2
+  config.replication_factor = 2;
+  ModelRunner runner(package.path(), config);
+  const auto inputs = runner.getExecuteInputs();
+  EXPECT_EQ(inputs[0].shape, (std::vector<int64_t>{2, kBatch, kFeatures}));
+  EXPECT_EQ(runner.getExecuteOutputs()[0].shape, (std::vector<int64_t>{2, kBatch, kFeatures}));
+  const std::vector<float> x = rows(2 * kBatch, 1.5f);  // replica 0's batch, then replica 1's
+  OutputTensors result = runner.execute(inputOf(x));
+  EXPECT_EQ(result.at("y").info.shape, (std::vector<int64_t>{2, kBatch, kFeatures}));
+  expectNear(floats(result.at("y")), affineReference(x, kFeatures));
+  EXPECT_EQ(runner.batchesRun(), 2u);  // one per replica
+  // Half of the replica dimension is not a request.
+  EXPECT_THROW(runner.execute({{"x", ConstTensorMemoryView{x.data(), x.size() * 2}}}), UsageError);
+}
 
 // Batching on a middle dimension: x[3, batch, 5], compiled batch 2.
 TEST(ModelRunnerBatching, MiddleDimension) {
