@@ -8,8 +8,9 @@
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
 #                    ThreadSanitizer
-#   make bench       benchmarks: zero-copy open, and six models against onnxruntime and
-#                    OpenVINO (bench/compare.py writes bench/RESULTS.md)
+#   make bench       benchmarks: zero-copy open, RingBuffer against boost, the model
+#                    runner's overhead and pipelining, and six models against
+#                    onnxruntime and OpenVINO (bench/compare.py writes bench/RESULTS.md)
 #   make conformance the ONNX backend node tests through kiln and onnxruntime; writes
 #                    docs/conformance.md
 #   make fuzz        build the fuzz targets with clang and fuzz (FUZZ_SECONDS)
@@ -80,6 +81,8 @@ test-tsan: build-tsan
 bench: build
 	@mkdir -p build/bench
 	build/release/bench/zero_copy_bench --size-mib $(BENCH_SIZE_MIB) --dir build/bench
+	build/release/bench/ring_buffer_bench --repetitions 7
+	build/release/bench/runner_bench
 	.venv/bin/python bench/models/make_models.py build/bench/models
 	.venv/bin/python bench/compare.py
 
