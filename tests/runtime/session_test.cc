@@ -10,6 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
 #include "tests/runtime/runtime_test_models.h"
+#include "tests/support/allocation_counter.h"
 
 namespace kiln {
 namespace {
@@ -171,6 +172,40 @@ TEST_P(SessionTest, QueueErrorsAreClear) {
   std::vector<float> row(kFeatures);
   EXPECT_THROW(queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(row.data()), row.size() * 4), UsageError);
   session.runMainPrograms();
+}
+
+// After warm-up, running batches from the queues allocates nothing, on any
+// thread (the main loop, the sim device's transfer and compute threads):
+// an elementwise model, whose kernels are kiln's own (oneDNN primitives
+// allocate inside every call; see tests/kernels/allocation_test.cc).
+TEST_P(SessionTest, SteadyStateMakesNoHeapAllocation) {
+  TempPackage package("steady");
+  testing::writeMiddleBatchModel(package.path(), 2, 4, 8);
+  Session session(std::make_shared<const PackageReader>(package.path()), device());
+  session.runLoadPrograms();
+  QueueManager& queues = session.createQueueManager(8, 1);
+  std::thread loop([&] { session.runMainPrograms(); });
+  std::vector<float> in(2 * 4 * 8, 1.0f), out(in.size());
+  Counter counter;
+  auto runBatches = [&](uint64_t batches) {
+    const uint64_t target = counter.rows.load() + batches * 4;
+    for (uint64_t b = 0; b < batches; ++b) {
+      queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(in.data()), in.size() * 4);
+      queues.outputQueue("y").enqueue(reinterpret_cast<std::byte*>(out.data()), out.size() * 4, &Counter::done,
+                                      &counter);
+    }
+    while (counter.rows.load() < target) std::this_thread::yield();
+  };
+  runBatches(20);  // warm-up
+  testing::startCountingAllocations();
+  runBatches(200);
+  const testing::AllocationCount count = testing::stopCountingAllocations();
+  session.stop();
+  loop.join();
+  EXPECT_EQ(count.news, 0u);
+  EXPECT_EQ(count.mallocs, 0u);
+  EXPECT_EQ(out[0], 2.0f);  // 1 * 3 - 1
+  EXPECT_EQ(counter.errors.load(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, SessionTest, ::testing::Values("cpu", "sim:0"));
