@@ -356,6 +356,41 @@ TEST(ModelRunnerDevices, BusyDeviceFailsOrWaitsAsConfigured) {
   expectNear(floats(second.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
 }
 
+// thread_safe = false: a call that overlaps another is refused. The first
+// caller is held inside executeAsync by back-pressure (queues of two
+// entries in front of a device with 50-ms transfers).
+TEST(ModelRunnerThreads, OverlappingCallsAreRefusedWithoutThreadSafety) {
+  TempPackage package("not_thread_safe");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  SimDeviceConfig sim;
+  sim.transfer_latency_ns = 50'000'000;
+  DeviceManager manager(simOptions(1, sim));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.thread_safe = false;
+  config.ring_buffer_size_multiplier = 1;
+  config.pipeline_depth = 1;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> x = rows(kBatch, 0.0f);
+  std::atomic<bool> started{false};
+  std::vector<Future<OutputTensors>> results;
+  std::thread first([&] {
+    started = true;
+    for (int i = 0; i < 6; ++i) results.push_back(runner.executeAsync(inputOf(x)));
+  });
+  while (!started) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // the first caller is waiting for room by now
+  try {
+    runner.executeAsync(inputOf(x));
+    ADD_FAILURE() << "an overlapping call must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("thread_safe"), std::string::npos) << e.what();
+  }
+  first.join();
+  for (auto& result : results) expectNear(floats(result.get().at("y")), affineReference(x, kFeatures));
+}
+
 TEST(ModelRunnerThreads, ManyThreadsCallAtOnce) {
   TempPackage package("threads");
   testing::writeAffineModel(package.path(), kBatch, kFeatures);

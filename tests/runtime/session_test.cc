@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "kiln/package_writer.h"
 #include "tests/runtime/runtime_test_models.h"
 #include "tests/support/allocation_counter.h"
 
@@ -206,6 +207,52 @@ TEST_P(SessionTest, SteadyStateMakesNoHeapAllocation) {
   EXPECT_EQ(count.mallocs, 0u);
   EXPECT_EQ(out[0], 2.0f);  // 1 * 3 - 1
   EXPECT_EQ(counter.errors.load(), 0u);
+}
+
+// An input the package feeds (a FeedData blob of three items) is bound
+// automatically: the session has no queue for it and runs item k % 3 in
+// its k-th batch; a predicate can hand it back to the user.
+TEST_P(SessionTest, FeedDataInputsAreFedItemByItem) {
+  TempPackage package("feed");
+  std::vector<std::vector<float>> items;
+  for (int k = 0; k < 3; ++k) items.push_back(rampRows(kBatch, static_cast<float>(10 * k)));
+  {
+    PackageReader compiled(package_.path());
+    const MetadataBlob* blob = compiled.metadata().front();
+    PackageWriter writer(package.path());
+    const ExecutableBlob* executable = compiled.findExecutable(blob->metadata().executable);
+    writer.writeExecutable(executable->name(), executable->read());
+    writer.writeMetadata(blob->name(), blob->metadata());
+    for (const TensorDataBlob* tensor : compiled.tensorData()) {
+      writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
+    }
+    std::vector<float> all;
+    for (const auto& item : items) all.insert(all.end(), item.begin(), item.end());
+    writer.writeFeedData("x", TensorInfo{DType::kF32, {kBatch, kFeatures}}, 3, std::as_bytes(std::span(all)));
+    writer.close();
+  }
+  auto reader = std::make_shared<const PackageReader>(package.path());
+  {
+    Session session(reader, device());
+    EXPECT_TRUE(session.userInputs().empty());
+    session.runLoadPrograms();
+    QueueManager& queues = session.createQueueManager(8, 0);
+    std::vector<std::vector<float>> outputs(5, std::vector<float>(kBatch * kFeatures));
+    Counter counter;
+    for (auto& out : outputs) {
+      queues.outputQueue("y").enqueue(reinterpret_cast<std::byte*>(out.data()), out.size() * 4, &Counter::done, &counter);
+    }
+    std::thread loop([&] { session.runMainPrograms(); });
+    while (counter.rows.load() < outputs.size() * kBatch) std::this_thread::yield();
+    session.stop();
+    loop.join();
+    for (size_t k = 0; k < outputs.size(); ++k) expectNear(outputs[k], affineReference(items[k % 3], kFeatures));
+  }
+  SessionOptions options;
+  options.exclude_from_binding.push_back([](const Anchor& anchor) { return anchor.name == "x"; });
+  Session excluded(reader, device(), options);
+  ASSERT_EQ(excluded.userInputs().size(), 1u);
+  EXPECT_EQ(excluded.userInputs()[0].name, "x");
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, SessionTest, ::testing::Values("cpu", "sim:0"));
