@@ -48,22 +48,4 @@ void runJobsAndWait(Device& device, std::span<DeviceJob> jobs) {
   if (waiter.first_error) std::rethrow_exception(waiter.first_error);
 }
 
-void copyToDevice(Device& device, std::byte* device_destination, const std::byte* host_source, uint64_t bytes) {
-  DeviceJob job;
-  job.kind = DeviceJob::Kind::kCopyToDevice;
-  job.destination = device_destination;
-  job.source = host_source;
-  job.bytes = bytes;
-  runJobsAndWait(device, {&job, 1});
-}
-
-void copyToHost(Device& device, std::byte* host_destination, const std::byte* device_source, uint64_t bytes) {
-  DeviceJob job;
-  job.kind = DeviceJob::Kind::kCopyToHost;
-  job.destination = host_destination;
-  job.source = device_source;
-  job.bytes = bytes;
-  runJobsAndWait(device, {&job, 1});
-}
-
 }  // namespace kiln

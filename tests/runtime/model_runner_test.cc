@@ -16,17 +16,12 @@ namespace kiln {
 namespace {
 
 using testing::affineReference;
+using testing::kBatch;
+using testing::kFeatures;
+using testing::near;
+using testing::rows;
 using testing::simOptions;
 using testing::TempPackage;
-
-constexpr int64_t kBatch = 4;
-constexpr int64_t kFeatures = 8;
-
-std::vector<float> rows(size_t count, float start) {
-  std::vector<float> x(count * kFeatures);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.5f * static_cast<float>(i % 11);
-  return x;
-}
 
 std::vector<float> floats(const HostTensor& tensor) {
   std::vector<float> values(tensor.bytes.size() / 4);
@@ -36,7 +31,7 @@ std::vector<float> floats(const HostTensor& tensor) {
 
 void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * std::max(1.0f, std::abs(want[i]))) << "element " << i;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(near(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
 }
 
 InputMemoryView inputOf(const std::vector<float>& x) {
@@ -411,7 +406,7 @@ TEST(ModelRunnerThreads, ManyThreadsCallAtOnce) {
           const std::vector<float> y = floats(runner.execute(inputOf(x)).at("y"));
           const std::vector<float> want = affineReference(x, kFeatures);
           for (size_t k = 0; k < y.size(); ++k) {
-            if (std::abs(y[k] - want[k]) > 1e-5f * std::max(1.0f, std::abs(want[k]))) {
+            if (!near(y[k], want[k])) {
               ++wrong;
               break;
             }

@@ -15,17 +15,12 @@ namespace kiln {
 namespace {
 
 using testing::affineReference;
+using testing::kBatch;
+using testing::kFeatures;
+using testing::near;
+using testing::rows;
 using testing::simOptions;
 using testing::TempPackage;
-
-constexpr int64_t kBatch = 4;
-constexpr int64_t kFeatures = 8;
-
-std::vector<float> rows(size_t count, float start) {
-  std::vector<float> x(count * kFeatures);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.5f * static_cast<float>(i % 11);
-  return x;
-}
 
 bool matches(const OutputTensors& result, const std::vector<float>& x) {
   const HostTensor& y = result.at("y");
@@ -34,7 +29,7 @@ bool matches(const OutputTensors& result, const std::vector<float>& x) {
   std::vector<float> got(want.size());
   std::memcpy(got.data(), y.bytes.data(), y.bytes.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > 1e-5f * std::max(1.0f, std::abs(want[i]))) return false;
+    if (!near(got[i], want[i])) return false;
   }
   return true;
 }

@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -15,6 +17,20 @@
 #include "kiln/graph.h"
 
 namespace kiln::testing {
+
+// The affine model the runtime tests serve: batches of 4 rows of 8 features.
+constexpr int64_t kBatch = 4;
+constexpr int64_t kFeatures = 8;
+
+// `count` input rows of the affine model, distinct for each `start`.
+inline std::vector<float> rows(size_t count, float start) {
+  std::vector<float> x(count * kFeatures);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.5f * static_cast<float>(i % 11);
+  return x;
+}
+
+// Relative comparison: the references sum in another order than the kernels.
+inline bool near(float got, float want) { return std::abs(got - want) <= 1e-5f * std::max(1.0f, std::abs(want)); }
 
 // A package file removed when the object goes.
 class TempPackage {

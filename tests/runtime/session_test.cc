@@ -17,21 +17,17 @@ namespace kiln {
 namespace {
 
 using testing::affineReference;
+using testing::kBatch;
+using testing::kFeatures;
+using testing::near;
 using testing::simOptions;
 using testing::TempPackage;
 
-constexpr int64_t kBatch = 4;
-constexpr int64_t kFeatures = 8;
-
-std::vector<float> rampRows(size_t rows, float start) {
-  std::vector<float> x(rows * kFeatures);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = start + 0.25f * static_cast<float>(i % 13);
-  return x;
-}
+std::vector<float> rampRows(size_t count, float start) { return testing::rows(count, start); }
 
 void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << "element " << i;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(near(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
 }
 
 struct Counter {
