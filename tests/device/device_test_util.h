@@ -106,7 +106,7 @@ inline std::exception_ptr runNothing(Device& device) {
 
 // The message of `error`, which must hold an exception of type E.
 template <typename E>
-std::string messageOf(const std::exception_ptr& error) {
+inline std::string messageOf(const std::exception_ptr& error) {
   if (error == nullptr) return "<no error>";
   try {
     std::rethrow_exception(error);

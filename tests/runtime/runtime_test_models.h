@@ -15,6 +15,7 @@
 #include "kiln/compiler.h"
 #include "kiln/device.h"
 #include "kiln/graph.h"
+#include "tests/device/device_test_util.h"
 
 namespace kiln::testing {
 
@@ -131,12 +132,11 @@ inline void writeConditionalModel(const std::filesystem::path& path) {
   compile(graph, {{"", 17}}, path);
 }
 
-// A private lock directory, so that parallel test processes never share
-// sim devices.
+// Sim devices locked in a private directory (one per test process, removed
+// at exit), so that parallel test processes never share them.
 inline std::filesystem::path privateLockDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "kiln_rt_locks_XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) return std::filesystem::temp_directory_path();
-  return pattern;
+  static const TempLockDir directory;
+  return directory.path();
 }
 
 inline DeviceManagerOptions simOptions(uint32_t devices, SimDeviceConfig sim = {}) {
