@@ -71,6 +71,7 @@ struct CompileReport {
   // graph, which DynamicExecutor specializes per input signature (the
   // step, view and arena figures above are then 0).
   bool runtime_shapes = false;
+  std::string runtime_shapes_reason;  // the first value found whose shape is not fixed
 };
 
 CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets, const std::filesystem::path& output,

@@ -78,8 +78,9 @@ class DynamicExecutor {
                                             std::span<const std::byte* const> inputs);
 
   // Runs one call: `outputs[i]` has room for outputsFor(...)[i].
+  // `trace`, when given, receives the call's step events (Executor::runTraced).
   void run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
-           std::span<std::byte* const> outputs);
+           std::span<std::byte* const> outputs, StepTrace* trace = nullptr);
 
   DynamicMemoryStats memoryStats() const;
 

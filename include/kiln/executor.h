@@ -25,6 +25,7 @@
 namespace kiln {
 
 class PackageReader;
+class StepTrace;
 struct ExecutableSpec;
 
 struct TensorSlot {
@@ -78,6 +79,10 @@ class Executor {
   // step, so use it to find where time goes, not to time the model.
   void runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
                    std::span<uint64_t> step_ns);
+
+  // Like run(), and appends one event per step (kernel, output, shapes,
+  // start and duration) and one for the whole run to `trace`.
+  void runTraced(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs, StepTrace& trace);
 
   // What step `index` runs: its kernel name and the shape of its first output.
   std::string stepDescription(size_t index) const;

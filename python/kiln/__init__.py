@@ -10,12 +10,13 @@ Errors are raised as kiln.Error with the message kiln's C++ core gives.
 
 from __future__ import annotations
 
+import json
 from typing import Mapping, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
 
-from ._kiln import DynamicExecutor, Error, Executor, is_graph_package
+from ._kiln import DynamicExecutor, Error, Executor, StepTrace, is_graph_package
 from ._kiln import compile as _compile
 
 __all__ = ["Error", "Runner", "compile"]
@@ -70,9 +71,15 @@ class Runner:
     from input values) accept any size in their unknown dimensions (-1 in
     `inputs`): each new input signature is compiled once and cached, up to
     `plan_cache_capacity` of them; memory_stats() reports the shared arena
-    and the cache, shrink() gives the memory back."""
+    and the cache, shrink() gives the memory back.
 
-    def __init__(self, path, model: str = "", threads: int = 0, plan_cache_capacity: int = 16):
+    With profile=True every run() also records when each step ran: trace()
+    gives the Chrome trace (the JSON that chrome://tracing and Perfetto open)
+    of the runs so far, save_trace(path) writes it, clear_trace() starts
+    over. Tracing reads the clock twice per step: time the model without it."""
+
+    def __init__(self, path, model: str = "", threads: int = 0, plan_cache_capacity: int = 16,
+                 profile: bool = False):
         if threads < 0:
             raise Error(f"threads must be 0 or more, got {threads}")
         self.dynamic = is_graph_package(str(path), model)
@@ -80,6 +87,7 @@ class Runner:
             self._executor = DynamicExecutor(str(path), model, threads, plan_cache_capacity)
         else:
             self._executor = Executor(str(path), model, threads)
+        self._trace = StepTrace() if profile else None
         self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
         self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]
 
@@ -106,6 +114,24 @@ class Runner:
         if self.dynamic:
             self._executor.shrink()
 
+    def trace(self) -> dict:
+        """The Chrome trace of the runs so far: {"traceEvents": [...]}, one
+        event per step (name: kernel; args: op, output, input and output
+        shapes) and one per run. Needs profile=True."""
+        return json.loads(self._profiling().to_json())
+
+    def save_trace(self, path) -> None:
+        """Writes trace() as JSON to `path`."""
+        self._profiling().write(str(path))
+
+    def clear_trace(self) -> None:
+        self._profiling().clear()
+
+    def _profiling(self) -> StepTrace:
+        if self._trace is None:
+            raise Error("this Runner records no trace: make it with profile=True")
+        return self._trace
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict:
         expected = {name for name, _, _ in self.inputs}
         unknown = sorted(set(inputs) - expected)
@@ -128,10 +154,10 @@ class Runner:
             dtypes = [dtype for _, _, dtype in self.inputs]
             slots = self._executor.outputs_for(arrays, dtypes)
             outputs = [np.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in slots]
-            self._executor.run(arrays, dtypes, [_as_bits(output) for output in outputs])
+            self._executor.run(arrays, dtypes, [_as_bits(output) for output in outputs], self._trace)
         else:
             outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
-            self._executor.run(arrays, [_as_bits(output) for output in outputs])
+            self._executor.run(arrays, [_as_bits(output) for output in outputs], self._trace)
         return {name: array for (name, _, _), array in zip(self.outputs, outputs)}
 
 

@@ -16,6 +16,7 @@
 #include "kiln/error.h"
 #include "kiln/executor.h"
 #include "kiln/onnx_import.h"
+#include "kiln/step_trace.h"
 
 namespace nb = nanobind;
 
@@ -49,6 +50,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   result["naive_bytes"] = report.naive_bytes;
   result["plan"] = report.plan_summary;
   result["runtime_shapes"] = report.runtime_shapes;
+  result["runtime_shapes_reason"] = report.runtime_shapes_reason;
   return result;
 }
 
@@ -63,7 +65,9 @@ nb::list slots(const std::vector<kiln::TensorSlot>& slots) {
 // Runs with the caller's arrays as input and output memory: no copies. The
 // Python side has already checked names, shapes and dtypes; sizes are
 // checked again here because a wrong size would corrupt memory.
-void run(kiln::Executor& executor, const std::vector<ConstArray>& inputs, const std::vector<Array>& outputs) {
+// `trace`, when not None, receives the run's step events.
+void run(kiln::Executor& executor, const std::vector<ConstArray>& inputs, const std::vector<Array>& outputs,
+         kiln::StepTrace* trace) {
   if (inputs.size() != executor.inputs().size() || outputs.size() != executor.outputs().size()) {
     throw kiln::UsageError("wrong number of arrays");
   }
@@ -84,7 +88,11 @@ void run(kiln::Executor& executor, const std::vector<ConstArray>& inputs, const 
     out.push_back(static_cast<std::byte*>(outputs[i].data()));
   }
   nb::gil_scoped_release release;
-  executor.run(in, out);
+  if (trace != nullptr) {
+    executor.runTraced(in, out, *trace);
+  } else {
+    executor.run(in, out);
+  }
 }
 
 // Pointers and TensorInfos of the caller's input arrays.
@@ -118,7 +126,7 @@ nb::list outputsFor(kiln::DynamicExecutor& executor, const std::vector<ConstArra
 }
 
 void runDynamic(kiln::DynamicExecutor& executor, const std::vector<ConstArray>& inputs,
-                const std::vector<std::string>& dtypes, const std::vector<Array>& outputs) {
+                const std::vector<std::string>& dtypes, const std::vector<Array>& outputs, kiln::StepTrace* trace) {
   const CallInputs call = callInputs(executor, inputs, dtypes);
   const auto& expected = executor.outputsFor(call.infos, call.data);
   if (outputs.size() != expected.size()) throw kiln::UsageError("wrong number of output arrays");
@@ -131,7 +139,7 @@ void runDynamic(kiln::DynamicExecutor& executor, const std::vector<ConstArray>& 
     out.push_back(static_cast<std::byte*>(outputs[i].data()));
   }
   nb::gil_scoped_release release;
-  executor.run(call.infos, call.data, out);
+  executor.run(call.infos, call.data, out, trace);
 }
 
 
@@ -158,7 +166,7 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("outputs", [](const kiln::DynamicExecutor& e) { return slots(e.outputs()); })
       .def_prop_ro("shape_inputs", &kiln::DynamicExecutor::shapeInputs)
       .def("outputs_for", &outputsFor, nb::arg("inputs"), nb::arg("dtypes"))
-      .def("run", &runDynamic, nb::arg("inputs"), nb::arg("dtypes"), nb::arg("outputs"))
+      .def("run", &runDynamic, nb::arg("inputs"), nb::arg("dtypes"), nb::arg("outputs"), nb::arg("trace").none() = nb::none())
       .def("memory_stats",
            [](const kiln::DynamicExecutor& e) {
              const kiln::DynamicMemoryStats s = e.memoryStats();
@@ -183,5 +191,11 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("arena_bytes", &kiln::Executor::arenaBytes)
       .def_prop_ro("step_count", &kiln::Executor::stepCount)
       .def_prop_ro("steps_run", &kiln::Executor::stepsRun)
-      .def("run", &run, nb::arg("inputs"), nb::arg("outputs"));
+      .def("run", &run, nb::arg("inputs"), nb::arg("outputs"), nb::arg("trace").none() = nb::none());
+  nb::class_<kiln::StepTrace>(m, "StepTrace")
+      .def(nb::init<>())
+      .def_prop_ro("event_count", [](const kiln::StepTrace& t) { return t.events().size(); })
+      .def("to_json", &kiln::StepTrace::toJson)
+      .def("write", [](const kiln::StepTrace& t, const std::string& path) { t.write(path); }, nb::arg("path"))
+      .def("clear", &kiln::StepTrace::clear);
 }

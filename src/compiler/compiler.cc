@@ -568,6 +568,7 @@ Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t pro
 struct RuntimeShapes {
   bool dynamic = false;
   std::vector<std::string> shape_inputs;
+  std::string reason;  // why, in a few words, for the compile's notice
 };
 
 // Model inputs up to this many elements may be shape inputs (a Reshape's
@@ -595,7 +596,23 @@ RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int
     inferTypes(graph, opsets, lenient);
   }
   RuntimeShapes result;
-  for (ValueId id : graph.inputs()) result.dynamic |= !graph.value(id).type.hasStaticShape();
+  for (ValueId id : graph.inputs()) {
+    if (!graph.value(id).type.hasStaticShape() && result.reason.empty()) {
+      result.reason = fmt::format("input '{}' is {}", graph.value(id).name, graph.value(id).type.toString());
+    }
+  }
+  // Any value whose shape is still unknown (If branches of different
+  // shapes, a shape computed from data) is fixed at run time too.
+  for (NodeId id : graph.topologicalOrder()) {
+    const Node& node = graph.node(id);
+    for (ValueId output : node.outputs) {
+      if (!graph.value(output).type.hasStaticShape() && result.reason.empty()) {
+        result.reason = fmt::format("value '{}' of {} is {}", graph.value(output).name, node.op_type,
+                                    graph.value(output).type.toString());
+      }
+    }
+  }
+  result.dynamic = !result.reason.empty();
   std::vector<ValueId> stack;
   for (ValueId id : wanted) {
     const auto& users = graph.value(id).users;
@@ -623,6 +640,10 @@ RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int
     }
   }
   result.shape_inputs.assign(shape_inputs.begin(), shape_inputs.end());
+  if (!result.shape_inputs.empty() && !result.dynamic) {
+    result.reason = fmt::format("shapes depend on the values of input{} {}", result.shape_inputs.size() == 1 ? "" : "s",
+                                fmt::join(result.shape_inputs, ", "));
+  }
   result.dynamic |= !result.shape_inputs.empty();
   return result;
 }
@@ -674,6 +695,7 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
 
   CompileReport report;
   report.runtime_shapes = true;
+  report.runtime_shapes_reason = runtime.reason;
   PackageWriter writer(output);
   writer.writeExecutable(options.model_name, encodeGraph(graph, external));
   writer.writeMetadata(options.model_name, metadata);

@@ -37,6 +37,11 @@ ValueType merge(const InferenceContext& context, size_t index, const ValueType& 
   return merged;
 }
 
+// When the output shapes are not all known (the branches differ, or a
+// branch's shapes need folding that only the main graph gets), the
+// condition's value decides them: asking for it records it as wanted (a
+// shape input when it comes from a model input), and a constant condition
+// is inlined by constant folding (passes/if_inlining.h).
 void inferIf(InferenceContext& context) {
   const std::vector<ValueType> then_types = context.inferSubgraph(subgraph(context, "then_branch"), {});
   const std::vector<ValueType> else_types = context.inferSubgraph(subgraph(context, "else_branch"), {});
@@ -44,7 +49,16 @@ void inferIf(InferenceContext& context) {
     context.fail("has {} outputs, but then_branch gives {} and else_branch {}", context.outputCount(),
                  then_types.size(), else_types.size());
   }
-  for (size_t i = 0; i < then_types.size(); ++i) context.output(i) = merge(context, i, then_types[i], else_types[i]);
+  bool known = true;
+  for (size_t i = 0; i < then_types.size(); ++i) {
+    context.output(i) = merge(context, i, then_types[i], else_types[i]);
+    known = known && context.output(i).hasStaticShape();
+  }
+  if (known) return;
+  if (const ConstantPtr condition = context.inputConstant(0); condition && condition->info.numElements() == 1) {
+    const bool taken = std::any_of(condition->bytes.begin(), condition->bytes.end(), [](std::byte b) { return b != std::byte{0}; });
+    for (size_t i = 0; i < then_types.size(); ++i) context.output(i) = taken ? then_types[i] : else_types[i];
+  }
 }
 
 ValueType scalar(DType dtype) { return ValueType::tensor(dtype, {}); }

@@ -1,4 +1,5 @@
 #include "passes/constant_folding.h"
+#include "passes/if_inlining.h"
 
 #include <set>
 
@@ -262,7 +263,7 @@ size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
     graph.removeNode(id);
     ++folded;
   }
-  return folded;
+  return folded + inlineConstantIfs(graph);
 }
 
 }  // namespace kiln

@@ -12,11 +12,32 @@
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "kiln/step_trace.h"
 #include "format/graph_package.h"
 #include "runtime/program.h"
 
 namespace kiln {
 namespace {
+
+// A step's trace event arguments: its output value and the type of each of
+// its inputs and outputs ("f32[1,64,56,56]").
+std::string traceArgs(const ExecutableSpec& spec, const StepSpec& step) {
+  auto types = [&](const std::vector<uint32_t>& values) {
+    std::vector<std::string> list;
+    for (uint32_t v : values) {
+      if (v == kNoValueIndex) {
+        list.push_back("\"none\"");
+      } else {
+        const TensorInfo& info = spec.values[v].info;
+        list.push_back(fmt::format("\"{}[{}]\"", dtypeName(info.dtype), fmt::join(info.shape, ",")));
+      }
+    }
+    return fmt::format("[{}]", fmt::join(list, ", "));
+  };
+  const std::string output = step.outputs.empty() ? "" : spec.values[step.outputs.front()].name;
+  return fmt::format("\"op\": \"{}\", \"output\": \"{}\", \"inputs\": {}, \"outputs\": {}", jsonEscape(step.kernel),
+                     jsonEscape(output), types(step.inputs), types(step.outputs));
+}
 
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
@@ -46,6 +67,7 @@ struct Executor::Impl {
   std::vector<Program> programs;  // the sub-programs of control flow, as in spec.subprograms
   std::vector<Step> steps;
   uint64_t steps_run = 0;
+  std::vector<std::string> step_trace_args;  // per step, made on the first traced run
   std::vector<CallBinding> bindings;
   std::vector<std::pair<uint32_t, uint64_t>> arena_views;  // (view, offset in the arena)
 
@@ -304,6 +326,26 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
     step_ns[i] += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }
+}
+
+void Executor::runTraced(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
+                         StepTrace& trace) {
+  Impl& m = *impl_;
+  if (m.step_trace_args.empty()) {
+    for (const StepSpec& step : m.spec.steps) m.step_trace_args.push_back(traceArgs(m.spec, step));
+  }
+  m.bind(inputs, outputs);
+  m.useThreads();
+  ProgramRunner runner(m.views, m.steps_run);
+  const uint64_t run = trace.nextRun();
+  const uint64_t run_start = trace.now();
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const uint64_t start = trace.now();
+    runner.runStep(m.steps[i]);
+    trace.add(TraceEvent{m.spec.steps[i].kernel, "step", start, trace.now() - start, m.step_trace_args[i]});
+  }
+  trace.add(TraceEvent{fmt::format("run {}", run), "run", run_start, trace.now() - run_start,
+                       fmt::format("\"steps\": {}", m.steps.size())});
 }
 
 const std::string& Executor::stepKernel(size_t index) const { return impl_->spec.steps.at(index).kernel; }

@@ -261,7 +261,7 @@ const std::vector<TensorSlot>& DynamicExecutor::outputsFor(std::span<const Tenso
 }
 
 void DynamicExecutor::run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
-                          std::span<std::byte* const> outputs) {
+                          std::span<std::byte* const> outputs, StepTrace* trace) {
   Impl& m = *impl_;
   Plan& plan = m.planFor(input_infos, inputs);
   if (outputs.size() != plan.outputs.size()) {
@@ -276,7 +276,11 @@ void DynamicExecutor::run(std::span<const TensorInfo> input_infos, std::span<con
     plan.executor->setArena(m.arena.get());
     plan.bound_arena = m.arena.get();
   }
-  plan.executor->run(inputs, outputs);
+  if (trace != nullptr) {
+    plan.executor->runTraced(inputs, outputs, *trace);
+  } else {
+    plan.executor->run(inputs, outputs);
+  }
 }
 
 DynamicMemoryStats DynamicExecutor::memoryStats() const {

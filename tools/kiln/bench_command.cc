@@ -3,7 +3,8 @@
 // fixed seed, for the rest) and reports latency percentiles,
 // runs per second and peak resident memory. With --profile it also times
 // every step over the timed runs and prints where the time goes: per kernel,
-// and the slowest steps.
+// and the slowest steps. With --trace FILE it writes a Chrome trace (for
+// chrome://tracing or Perfetto) of up to 20 more runs, one event per step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <random>
 
 #include "kiln/executor.h"
+#include "kiln/step_trace.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/model_inputs.h"
 
@@ -74,6 +76,7 @@ Command addBenchCommand(CLI::App& app) {
     bool json = false;
     bool profile = false;
     std::string model;
+    std::string trace;
     int threads = 0;
     std::vector<std::string> inputs;
   };
@@ -88,6 +91,8 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_flag("--profile", args->profile, "Also time each step and print the time per kernel and the slowest steps");
+  cmd->add_option("--trace", args->trace,
+                  "Also write a Chrome trace (chrome://tracing, Perfetto) of up to 20 runs, one event per step, to FILE");
 
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
@@ -109,6 +114,13 @@ Command addBenchCommand(CLI::App& app) {
       t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
     if (args->profile) printProfile(executor, in, out, args->iterations);
+    if (!args->trace.empty()) {
+      StepTrace trace;
+      for (int i = 0; i < std::min(args->iterations, 20); ++i) executor.runTraced(in, out, trace);
+      trace.write(args->trace);
+      std::fprintf(stderr, "trace of %d runs (%zu events) written to %s\n", std::min(args->iterations, 20),
+                   trace.events().size(), args->trace.c_str());
+    }
     double total = 0;
     for (double t : times_ms) total += t;
     std::sort(times_ms.begin(), times_ms.end());

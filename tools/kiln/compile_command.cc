@@ -81,6 +81,7 @@ Command addCompileCommand(CLI::App& app) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (report.runtime_shapes) {
+      std::fprintf(stderr, "notice: shapes are fixed at run time (%s)\n", report.runtime_shapes_reason.c_str());
       std::printf("compiled %s -> %s: shapes known at run time, specialized per input signature; %zu constants "
                   "(%llu bytes), %.2f s\n",
                   args->model.c_str(), args->output.c_str(), report.constants,

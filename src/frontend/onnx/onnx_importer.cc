@@ -75,7 +75,9 @@ class GraphImporter {
   }
 
   ValueType typeOf(const onnx::ValueInfoProto& info) const {
-    if (!info.has_type()) return ValueType::unknown();
+    // Exporters often write a type with nothing in it for values they did
+    // not type (If branch outputs): that is an unknown tensor, for inference.
+    if (!info.has_type() || info.type().value_case() == onnx::TypeProto::VALUE_NOT_SET) return ValueType::unknown();
     if (!info.type().has_tensor_type()) {
       fail(fmt::format("value '{}' is not a tensor (sequence, map and optional values are not supported yet)",
                        info.name()));
