@@ -3,7 +3,8 @@
 #
 #   make demo        write an example package and dump it; serve a small model with the
 #                    ModelRunner (async requests, dynamic batching, a sim device);
-#                    compile ResNet-50, run it and compare it with onnxruntime
+#                    read rendered text with a real OCR model (examples/ocr_demo.py)
+#   make zoo         the real public models of bench/zoo against onnxruntime and OpenVINO
 #   make test        unit tests, command-line tests, a 60-second fuzz run
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
@@ -24,7 +25,7 @@ CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
 
 .PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan bench fuzz fuzz-run clean \
-	conformance conformance-data conformance-check
+	conformance conformance-data conformance-check zoo
 
 all: build
 
@@ -54,12 +55,13 @@ demo: build
 	build/release/examples/write_example_package build/demo/example.kiln
 	build/release/tools/kiln dump --all build/demo/example.kiln
 	build/release/examples/runner_demo build/demo/runner_demo.kiln
-	OMP_NUM_THREADS=2 PYTHONPATH=build/release/python .venv/bin/python examples/resnet50_demo.py
+	OMP_NUM_THREADS=2 PYTHONPATH=build/release/python .venv/bin/python examples/ocr_demo.py
 
 test-unit: build
 	ctest --test-dir build/release --output-on-failure -j2
 	KILN_BUILD_DIR=build/release $(PYTEST) tests/cli
 	PYTHONPATH=build/release/python $(PYTEST) python/tests
+	.venv/bin/python bench/zoo/zoo.py check
 	$(MAKE) --no-print-directory conformance-check
 
 # The short fuzz run comes first so that the test runners' summaries close
@@ -77,6 +79,9 @@ test-asan: build-asan
 test-tsan: build-tsan
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan_suppressions.txt second_deadlock_stack=1" \
 	  ctest --test-dir build/tsan -L tsan --output-on-failure -j2
+
+zoo: build
+	.venv/bin/python bench/zoo/zoo.py bench
 
 bench: build
 	@mkdir -p build/bench

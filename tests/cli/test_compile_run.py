@@ -111,3 +111,22 @@ def test_bench_reports_latency_as_json(kiln, tmp_path):
     np.save(tmp_path / "bad.npy", np.ones((2, 8), np.float32))
     wrong = kiln("bench", tmp_path / "mlp.kiln", "--input", f"x={tmp_path / 'bad.npy'}")
     assert wrong.returncode == 1 and "input 'x' must be" in wrong.stderr
+
+
+def test_bench_writes_a_chrome_trace(kiln, tmp_path):
+    import json
+
+    onnx.save(mlp_model(batch=1), tmp_path / "mlp.onnx")
+    assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln").returncode == 0
+    result = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "7", "--trace", tmp_path / "trace.json")
+    assert result.returncode == 0, result.stderr
+    trace = json.load(open(tmp_path / "trace.json"))
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    runs = [e for e in events if e["cat"] == "run"]
+    steps = [e for e in events if e["cat"] == "step"]
+    assert len(runs) == 7 and len(steps) == 7 * 2
+    assert all(e["dur"] >= 0 and e["pid"] == 1 and e["tid"] == 1 for e in events)
+    assert {e["name"] for e in steps} == {e["args"]["op"] for e in steps}
+    assert steps[1]["args"]["outputs"] == ["f32[1,4]"]  # the second MatMul writes y
+    unwritable = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "2", "--trace", tmp_path / "no" / "t.json")
+    assert unwritable.returncode != 0 and "cannot write the trace" in unwritable.stderr
