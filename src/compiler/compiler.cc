@@ -116,7 +116,7 @@ ParamMap paramsOf(const Node& node) {
         [&](const auto& value) {
           using T = std::decay_t<decltype(value)>;
           if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, std::string> ||
-                        std::is_same_v<T, std::vector<int64_t>>) {
+                        std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<std::string>>) {
             params.set(key, value);
           } else if constexpr (std::is_same_v<T, float>) {
             params.set(key, static_cast<double>(value));
@@ -138,7 +138,7 @@ ParamMap paramsOf(const Node& node) {
           } else if constexpr (std::is_same_v<T, GraphPtr>) {
             // If/Loop/Scan subgraphs are lowered to sub-programs.
           } else {
-            throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (a list of strings, tensors or graphs) "
+            throw GraphError(fmt::format("node '{}' ({}): attribute '{}' (a list of tensors or graphs) "
                                          "cannot be passed to a kernel yet",
                                          node.name, node.op_type, key));
           }

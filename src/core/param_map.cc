@@ -29,6 +29,9 @@ std::vector<int64_t> ParamMap::getInts(const std::string& key, const std::vector
 std::vector<double> ParamMap::getFloats(const std::string& key, const std::vector<double>& fallback) const {
   return get(values_, key, fallback, "a list of floats");
 }
+std::vector<std::string> ParamMap::getStrings(const std::string& key, const std::vector<std::string>& fallback) const {
+  return get(values_, key, fallback, "a list of strings");
+}
 
 void ParamMap::encode(ByteWriter& out) const {
   out.u32(static_cast<uint32_t>(values_.size()));
@@ -44,6 +47,9 @@ void ParamMap::encode(ByteWriter& out) const {
             out.raw(&v, sizeof v);
           } else if constexpr (std::is_same_v<T, std::string>) {
             out.string(v);
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            out.u32(static_cast<uint32_t>(v.size()));
+            for (const std::string& item : v) out.string(item);
           } else {
             out.u32(static_cast<uint32_t>(v.size()));
             for (const auto& item : v) out.raw(&item, sizeof item);
@@ -81,6 +87,12 @@ ParamMap ParamMap::decode(ByteCursor& in) {
           const uint64_t bits = in.u64("float list item");
           std::memcpy(&v, &bits, sizeof v);
         }
+        map.set(key, std::move(list));
+        break;
+      }
+      case 5: {
+        std::vector<std::string> list(in.count("string list", 4));
+        for (std::string& v : list) v = in.string("string list item");
         map.set(key, std::move(list));
         break;
       }

@@ -3,7 +3,8 @@
 // it is prepared. Plain values only: ints, floats, strings and lists.
 //
 // Encoding (inside an executable): u32 count, then per entry, sorted by key:
-// string key, u8 kind, value (i64 | f64 | string | list<i64> | list<f64>).
+// string key, u8 kind, value (i64 | f64 | string | list<i64> | list<f64> |
+// list<string>).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,8 @@
 
 namespace kiln {
 
-using ParamValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+using ParamValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
+                                std::vector<std::string>>;
 
 class ParamMap {
  public:
@@ -29,6 +31,7 @@ class ParamMap {
   std::string getString(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> getInts(const std::string& key, const std::vector<int64_t>& fallback) const;
   std::vector<double> getFloats(const std::string& key, const std::vector<double>& fallback) const;
+  std::vector<std::string> getStrings(const std::string& key, const std::vector<std::string>& fallback) const;
 
   const std::map<std::string, ParamValue>& values() const { return values_; }
   void encode(ByteWriter& out) const;

@@ -207,7 +207,11 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
 }  // namespace
 
 // The outputs of a node whose inputs are all constants, from `evaluate`;
-// nullopt when something is not small, static and deterministic.
+// nullopt when something is not static and deterministic, or when folding
+// would grow the package: outputs are folded when each is small, or when
+// together they take no more bytes than the constant inputs (the weight
+// rearrangements exporters leave in graphs: Slice, Concat, Transpose of
+// weights, as Silero VAD's LSTM has; a Cast from int8 to f32 does not fold).
 std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const Node& node,
                                                      const ConstantEvaluator& evaluate) {
   static const std::set<std::string> kNeverFolded = {"RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -225,12 +229,19 @@ std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const N
     if (!graph.value(input).initializer) return std::nullopt;
     inputs.push_back(graph.value(input).initializer);
   }
+  uint64_t input_bytes = 0;
+  for (const ConstantPtr& input : inputs) input_bytes += input ? input->info.sizeInBytes() : 0;
   std::vector<TensorInfo> outputs;
+  uint64_t output_bytes = 0;
+  bool small = true;
   for (ValueId output : node.outputs) {
     const auto info = graph.value(output).type.tensorInfo();
-    if (!info || !info->isStatic() || info->numElements() > kMaxFoldedElements) return std::nullopt;
+    if (!info || !info->isStatic()) return std::nullopt;
+    small = small && info->numElements() <= kMaxFoldedElements;
+    output_bytes += info->sizeInBytes();
     outputs.push_back(*info);
   }
+  if (!small && output_bytes > input_bytes) return std::nullopt;
   return evaluate(node, inputs, outputs);
 }
 

@@ -113,6 +113,26 @@ def test_bench_reports_latency_as_json(kiln, tmp_path):
     assert wrong.returncode == 1 and "input 'x' must be" in wrong.stderr
 
 
+def test_bench_runs_and_profiles_a_package_with_runtime_shapes(kiln, tmp_path):
+    import json
+
+    onnx.save(mlp_model(), tmp_path / "mlp.onnx")
+    assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln", "--dynamic").returncode == 0
+    # Its batch is known only from the input given.
+    missing = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "3")
+    assert missing.returncode == 1 and "pass --input x=FILE.npy" in missing.stderr
+    np.save(tmp_path / "x.npy", np.ones((3, 8), np.float32))
+    result = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "20", "--input", f"x={tmp_path / 'x.npy'}", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["steps"] == 2 and stats["arena_bytes"] > 0 and stats["p50_ms"] > 0
+    profiled = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "20", "--input", f"x={tmp_path / 'x.npy'}",
+                    "--profile")
+    assert profiled.returncode == 0, profiled.stderr
+    assert "in 2 steps" in profiled.stdout
+    assert '"outputs": ["f32[3,4]"]' in profiled.stdout  # the slowest steps name their shapes at run time
+
+
 def test_bench_writes_a_chrome_trace(kiln, tmp_path):
     import json
 

@@ -58,6 +58,7 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->expSum, nullptr);
     EXPECT_NE(table->affine, nullptr);
     EXPECT_NE(table->normalize, nullptr);
+    EXPECT_NE(table->matmulAccumulate, nullptr);
   }
   EXPECT_NE(vectorKernelsFor(Isa::kGeneric), nullptr);
   EXPECT_NE(vectorKernelsFor(vectorKernels().isa), nullptr);
@@ -344,6 +345,42 @@ TEST(VectorKernels, RowHelpersMatchDoubleReferences) {
     with_nan[40] = kNaN;
     EXPECT_TRUE(std::isnan(table->max(with_nan.data(), 100)));
     EXPECT_TRUE(std::isnan(table->min(with_nan.data(), 100)));
+  }
+}
+
+// matmulAccumulate against a double-precision product, over row counts that
+// take each row tile (4, 2, 1) and column counts that take wide tiles, single
+// vectors and a partial vector, with strides wider than the rows; the
+// padding beyond each row of c must stay untouched.
+TEST(VectorKernels, MatmulAccumulateAddsTheProduct) {
+  for (const VectorKernels* table : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table->isa)));
+    for (int64_t m : {1, 2, 3, 7}) {
+      for (int64_t n : {1, 5, 16, 37, 130, 512}) {
+        const int64_t k = 29, lda = k + 3, ldb = n + 5, ldc = n + 2;
+        std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(k * ldb));
+        std::vector<float> c(static_cast<size_t>(m * ldc));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
+        for (size_t i = 0; i < c.size(); ++i) c[i] = 0.5f * static_cast<float>(i % 7);
+        const std::vector<float> before = c;
+        table->matmulAccumulate(a.data(), lda, b.data(), ldb, c.data(), ldc, m, n, k);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t at = static_cast<size_t>(i * ldc + j);
+            if (j >= n) {
+              EXPECT_EQ(c[at], before[at]) << "padding " << i << "," << j;
+              continue;
+            }
+            double want = before[at];
+            for (int64_t p = 0; p < k; ++p) {
+              want += static_cast<double>(a[static_cast<size_t>(i * lda + p)]) * b[static_cast<size_t>(p * ldb + j)];
+            }
+            EXPECT_NEAR(c[at], want, 1e-4) << m << "x" << n << " at " << i << "," << j;
+          }
+        }
+      }
+    }
   }
 }
 

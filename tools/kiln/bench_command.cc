@@ -1,6 +1,7 @@
 // `kiln bench MODEL.kiln [--input NAME=FILE.npy]... [--iterations N]
-// [--warmup N] [--json]`: runs the model on the given inputs (random ones,
-// fixed seed, for the rest) and reports latency percentiles,
+// [--warmup N] [--json]`: runs the model (fixed shapes or run-time shapes)
+// on the given inputs (random ones, fixed seed, for the rest; an input with
+// unknown dimensions must be given) and reports latency percentiles,
 // runs per second and peak resident memory. With --profile it also times
 // every step over the timed runs and prints where the time goes: per kernel,
 // and the slowest steps. With --trace FILE it writes a Chrome trace (for
@@ -14,6 +15,7 @@
 #include <memory>
 #include <random>
 
+#include "kiln/dynamic_executor.h"
 #include "kiln/executor.h"
 #include "kiln/step_trace.h"
 #include "tools/kiln/commands.h"
@@ -33,37 +35,105 @@ double peakResidentMib() {
   return 0;
 }
 
-// Runs the model `iterations` more times with per-step timing and prints
-// the time per kernel and the 15 slowest steps, averaged per run.
-void printProfile(Executor& executor, const std::vector<const std::byte*>& in, const std::vector<std::byte*>& out,
-                  int iterations) {
-  std::vector<uint64_t> step_ns(executor.stepCount(), 0);
-  for (int i = 0; i < iterations; ++i) executor.runProfiled(in, out, step_ns);
-  const double runs = iterations;
+// The model under test on one set of inputs: a package of fixed shapes runs
+// on an Executor, one with run-time shapes on a DynamicExecutor (whose first
+// call compiles the inputs' specialization: the warm-up pays for it).
+class BenchTarget {
+ public:
+  BenchTarget(const std::string& package, const std::string& model, int threads,
+              const std::vector<std::string>& input_files) {
+    if (hasRuntimeShapes(package, model)) {
+      dynamic_ = std::make_unique<DynamicExecutor>(package, model, DynamicExecutorOptions{.threads = threads});
+    } else {
+      fixed_ = std::make_unique<Executor>(package, model, ExecutorOptions{.threads = threads});
+    }
+    inputs_ = loadInputs(fixed_ ? fixed_->inputs() : dynamic_->inputs(), input_files, /*random_missing=*/true);
+    for (const NpyArray& array : inputs_) {
+      infos_.push_back(array.info);
+      in_.push_back(array.bytes.data());
+    }
+    const std::vector<TensorSlot> outputs = fixed_ ? fixed_->outputs() : dynamic_->outputsFor(infos_, in_);
+    for (const TensorSlot& slot : outputs) output_data_.emplace_back(slot.info.sizeInBytes());
+    for (auto& data : output_data_) out_.push_back(data.data());
+  }
+
+  bool runtimeShapes() const { return dynamic_ != nullptr; }
+
+  void run(StepTrace* trace = nullptr) {
+    if (fixed_) {
+      if (trace != nullptr) {
+        fixed_->runTraced(in_, out_, *trace);
+      } else {
+        fixed_->run(in_, out_);
+      }
+    } else {
+      dynamic_->run(infos_, in_, out_, trace);
+    }
+  }
+
+  uint64_t arenaBytes() const { return fixed_ ? fixed_->arenaBytes() : dynamic_->memoryStats().arena_bytes; }
+
+ private:
+  std::unique_ptr<Executor> fixed_;
+  std::unique_ptr<DynamicExecutor> dynamic_;
+  std::vector<NpyArray> inputs_;
+  std::vector<TensorInfo> infos_;
+  std::vector<const std::byte*> in_;
+  std::vector<std::vector<std::byte>> output_data_;
+  std::vector<std::byte*> out_;
+};
+
+// The step events of each traced run, in order (an executor adds a run's
+// steps, then its "run" event).
+std::vector<std::vector<const TraceEvent*>> stepsPerRun(const StepTrace& trace) {
+  std::vector<std::vector<const TraceEvent*>> runs(1);
+  for (const TraceEvent& event : trace.events()) {
+    if (event.category == "run") {
+      runs.emplace_back();
+    } else if (event.category == "step") {
+      runs.back().push_back(&event);
+    }
+  }
+  runs.pop_back();  // the empty one after the last run
+  return runs;
+}
+
+// Prints, from a trace of several runs, the time per kernel and the 15
+// slowest steps, averaged per run. Returns the steps per run.
+size_t printProfile(const StepTrace& trace) {
+  const auto runs = stepsPerRun(trace);
+  if (runs.empty()) return 0;
+  const size_t steps = runs.front().size();
+  std::vector<double> step_ms(steps, 0.0);
+  for (const auto& run : runs) {
+    for (size_t i = 0; i < std::min(steps, run.size()); ++i) step_ms[i] += static_cast<double>(run[i]->duration_ns) / 1e6;
+  }
+  const double run_count = static_cast<double>(runs.size());
   double total_ms = 0;
   std::map<std::string, std::pair<double, int>> per_kernel;  // ms per run, step count
-  for (size_t i = 0; i < step_ns.size(); ++i) {
-    const double ms = static_cast<double>(step_ns[i]) / 1e6 / runs;
-    total_ms += ms;
-    auto& entry = per_kernel[executor.stepKernel(i)];
-    entry.first += ms;
+  for (size_t i = 0; i < steps; ++i) {
+    step_ms[i] /= run_count;
+    total_ms += step_ms[i];
+    auto& entry = per_kernel[runs.front()[i]->name];
+    entry.first += step_ms[i];
     entry.second += 1;
   }
   std::vector<std::pair<std::string, std::pair<double, int>>> kernels(per_kernel.begin(), per_kernel.end());
   std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::printf("profile: %.3f ms per run in %zu steps (sum of step times)\n", total_ms, step_ns.size());
+  std::printf("profile: %.3f ms per run in %zu steps (sum of step times)\n", total_ms, steps);
   std::printf("  %-28s %6s %10s %7s\n", "kernel", "steps", "ms/run", "share");
   for (const auto& [name, entry] : kernels) {
     std::printf("  %-28s %6d %10.3f %6.1f%%\n", name.c_str(), entry.second, entry.first, 100.0 * entry.first / total_ms);
   }
-  std::vector<size_t> order(step_ns.size());
+  std::vector<size_t> order(steps);
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return step_ns[a] > step_ns[b]; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return step_ms[a] > step_ms[b]; });
   std::printf("  slowest steps:\n");
   for (size_t i = 0; i < std::min<size_t>(15, order.size()); ++i) {
-    std::printf("  %5zu %10.3f ms  %s\n", order[i], static_cast<double>(step_ns[order[i]]) / 1e6 / runs,
-                executor.stepDescription(order[i]).c_str());
+    const TraceEvent& event = *runs.front()[order[i]];
+    std::printf("  %5zu %10.3f ms  %s {%s}\n", order[i], step_ms[order[i]], event.name.c_str(), event.args_json.c_str());
   }
+  return steps;
 }
 
 }  // namespace
@@ -96,27 +166,29 @@ Command addBenchCommand(CLI::App& app) {
 
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
-    Executor executor(args->package, args->model, ExecutorOptions{.threads = args->threads});
+    BenchTarget target(args->package, args->model, args->threads, args->inputs);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-    const std::vector<NpyArray> input_data = loadInputs(executor.inputs(), args->inputs, /*random_missing=*/true);
-    std::vector<std::vector<std::byte>> output_data;
-    for (const TensorSlot& slot : executor.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
-    std::vector<const std::byte*> in;
-    for (const auto& data : input_data) in.push_back(data.bytes.data());
-    std::vector<std::byte*> out;
-    for (auto& data : output_data) out.push_back(data.data());
 
-    for (int i = 0; i < args->warmup; ++i) executor.run(in, out);
+    for (int i = 0; i < args->warmup; ++i) target.run();
     std::vector<double> times_ms(static_cast<size_t>(args->iterations));
     for (double& t : times_ms) {
       const auto start = std::chrono::steady_clock::now();
-      executor.run(in, out);
+      target.run();
       t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
-    if (args->profile) printProfile(executor, in, out, args->iterations);
+    // The step count comes from one traced run (a DynamicExecutor's
+    // specialization decides it).
+    StepTrace one_run;
+    target.run(&one_run);
+    size_t steps = stepsPerRun(one_run).front().size();
+    if (args->profile) {
+      StepTrace trace;
+      for (int i = 0; i < args->iterations; ++i) target.run(&trace);
+      steps = printProfile(trace);
+    }
     if (!args->trace.empty()) {
       StepTrace trace;
-      for (int i = 0; i < std::min(args->iterations, 20); ++i) executor.runTraced(in, out, trace);
+      for (int i = 0; i < std::min(args->iterations, 20); ++i) target.run(&trace);
       trace.write(args->trace);
       std::fprintf(stderr, "trace of %d runs (%zu events) written to %s\n", std::min(args->iterations, 20),
                    trace.events().size(), args->trace.c_str());
@@ -132,12 +204,12 @@ Command addBenchCommand(CLI::App& app) {
                   "\"throughput_per_s\": %.3f, \"peak_rss_mib\": %.2f, \"load_ms\": %.3f, \"steps\": %zu, "
                   "\"arena_bytes\": %llu}\n",
                   args->iterations, percentile(0.5), percentile(0.9), mean, 1000.0 / mean, peak_rss_mib, load_ms,
-                  executor.stepCount(), static_cast<unsigned long long>(executor.arenaBytes()));
+                  steps, static_cast<unsigned long long>(target.arenaBytes()));
     } else {
       std::printf("%s: %d runs, p50 %.3f ms, p90 %.3f ms, mean %.3f ms (%.1f runs/s); %zu steps, arena %llu bytes, "
                   "load %.1f ms, peak RSS %.1f MiB\n",
                   args->package.c_str(), args->iterations, percentile(0.5), percentile(0.9), mean, 1000.0 / mean,
-                  executor.stepCount(), static_cast<unsigned long long>(executor.arenaBytes()), load_ms, peak_rss_mib);
+                  steps, static_cast<unsigned long long>(target.arenaBytes()), load_ms, peak_rss_mib);
     }
     return 0;
   };

@@ -16,6 +16,9 @@
 // [C, M/group, k...] is oneDNN's [group, M/group, C/group, k...] with the
 // first two axes swapped).
 //
+// An output of a few positions (1-D audio front ends, squeeze-excite blocks)
+// runs on small_conv.h's path instead, the primitive its fallback.
+//
 // Concurrency and allocation: execution slots (see onednn_support.h), made at
 // prepare; run claims one, points its memory objects at the call's tensors,
 // executes and releases it. dnnl_primitive_execute itself allocates a few
@@ -38,6 +41,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
 #include "kernels/cpu/onednn_support.h"
+#include "kernels/cpu/small_conv.h"
 #include "kernels/cpu/window_attributes.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -65,6 +69,8 @@ struct ConvState final : KernelState {
   // Conv in another float type: the direct loop, no oneDNN primitive.
   DType loop_type = DType::kUndefined;
   ConvGeometry geometry;
+  // Few output positions: small_conv.h's path, the primitive its fallback.
+  SmallConvPtr small;
 };
 
 std::string typeString(const TensorInfo& info) {
@@ -469,6 +475,9 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
     if (state->has_bias) slot.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
     if (state->residual_post_op >= 0) slot.binary = dnnl::memory(dst, engine, DNNL_MEMORY_NONE);
   }
+  if (!s.transposed && layout != Activations::kBlocked16) {
+    state->small = prepareSmallConv(setup, layout == Activations::kNhwc);
+  }
   return state;
 }
 
@@ -553,6 +562,7 @@ void runConv(const KernelCall& call) {
     runLoopConv(state, call);
     return;
   }
+  if (state.small && runSmallConv(*state.small, call)) return;
   ExecutionSlot& slot = state.slots.claim();
   dnnl_exec_arg_t args[6];
   int count = 0;

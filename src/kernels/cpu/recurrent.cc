@@ -1,25 +1,33 @@
 // Recurrent-layer kernels (ONNX) on the CPU: RNN, GRU, LSTM, in f32 (f16 and
 // bf16 converted around it by float_staging.h).
 //
-// Every direction, batch element and time step runs the ONNX equations with
-// the default activations (RNN: tanh; GRU and LSTM: sigmoid for the gates,
-// tanh for the cell): the gate pre-activations are W x + R h + Wb + Rb (LSTM
-// adds the peepholes P * c), clipped to [-clip, clip] when clip is set. GRU
-// honours linear_before_reset, LSTM input_forget (f = 1 - i). A batch
-// element with sequence_lens[b] = L runs steps 0..L-1 (reverse: L-1..0);
-// its Y rows from L on are 0 and its Y_h/Y_c are the state after its last
-// step. The matrix-vector products are plain loops: recurrent layers in
-// ONNX models are small, and each step depends on the last.
+// The ONNX equations, every direction, layout and activation the spec
+// allows: the gate pre-activations are W x + R h + Wb + Rb (LSTM adds the
+// peepholes P * c), clipped to [-clip, clip] when clip is set, then the
+// activations (defaults RNN: Tanh; GRU: Sigmoid, Tanh; LSTM: Sigmoid, Tanh,
+// Tanh; a bidirectional layer may list one set for both directions). GRU
+// honours linear_before_reset, LSTM input_forget (f = 1 - i). A batch element
+// with sequence_lens[b] = L runs steps 0..L-1 (reverse: L-1..0); its Y rows
+// from L on are 0 and its Y_h/Y_c are the state after its last step.
 //
-// Other activations (the `activations` attribute) are not supported: the
-// compiler cannot pass a list of strings to a kernel, so such a model fails
-// at compile time with a message naming the attribute.
+// How it is fast. Per direction, the input half of every gate for every time
+// step is one GEMM before the recurrence starts ([seq * batch, input] x W^T,
+// oneDNN's sgemm, biases folded in). What remains per step is the recurrent
+// product h R^T, a few rows times a [hidden, gates * hidden] matrix: kiln's
+// own vector kernel (vector_kernels.h, matmulAccumulate) over R transposed,
+// which prepare makes once when R is a constant (else run transposes it into
+// scratch), then the activations as vector loops over whole gate rows. The
+// two directions of a bidirectional layer run on two threads when the layer
+// is big enough to pay for waking them (parallel.h).
 //
-// Scratch (the running h and c, the gates) lives in the state: one call at a
-// time per prepared step, as the executor runs them.
+// Scratch (the projected inputs, the running h and c, the gates) lives in
+// the state, one set per direction: one call at a time per prepared step, as
+// the executor runs them.
+#include <dnnl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -28,6 +36,8 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/float_staging.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -37,10 +47,128 @@ namespace {
 using Ints = std::vector<int64_t>;
 using checks::present;
 using checks::typeText;
+using vec::Unary;
 
 enum class Cell { kRnn, kGru, kLstm };
 
 int64_t gatesOf(Cell cell) { return cell == Cell::kRnn ? 1 : (cell == Cell::kGru ? 3 : 4); }
+int64_t activationsOf(Cell cell) { return cell == Cell::kRnn ? 1 : (cell == Cell::kGru ? 2 : 3); }
+
+// ------------------------------------------------------------ activations
+
+enum class ActivationKind {
+  kRelu, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid, kElu, kSoftsign,
+  kSoftplus
+};
+
+struct Activation {
+  ActivationKind kind = ActivationKind::kTanh;
+  float alpha = 0, beta = 0;
+};
+
+// The spec's names (compared without case, as onnxruntime does), whether
+// each reads alpha and beta, and their defaults: those of the ONNX operators
+// of the same name (Affine and ScaledTanh, which have none, the identity).
+struct ActivationSpec {
+  const char* name;
+  ActivationKind kind;
+  bool has_alpha, has_beta;
+  float alpha, beta;
+};
+constexpr ActivationSpec kActivationSpecs[] = {
+    {"relu", ActivationKind::kRelu, false, false, 0, 0},
+    {"tanh", ActivationKind::kTanh, false, false, 0, 0},
+    {"sigmoid", ActivationKind::kSigmoid, false, false, 0, 0},
+    {"affine", ActivationKind::kAffine, true, true, 1.0f, 0.0f},
+    {"leakyrelu", ActivationKind::kLeakyRelu, true, false, 0.01f, 0},
+    {"thresholdedrelu", ActivationKind::kThresholdedRelu, true, false, 1.0f, 0},
+    {"scaledtanh", ActivationKind::kScaledTanh, true, true, 1.0f, 1.0f},
+    {"hardsigmoid", ActivationKind::kHardSigmoid, true, true, 0.2f, 0.5f},
+    {"elu", ActivationKind::kElu, true, false, 1.0f, 0},
+    {"softsign", ActivationKind::kSoftsign, false, false, 0, 0},
+    {"softplus", ActivationKind::kSoftplus, false, false, 0, 0},
+};
+
+// The activations of every direction, in order (f, g[, h] per direction):
+// the `activations` attribute with activation_alpha and activation_beta
+// consumed in order by the functions that take them.
+std::vector<Activation> parseActivations(std::string_view op, Cell cell, int64_t directions, const ParamMap& params) {
+  const int64_t per_direction = activationsOf(cell);
+  std::vector<std::string> names = params.getStrings("activations", {});
+  if (names.empty()) {
+    names = cell == Cell::kRnn   ? std::vector<std::string>{"Tanh"}
+            : cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                 : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  }
+  if (static_cast<int64_t>(names.size()) == per_direction && directions == 2) {
+    const std::vector<std::string> one_direction = names;  // one set for both directions
+    names.insert(names.end(), one_direction.begin(), one_direction.end());
+  }
+  if (static_cast<int64_t>(names.size()) != per_direction * directions) {
+    throw UsageError(fmt::format("{}: 'activations' lists {} functions; {} direction(s) need {}", op, names.size(),
+                                 directions, per_direction * directions));
+  }
+  const std::vector<double> alphas = params.getFloats("activation_alpha", {});
+  const std::vector<double> betas = params.getFloats("activation_beta", {});
+  size_t next_alpha = 0, next_beta = 0;
+  std::vector<Activation> activations;
+  for (const std::string& name : names) {
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    const ActivationSpec* spec = nullptr;
+    for (const ActivationSpec& candidate : kActivationSpecs) {
+      if (lower == candidate.name) spec = &candidate;
+    }
+    if (spec == nullptr) {
+      throw UsageError(fmt::format("{}: unknown activation '{}' (the spec allows Relu, Tanh, Sigmoid, Affine, "
+                                   "LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus)",
+                                   op, name));
+    }
+    Activation a{spec->kind, spec->alpha, spec->beta};
+    if (spec->has_alpha && next_alpha < alphas.size()) a.alpha = static_cast<float>(alphas[next_alpha++]);
+    if (spec->has_beta && next_beta < betas.size()) a.beta = static_cast<float>(betas[next_beta++]);
+    activations.push_back(a);
+  }
+  return activations;
+}
+
+// x[i] = f(x[i]) for i < n.
+void activate(const Activation& a, float* x, int64_t n) {
+  const vec::VectorKernels& v = vec::vectorKernels();
+  switch (a.kind) {
+    case ActivationKind::kRelu: v.unaryFn(Unary::kRelu)(x, x, n, 0, 0); return;
+    case ActivationKind::kTanh: v.unaryFn(Unary::kTanh)(x, x, n, 0, 0); return;
+    case ActivationKind::kSigmoid: v.unaryFn(Unary::kSigmoid)(x, x, n, 0, 0); return;
+    case ActivationKind::kAffine: v.affine(x, x, n, a.alpha, a.beta); return;
+    case ActivationKind::kLeakyRelu: v.unaryFn(Unary::kLeakyRelu)(x, x, n, a.alpha, 0); return;
+    case ActivationKind::kThresholdedRelu:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] > a.alpha ? x[i] : 0.0f;
+      return;
+    case ActivationKind::kScaledTanh:
+      v.affine(x, x, n, a.beta, 0.0f);
+      v.unaryFn(Unary::kTanh)(x, x, n, 0, 0);
+      v.affine(x, x, n, a.alpha, 0.0f);
+      return;
+    case ActivationKind::kHardSigmoid: v.unaryFn(Unary::kHardSigmoid)(x, x, n, a.alpha, a.beta); return;
+    case ActivationKind::kElu: v.unaryFn(Unary::kElu)(x, x, n, a.alpha, 0); return;
+    case ActivationKind::kSoftsign:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::fabs(x[i]));
+      return;
+    case ActivationKind::kSoftplus: v.unaryFn(Unary::kSoftplus)(x, x, n, 0, 0); return;
+  }
+}
+
+// ------------------------------------------------------------------ state
+
+// One direction's scratch, sized at prepare.
+struct DirectionScratch {
+  std::vector<float> projected;  // [seq * batch, gates * hidden]: W x + biases, rows as X's
+  std::vector<float> r_t;        // [hidden, gates * hidden]: R transposed (when R is not a constant)
+  std::vector<float> bias;       // [gates * hidden]: the biases added to W x
+  std::vector<float> h, c;       // [batch, hidden]
+  std::vector<float> gates;      // [batch, gates * hidden]
+  std::vector<float> extra;      // [batch, hidden]: GRU's r * h or R_h h; LSTM's tanh(c)
+};
 
 struct RecurrentState final : KernelState {
   Cell cell = Cell::kRnn;
@@ -51,21 +179,27 @@ struct RecurrentState final : KernelState {
   bool linear_before_reset = false;
   bool input_forget = false;
   bool has_bias = false, has_lens = false, has_h0 = false, has_c0 = false, has_peepholes = false;
+  std::vector<Activation> activations;      // activationsOf(cell) per direction
+  std::vector<std::vector<float>> r_packed;  // per direction, R transposed, when R is a constant
   fp::FloatStaging staging;
-  mutable std::vector<float> h, c, gates, reset_h;  // scratch, see the header comment
+  mutable std::vector<DirectionScratch> scratch;  // per direction, see the header comment
 };
 
 // Input index of each optional input.
 constexpr size_t kBias = 3, kLens = 4, kInitialH = 5, kInitialC = 6, kPeepholes = 7;
+
+// to[k][j] = from[j][k] for a [rows, cols] matrix.
+void transpose(const float* from, int64_t rows, int64_t cols, float* to) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t k = 0; k < cols; ++k) to[k * rows + j] = from[j * cols + k];
+  }
+}
 
 std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, const KernelSetup& setup) {
   checks::expectCounts(op, setup, 3, cell == Cell::kLstm ? 8 : 6, 0, cell == Cell::kLstm ? 3 : 2);
   const TensorInfo& x = setup.inputs[0];
   if (!fp::isComputedInF32(x.dtype)) {
     throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32, f16, bf16)", op, typeText(x)));
-  }
-  if (setup.params.has("activations")) {
-    throw UsageError(fmt::format("{}: only the default activations are supported", op));
   }
   auto s = std::make_unique<RecurrentState>();
   s->cell = cell;
@@ -77,6 +211,7 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
   }
   s->directions = direction == "bidirectional" ? 2 : 1;
   s->reverse_only = direction == "reverse";
+  s->activations = parseActivations(op, cell, s->directions, setup.params);
   const int64_t layout = setup.params.getInt("layout", 0);
   if (layout != 0 && layout != 1) throw UsageError(fmt::format("{}: layout is {}, not 0 or 1", op, layout));
   s->batch_major = layout == 1;
@@ -109,10 +244,27 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
 
   const Ints y = s->batch_major ? Ints{s->batch, s->seq, d, h} : Ints{s->seq, d, s->batch, h};
   for (size_t i = 0; i < setup.outputs.size(); ++i) checks::expectOutput(op, setup, i, x.dtype, i == 0 ? y : state);
-  s->h.resize(static_cast<size_t>(h));
-  s->c.resize(static_cast<size_t>(h));
-  s->gates.resize(static_cast<size_t>(g));
-  s->reset_h.resize(static_cast<size_t>(h));
+
+  // A constant f32 R is transposed once, here.
+  const bool r_constant = setup.constants.size() > 2 && setup.constants[2] != nullptr && x.dtype == DType::kF32;
+  if (r_constant) {
+    const auto* r = reinterpret_cast<const float*>(setup.constants[2]);
+    for (int64_t dir = 0; dir < d; ++dir) {
+      s->r_packed.emplace_back(static_cast<size_t>(g * h));
+      transpose(r + dir * g * h, g, h, s->r_packed.back().data());
+    }
+  }
+  const auto size = [](int64_t n) { return static_cast<size_t>(n); };
+  s->scratch.resize(size(d));
+  for (DirectionScratch& scratch : s->scratch) {
+    scratch.projected.assign(size(s->seq * s->batch * g), 0.0f);
+    if (!r_constant) scratch.r_t.assign(size(h * g), 0.0f);
+    scratch.bias.assign(size(g), 0.0f);
+    scratch.h.assign(size(s->batch * h), 0.0f);
+    scratch.c.assign(size(s->batch * h), 0.0f);
+    scratch.gates.assign(size(s->batch * g), 0.0f);
+    scratch.extra.assign(size(s->batch * h), 0.0f);
+  }
   s->staging.plan(setup);
   return s;
 }
@@ -121,137 +273,208 @@ std::unique_ptr<KernelState> prepareRnn(const KernelSetup& setup) { return prepa
 std::unique_ptr<KernelState> prepareGru(const KernelSetup& setup) { return prepareRecurrent("GRU", Cell::kGru, setup); }
 std::unique_ptr<KernelState> prepareLstm(const KernelSetup& setup) { return prepareRecurrent("LSTM", Cell::kLstm, setup); }
 
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+// -------------------------------------------------------------------- run
 
-float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// One direction's weights.
-struct Weights {
-  const float* w;     // [gates * hidden, input]
-  const float* r;     // [gates * hidden, hidden]
-  const float* wb;    // [gates * hidden] or nullptr
-  const float* rb;    // [gates * hidden] or nullptr
-  const float* peep;  // [3 * hidden] (i, o, f) or nullptr
+// The f32 data of one call.
+struct Operands {
+  const float *x, *w, *r, *bias, *h0, *c0, *peep;
+  const int32_t* lens;
+  float *y, *y_h, *y_c;
 };
 
-// The clipped pre-activation of gate row `row`: W x + R h (h may be the
-// reset h of GRU) + the biases.
-float preActivation(const RecurrentState& s, const Weights& wt, int64_t row, const float* x, const float* h,
-                    bool recurrent_bias = true) {
-  float v = dot(wt.w + row * s.input, x, s.input) + dot(wt.r + row * s.hidden, h, s.hidden);
-  if (wt.wb != nullptr) v += wt.wb[row] + (recurrent_bias ? wt.rb[row] : 0.0f);
-  return v;
+void clipRow(const RecurrentState& s, float* v, int64_t n) {
+  if (s.clip > 0) vec::vectorKernels().unaryFn(Unary::kClip)(v, v, n, -s.clip, s.clip);
 }
 
-float clipped(const RecurrentState& s, float v) { return s.clip > 0 ? std::clamp(v, -s.clip, s.clip) : v; }
-
-// One time step of one batch element: updates s.h (and s.c).
-void step(const RecurrentState& s, const Weights& wt, const float* x) {
+// The gate math of one batch row after the recurrent product: gates holds
+// the pre-activations (for GRU, z and r only: see runDirection), h and c the
+// state, updated in place.
+void lstmRow(const RecurrentState& s, const Activation* act, const float* peep, float* gates, float* h, float* c,
+             float* tanh_c) {
   const int64_t n = s.hidden;
-  float* h = s.h.data();
-  float* c = s.c.data();
-  float* gates = s.gates.data();
-  switch (s.cell) {
-    case Cell::kRnn:
-      for (int64_t j = 0; j < n; ++j) gates[j] = std::tanh(clipped(s, preActivation(s, wt, j, x, h)));
-      std::copy(gates, gates + n, h);
-      return;
-    case Cell::kGru: {
-      float* z = gates;
-      float* r = gates + n;
-      float* candidate = gates + 2 * n;
-      for (int64_t j = 0; j < 2 * n; ++j) gates[j] = sigmoid(clipped(s, preActivation(s, wt, j, x, h)));
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t row = 2 * n + j;
-        float v;
-        if (s.linear_before_reset) {
-          const float recurrent = dot(wt.r + row * n, h, n) + (wt.rb != nullptr ? wt.rb[row] : 0.0f);
-          v = dot(wt.w + row * s.input, x, s.input) + (wt.wb != nullptr ? wt.wb[row] : 0.0f) + r[j] * recurrent;
+  float* i_gate = gates;
+  float* o_gate = gates + n;
+  float* f_gate = gates + 2 * n;
+  float* candidate = gates + 3 * n;
+  if (peep != nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      i_gate[j] += peep[j] * c[j];
+      f_gate[j] += peep[2 * n + j] * c[j];
+    }
+  }
+  clipRow(s, i_gate, n);
+  activate(act[0], i_gate, n);
+  if (s.input_forget) {
+    for (int64_t j = 0; j < n; ++j) f_gate[j] = 1.0f - i_gate[j];
+  } else {
+    clipRow(s, f_gate, n);
+    activate(act[0], f_gate, n);
+  }
+  clipRow(s, candidate, n);
+  activate(act[1], candidate, n);
+  for (int64_t j = 0; j < n; ++j) c[j] = f_gate[j] * c[j] + i_gate[j] * candidate[j];
+  if (peep != nullptr) {
+    for (int64_t j = 0; j < n; ++j) o_gate[j] += peep[n + j] * c[j];
+  }
+  clipRow(s, o_gate, n);
+  activate(act[0], o_gate, n);
+  std::copy(c, c + n, tanh_c);
+  activate(act[2], tanh_c, n);
+  for (int64_t j = 0; j < n; ++j) h[j] = o_gate[j] * tanh_c[j];
+}
+
+// One direction over the whole sequence.
+void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
+  DirectionScratch& sc = s.scratch[static_cast<size_t>(d)];
+  const vec::VectorKernels& v = vec::vectorKernels();
+  const int64_t n = s.hidden, g = gatesOf(s.cell) * n, d_count = s.directions, rows = s.seq * s.batch;
+  const Activation* act = s.activations.data() + d * activationsOf(s.cell);
+  const bool gru = s.cell == Cell::kGru;
+  const bool lbr = gru && s.linear_before_reset;
+  const float* w = in.w + d * g * s.input;
+  const float* wb = in.bias == nullptr ? nullptr : in.bias + d * 2 * g;
+  const float* rb = wb == nullptr ? nullptr : wb + g;
+  const float* peep = in.peep == nullptr ? nullptr : in.peep + d * 3 * n;
+
+  // The biases that add to W x: all of them, except GRU's R_h bias with
+  // linear_before_reset (it is multiplied by r, below).
+  const int64_t folded_rb = lbr ? 2 * n : g;
+  for (int64_t j = 0; j < g; ++j) {
+    sc.bias[j] = wb == nullptr ? 0.0f : wb[j] + (j < folded_rb ? rb[j] : 0.0f);
+  }
+  // projected = X W^T + bias, every time step at once.
+  float* projected = sc.projected.data();
+  for (int64_t row = 0; row < rows; ++row) std::copy(sc.bias.begin(), sc.bias.end(), projected + row * g);
+  if (rows > 0 && s.input > 0) {
+    dnnl_sgemm('N', 'T', rows, g, s.input, 1.0f, in.x, s.input, w, s.input, 1.0f, projected, g);
+  }
+  const float* r_t = sc.r_t.data();
+  if (s.r_packed.empty()) {
+    transpose(in.r + d * g * n, g, n, sc.r_t.data());
+  } else {
+    r_t = s.r_packed[static_cast<size_t>(d)].data();
+  }
+
+  // Initial state: [directions, batch, hidden], or [batch, directions, hidden] batch-major.
+  const auto state_at = [&](int64_t b) { return (s.batch_major ? b * d_count + d : d * s.batch + b) * n; };
+  for (int64_t b = 0; b < s.batch; ++b) {
+    float* h = sc.h.data() + b * n;
+    float* c = sc.c.data() + b * n;
+    if (in.h0 != nullptr) {
+      std::copy(in.h0 + state_at(b), in.h0 + state_at(b) + n, h);
+    } else {
+      std::fill(h, h + n, 0.0f);
+    }
+    if (in.c0 != nullptr) {
+      std::copy(in.c0 + state_at(b), in.c0 + state_at(b) + n, c);
+    } else {
+      std::fill(c, c + n, 0.0f);
+    }
+  }
+  const bool reverse = s.reverse_only || d == 1;
+  const auto length = [&](int64_t b) { return in.lens == nullptr ? s.seq : std::clamp<int64_t>(in.lens[b], 0, s.seq); };
+  const auto x_row = [&](int64_t b, int64_t t) { return s.batch_major ? b * s.seq + t : t * s.batch + b; };
+  const auto time_of = [&](int64_t b, int64_t i) { return reverse ? length(b) - 1 - i : i; };
+
+  float* gates = sc.gates.data();
+  float* extra = sc.extra.data();
+  for (int64_t i = 0; i < s.seq; ++i) {
+    // gates = projected inputs + h R^T (GRU: z and r only; with
+    // linear_before_reset, R_h h + R_bh goes to `extra`).
+    for (int64_t b = 0; b < s.batch; ++b) {
+      if (i < length(b)) {
+        const float* from = projected + x_row(b, time_of(b, i)) * g;
+        std::copy(from, from + g, gates + b * g);
+      }
+    }
+    const int64_t first_columns = gru ? 2 * n : g;
+    v.matmulAccumulate(sc.h.data(), n, r_t, g, gates, g, s.batch, first_columns, n);
+    if (lbr) {
+      for (int64_t b = 0; b < s.batch; ++b) {
+        for (int64_t j = 0; j < n; ++j) extra[b * n + j] = rb == nullptr ? 0.0f : rb[2 * n + j];
+      }
+      v.matmulAccumulate(sc.h.data(), n, r_t + 2 * n, g, extra, n, s.batch, n, n);
+    }
+    if (gru) {
+      // z and r; then the candidate's pre-activation.
+      for (int64_t b = 0; b < s.batch; ++b) {
+        if (i >= length(b)) continue;
+        float* zr = gates + b * g;
+        clipRow(s, zr, 2 * n);
+        activate(act[0], zr, 2 * n);
+        const float* r = zr + n;
+        float* candidate = zr + 2 * n;
+        const float* h = sc.h.data() + b * n;
+        float* e = extra + b * n;
+        if (lbr) {
+          for (int64_t j = 0; j < n; ++j) candidate[j] += r[j] * e[j];
         } else {
-          float* reset_h = s.reset_h.data();
-          if (j == 0) {
-            for (int64_t k = 0; k < n; ++k) reset_h[k] = r[k] * h[k];
-          }
-          v = preActivation(s, wt, row, x, reset_h);
+          for (int64_t j = 0; j < n; ++j) e[j] = r[j] * h[j];
         }
-        candidate[j] = std::tanh(clipped(s, v));
       }
-      for (int64_t j = 0; j < n; ++j) h[j] = (1 - z[j]) * candidate[j] + z[j] * h[j];
-      return;
+      if (!lbr) v.matmulAccumulate(extra, n, r_t + 2 * n, g, gates + 2 * n, g, s.batch, n, n);
     }
-    case Cell::kLstm: {
-      // Rows: input, output, forget, cell gates; peepholes: input, output, forget.
-      for (int64_t j = 0; j < 4 * n; ++j) gates[j] = preActivation(s, wt, j, x, h);
-      for (int64_t j = 0; j < n; ++j) {
-        const float p_i = wt.peep != nullptr ? wt.peep[j] : 0.0f;
-        const float p_o = wt.peep != nullptr ? wt.peep[n + j] : 0.0f;
-        const float p_f = wt.peep != nullptr ? wt.peep[2 * n + j] : 0.0f;
-        const float i = sigmoid(clipped(s, gates[j] + p_i * c[j]));
-        const float f = s.input_forget ? 1 - i : sigmoid(clipped(s, gates[2 * n + j] + p_f * c[j]));
-        const float candidate = std::tanh(clipped(s, gates[3 * n + j]));
-        c[j] = f * c[j] + i * candidate;
-        const float o = sigmoid(clipped(s, gates[n + j] + p_o * c[j]));
-        h[j] = o * std::tanh(c[j]);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      if (i >= length(b)) continue;
+      float* row = gates + b * g;
+      float* h = sc.h.data() + b * n;
+      switch (s.cell) {
+        case Cell::kRnn:
+          clipRow(s, row, n);
+          activate(act[0], row, n);
+          std::copy(row, row + n, h);
+          break;
+        case Cell::kGru: {
+          const float* z = row;
+          float* candidate = row + 2 * n;
+          clipRow(s, candidate, n);
+          activate(act[1], candidate, n);
+          for (int64_t j = 0; j < n; ++j) h[j] = (1.0f - z[j]) * candidate[j] + z[j] * h[j];
+          break;
+        }
+        case Cell::kLstm: lstmRow(s, act, peep, row, h, sc.c.data() + b * n, extra + b * n); break;
       }
-      return;
     }
+    if (in.y != nullptr) {
+      for (int64_t b = 0; b < s.batch; ++b) {
+        const bool active = i < length(b);
+        const int64_t t = active ? time_of(b, i) : i;  // the rows past the length are zeroed
+        float* to = in.y + (s.batch_major ? (b * s.seq + t) * d_count + d : (t * d_count + d) * s.batch + b) * n;
+        if (active) {
+          std::copy(sc.h.data() + b * n, sc.h.data() + (b + 1) * n, to);
+        } else {
+          std::fill(to, to + n, 0.0f);
+        }
+      }
+    }
+  }
+  for (int64_t b = 0; b < s.batch; ++b) {
+    if (in.y_h != nullptr) std::copy(sc.h.data() + b * n, sc.h.data() + (b + 1) * n, in.y_h + state_at(b));
+    if (in.y_c != nullptr) std::copy(sc.c.data() + b * n, sc.c.data() + (b + 1) * n, in.y_c + state_at(b));
   }
 }
 
 void runRecurrent(const KernelCall& call) {
   const auto& s = static_cast<const RecurrentState&>(*call.state);
-  const float* x = s.staging.input(call, 0);
-  const float* w = s.staging.input(call, 1);
-  const float* r = s.staging.input(call, 2);
-  const float* bias = s.has_bias ? s.staging.input(call, kBias) : nullptr;
-  const int32_t* lens = s.has_lens ? call.inputs[kLens].as<const int32_t>() : nullptr;
-  const float* h0 = s.has_h0 ? s.staging.input(call, kInitialH) : nullptr;
-  const float* c0 = s.has_c0 ? s.staging.input(call, kInitialC) : nullptr;
-  const float* peep = s.has_peepholes ? s.staging.input(call, kPeepholes) : nullptr;
-  float* y = call.output_count > 0 ? s.staging.output(call, 0) : nullptr;
-  float* y_h = call.output_count > 1 ? s.staging.output(call, 1) : nullptr;
-  float* y_c = call.output_count > 2 ? s.staging.output(call, 2) : nullptr;
-  const int64_t n = s.hidden, g = gatesOf(s.cell) * n, d_count = s.directions;
-  for (int64_t d = 0; d < d_count; ++d) {
-    const Weights wt{w + d * g * s.input, r + d * g * n, bias == nullptr ? nullptr : bias + d * 2 * g,
-                     bias == nullptr ? nullptr : bias + d * 2 * g + g, peep == nullptr ? nullptr : peep + d * 3 * n};
-    const bool reverse = s.reverse_only || d == 1;
-    for (int64_t b = 0; b < s.batch; ++b) {
-      // [directions, batch, hidden], or [batch, directions, hidden] batch-major.
-      const int64_t state_at = (s.batch_major ? b * d_count + d : d * s.batch + b) * n;
-      if (h0 != nullptr) {
-        std::copy(h0 + state_at, h0 + state_at + n, s.h.begin());
-      } else {
-        std::fill(s.h.begin(), s.h.end(), 0.0f);
-      }
-      if (c0 != nullptr) {
-        std::copy(c0 + state_at, c0 + state_at + n, s.c.begin());
-      } else {
-        std::fill(s.c.begin(), s.c.end(), 0.0f);
-      }
-      const int64_t length = lens == nullptr ? s.seq : std::clamp<int64_t>(lens[b], 0, s.seq);
-      for (int64_t i = 0; i < s.seq; ++i) {
-        const int64_t t = reverse ? length - 1 - i : i;
-        const bool active = i < length;
-        const int64_t y_t = active ? t : i;  // the rows past the length are zeroed
-        if (active) step(s, wt, x + (s.batch_major ? b * s.seq + t : t * s.batch + b) * s.input);
-        if (y != nullptr) {
-          float* row = y + (s.batch_major ? (b * s.seq + y_t) * d_count + d : (y_t * d_count + d) * s.batch + b) * n;
-          if (active) {
-            std::copy(s.h.begin(), s.h.end(), row);
-          } else {
-            std::fill(row, row + n, 0.0f);
-          }
-        }
-      }
-      if (y_h != nullptr) std::copy(s.h.begin(), s.h.end(), y_h + state_at);
-      if (y_c != nullptr) std::copy(s.c.begin(), s.c.end(), y_c + state_at);
-    }
-  }
+  Operands in{};
+  in.x = s.staging.input(call, 0);
+  in.w = s.staging.input(call, 1);
+  in.r = s.staging.input(call, 2);
+  in.bias = s.has_bias ? s.staging.input(call, kBias) : nullptr;
+  in.lens = s.has_lens ? call.inputs[kLens].as<const int32_t>() : nullptr;
+  in.h0 = s.has_h0 ? s.staging.input(call, kInitialH) : nullptr;
+  in.c0 = s.has_c0 ? s.staging.input(call, kInitialC) : nullptr;
+  in.peep = s.has_peepholes ? s.staging.input(call, kPeepholes) : nullptr;
+  in.y = call.output_count > 0 ? s.staging.output(call, 0) : nullptr;
+  in.y_h = call.output_count > 1 ? s.staging.output(call, 1) : nullptr;
+  in.y_c = call.output_count > 2 ? s.staging.output(call, 2) : nullptr;
+  // Work of one direction, in multiply-adds: what decides whether the two
+  // directions are worth two threads.
+  const int64_t g = gatesOf(s.cell) * s.hidden;
+  const int64_t direction_work = s.seq * s.batch * g * (s.input + s.hidden);
+  parallelForItems(s.directions, direction_work, [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) runDirection(s, in, d);
+  });
   s.staging.finish(call);
 }
 

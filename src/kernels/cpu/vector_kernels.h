@@ -101,6 +101,14 @@ struct VectorKernels {
   void (*normalize)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
                     float inv_std) = nullptr;
 
+  // c[i][j] += sum over p < k of a[i][p] * b[p][j], for i < m and j < n; the
+  // row strides are lda, ldb and ldc (c must not overlap a or b). The small
+  // products of a recurrent layer's time step (a few rows of state times the
+  // transposed recurrence weights, k and n in the hundreds): a library GEMM's
+  // call overhead would cost more than the product.
+  void (*matmulAccumulate)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                           int64_t m, int64_t n, int64_t k) = nullptr;
+
   UnaryFn unaryFn(Unary op) const { return unary[static_cast<size_t>(op)]; }
   BinaryFn binaryFn(Binary op, Operands operands) const {
     return binary[static_cast<size_t>(op)][static_cast<size_t>(operands)];

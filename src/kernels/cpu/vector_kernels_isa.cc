@@ -219,6 +219,74 @@ void normalize(const float* x, const float* scale, const float* bias, float* y, 
   }
 }
 
+// ------------------------------------------------------ small products
+
+// One tile of matmulAccumulate: kRows rows of c by kCols vectors of columns
+// from column j; with kPartial, one vector of which only `partial` lanes
+// are columns of c. The kRows x kCols accumulators stay in registers for the
+// whole k loop (the fixed loops unrolled, or GCC keeps the arrays in
+// memory): independent chains enough to hide the FMA latency.
+template <int kRows, int kCols, bool kPartial>
+void productTile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t k,
+                 int64_t j, int64_t partial) {
+  F32 acc[kRows][kCols];
+  _Pragma("GCC unroll 8") for (int r = 0; r < kRows; ++r) {
+    _Pragma("GCC unroll 8") for (int v = 0; v < kCols; ++v) {
+      const float* at = c + r * ldc + j + v * kLanes;
+      acc[r][v] = kPartial ? loadPartial(at, partial, 0.0f) : load(at);
+    }
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    F32 bv[kCols];
+    _Pragma("GCC unroll 8") for (int v = 0; v < kCols; ++v) {
+      const float* at = b + p * ldb + j + v * kLanes;
+      bv[v] = kPartial ? loadPartial(at, partial, 0.0f) : load(at);
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < kRows; ++r) {
+      const F32 av = splat(a[r * lda + p]);
+      _Pragma("GCC unroll 8") for (int v = 0; v < kCols; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  _Pragma("GCC unroll 8") for (int r = 0; r < kRows; ++r) {
+    _Pragma("GCC unroll 8") for (int v = 0; v < kCols; ++v) {
+      float* at = c + r * ldc + j + v * kLanes;
+      if constexpr (kPartial) {
+        storePartial(at, acc[r][v], partial);
+      } else {
+        store(at, acc[r][v]);
+      }
+    }
+  }
+}
+
+// Columns of up to kRows rows: wide tiles, then single vectors, then the
+// partial vector at the end.
+template <int kRows, int kWide>
+void productRows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
+                 int64_t k) {
+  int64_t j = 0;
+  for (; j + kWide * kLanes <= n; j += kWide * kLanes) {
+    productTile<kRows, kWide, false>(a, lda, b, ldb, c, ldc, k, j, 0);
+  }
+  for (; j + kLanes <= n; j += kLanes) productTile<kRows, 1, false>(a, lda, b, ldb, c, ldc, k, j, 0);
+  if (j < n) productTile<kRows, 1, true>(a, lda, b, ldb, c, ldc, k, j, n - j);
+}
+
+void matmulAccumulate(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m,
+                      int64_t n, int64_t k) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) productRows<4, 4>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, n, k);
+  // The last 1 to 3 rows in one tile: each pass over b costs its reads.
+  a += i * lda;
+  c += i * ldc;
+  switch (m - i) {
+    case 3: productRows<3, 4>(a, lda, b, ldb, c, ldc, n, k); break;
+    case 2: productRows<2, 4>(a, lda, b, ldb, c, ldc, n, k); break;
+    case 1: productRows<1, 8>(a, lda, b, ldb, c, ldc, n, k); break;
+    default: break;
+  }
+}
+
 // ------------------------------------------------------------------ table
 
 template <typename Op>
@@ -272,6 +340,7 @@ constexpr VectorKernels makeKernels() {
   k.expSum = &expSum;
   k.affine = &affine;
   k.normalize = &normalize;
+  k.matmulAccumulate = &matmulAccumulate;
   return k;
 }
 

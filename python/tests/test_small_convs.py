@@ -1,0 +1,69 @@
+"""Convolutions with few output positions (kernels/cpu/small_conv.h): the
+1-D front end of a voice-activity model and the 1x1 maps of squeeze-excite
+blocks, with padding, strides, dilations, a batch, fused activations and a
+residual Add, against onnxruntime; and one size past the bound, which takes
+oneDNN's path. Bound: max|kiln - ort| / max|ort| <= 1e-5."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+F = TensorProto.FLOAT
+
+
+def run_both(tmp_path, nodes, x_shape, initializers):
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", F, x_shape)],
+                              [helper.make_tensor_value_info("y", F, None)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    x = np.random.default_rng(5).standard_normal(x_shape).astype(np.float32)
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert ours.shape == want.shape
+    error = np.max(np.abs(ours - want)) / np.max(np.abs(want))
+    assert error <= 1e-5, error
+
+
+def weights(name, shape, seed):
+    return numpy_helper.from_array(np.random.default_rng(seed).uniform(-0.3, 0.3, shape).astype(np.float32), name)
+
+
+@pytest.mark.parametrize("in_width,kernel,stride,pad,dilation", [
+    (576, 256, 128, 0, 1),  # silero's STFT as a strided Conv: 3 positions
+    (3, 3, 1, 1, 1),        # an encoder layer on 3 frames
+    (5, 3, 2, 2, 2),        # padding, stride and dilation together
+    (10, 3, 1, 0, 1),       # 8 positions: the last size the small path takes
+    (11, 3, 1, 0, 1),       # 9 positions: oneDNN's path
+])
+def test_one_dimensional_convs(tmp_path, in_width, kernel, stride, pad, dilation):
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], strides=[stride], pads=[pad, pad],
+                              dilations=[dilation]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    run_both(tmp_path, nodes, [1, 24, in_width], [weights("W", (40, 24, kernel), 1), weights("B", (40,), 2)])
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_squeeze_excite_block(tmp_path, batch):
+    """GlobalAveragePool -> 1x1 Conv -> Relu -> 1x1 Conv -> HardSigmoid -> Mul,
+    as MobileNetV3 and PP-LCNet have, then a 3x3 Conv with a residual Add on a
+    2x2 map (4 positions per image)."""
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["pooled"]),
+        helper.make_node("Conv", ["pooled", "W1", "B1"], ["squeezed"]),
+        helper.make_node("Relu", ["squeezed"], ["squeezed_relu"]),
+        helper.make_node("Conv", ["squeezed_relu", "W2", "B2"], ["excited"]),
+        helper.make_node("HardSigmoid", ["excited"], ["gate"], alpha=0.2, beta=0.5),
+        helper.make_node("Mul", ["x", "gate"], ["scaled"]),
+        helper.make_node("Conv", ["scaled", "W3"], ["mixed"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["mixed", "scaled"], ["sum"]),
+        helper.make_node("Relu", ["sum"], ["y"]),
+    ]
+    initializers = [weights("W1", (8, 48, 1, 1), 3), weights("B1", (8,), 4), weights("W2", (48, 8, 1, 1), 5),
+                    weights("B2", (48,), 6), weights("W3", (48, 48, 3, 3), 7)]
+    run_both(tmp_path, nodes, [batch, 48, 2, 2], initializers)
