@@ -20,6 +20,7 @@
 #include "passes/conv_fusion.h"
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
+#include "passes/float16_in_float32.h"
 #include "passes/elementwise_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
@@ -776,6 +777,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // model's outputs keep their names.
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
+  if (options.float16_in_float32) computeFloat16InFloat32(graph);
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (runtime.dynamic) {
     progress("writing package", 0.2);

@@ -21,12 +21,21 @@ Graph& subgraph(const InferenceContext& context, const std::string& name) {
   return *std::get<GraphPtr>(it->second);
 }
 
+bool isOneElement(const ValueType& type) {
+  return type.hasStaticShape() &&
+         std::all_of(type.shape->begin(), type.shape->end(), [](const Dim& d) { return d.size == 1; });
+}
+
 // One type that both branches' outputs fit: equal dims stay, others become
-// unknown.
+// unknown. One element in both, of different ranks (an exporter's [] in one
+// branch and [1] in the other, as PaddlePaddle's Loop bodies have), is one
+// value whatever its rank: the lower rank is taken (it broadcasts as either
+// would), and the runtime's byte copy of the branch's output is exact.
 ValueType merge(const InferenceContext& context, size_t index, const ValueType& a, const ValueType& b) {
   if (a.dtype != b.dtype && a.dtype != DType::kUndefined && b.dtype != DType::kUndefined) {
     context.fail("output {} is {} in then_branch but {} in else_branch", index, dtypeName(a.dtype), dtypeName(b.dtype));
   }
+  if (isOneElement(a) && isOneElement(b) && a.dtype == b.dtype) return a.shape->size() <= b.shape->size() ? a : b;
   ValueType merged{a.dtype != DType::kUndefined ? a.dtype : b.dtype, std::nullopt};
   if (a.shape && b.shape && a.shape->size() == b.shape->size()) {
     merged.shape.emplace();

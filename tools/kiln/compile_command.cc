@@ -23,6 +23,7 @@ Command addCompileCommand(CLI::App& app) {
     bool print_ir = false;
     bool plan_report = false;
     bool no_channels_last = false;
+    bool keep_float16 = false;
     bool dynamic = false;
   };
   auto args = std::make_shared<Args>();
@@ -35,6 +36,8 @@ Command addCompileCommand(CLI::App& app) {
   cmd->add_flag("--plan-report", args->plan_report, "Print the memory plan against its lower bound");
   cmd->add_flag("--no-channels-last", args->no_channels_last,
                 "Keep convolutions and pooling in the model's NCHW layout (slower; for comparisons)");
+  cmd->add_flag("--keep-float16", args->keep_float16,
+                "Compute float16 models in float16 (rounding after every operator; slower) rather than float32");
   cmd->add_flag("--dynamic", args->dynamic,
                 "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
@@ -66,6 +69,7 @@ Command addCompileCommand(CLI::App& app) {
     CompileOptions compile_options;
     compile_options.progress = show;
     compile_options.channels_last = !args->no_channels_last;
+    compile_options.float16_in_float32 = !args->keep_float16;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     compile_options.evaluate_kernel = &evaluateOnce;

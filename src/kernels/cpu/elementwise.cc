@@ -944,6 +944,16 @@ struct PowSquare {
     return a * a;  // pow(x, 2) is exactly x * x
   }
 };
+// A constant exponent of 3 (Gelu's tanh form: x + 0.044715 x^3): two
+// multiplies, within 2 ulp of std::pow, in a loop that vectorises.
+struct PowCube {
+  static constexpr std::string_view kName = "Pow";
+  static constexpr TypeSet kTypes = kFloats;
+  template <typename T>
+  static T apply(T a, T) {
+    return a * a * a;
+  }
+};
 struct PowSqrt {
   static constexpr std::string_view kName = "Pow";
   static constexpr TypeSet kTypes = kFloats;
@@ -1388,8 +1398,8 @@ std::unique_ptr<KernelState> prepareBinary(const KernelSetup& setup) {
   return prepareBinaryWith<Op>(setup, binaryRowFor<Op>(dtype), false);
 }
 
-// Pow: same-type floats run the Pow op (with the x ** 2 and x ** 0.5 fast
-// paths); other type pairs run powRow.
+// Pow: same-type floats run the Pow op (with the x ** 2, x ** 0.5 and x ** 3
+// fast paths); other type pairs run powRow.
 std::unique_ptr<KernelState> preparePow(const KernelSetup& setup) {
   expectCounts("Pow", setup, 2, 2);
   const DType base = setup.inputs[0].dtype;
@@ -1399,6 +1409,7 @@ std::unique_ptr<KernelState> preparePow(const KernelSetup& setup) {
     const std::optional<double> uniform = uniformConstant(setup, 1);
     if (uniform == 2.0) row = binaryRowFor<PowSquare>(base);
     if (uniform == 0.5) row = binaryRowFor<PowSqrt>(base);
+    if (uniform == 3.0) row = binaryRowFor<PowCube>(base);
     return prepareBinaryWith<Pow>(setup, row, false);
   }
   return prepareBinaryWith<Pow>(setup, powRowFor(base, exponent), true);

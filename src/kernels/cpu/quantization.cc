@@ -35,7 +35,9 @@
 #include "kernels/cpu/conv_geometry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
+#include "kernels/cpu/exact_int_gemm.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -354,15 +356,24 @@ std::unique_ptr<KernelState> prepareDynamicQuantize(const KernelSetup& setup) {
 void runDynamicQuantize(const KernelCall& call) {
   const auto& s = static_cast<const DynamicQuantizeState&>(*call.state);
   const float* x = call.inputs[0].as<const float>();
-  float lo = 0;
-  float hi = 0;
-  for (int64_t i = 0; i < s.count; ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-  }
+  const vec::VectorKernels& v = vec::vectorKernels();
+  // The range always holds 0 (ONNX); a NaN in x makes it NaN, as the loop
+  // it replaces did not guarantee either way.
+  const float lo = std::min(0.0f, s.count > 0 ? v.min(x, s.count) : 0.0f);
+  const float hi = std::max(0.0f, s.count > 0 ? v.max(x, s.count) : 0.0f);
   const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
   const float zero = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
-  for (int64_t i = 0; i < s.count; ++i) storeQuantized(call.outputs[0].data, DType::kU8, i, x[i] / scale, zero, true);
+  // |x / scale| <= 255 here, so adding and subtracting 1.5 * 2^23 rounds it
+  // half to even (the current rounding mode, as nearbyint) in a loop that
+  // vectorises; NaN ends as 0.
+  constexpr float kRounder = 12582912.0f;
+  auto* y = call.outputs[0].as<uint8_t>();
+  for (int64_t i = 0; i < s.count; ++i) {
+    float q = ((x[i] / scale + kRounder) - kRounder) + zero;
+    q = q > 255.0f ? 255.0f : q;
+    q = q >= 0.0f ? q : 0.0f;
+    y[i] = static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
   *call.outputs[1].as<float>() = scale;
   *call.outputs[2].as<uint8_t>() = static_cast<uint8_t>(zero);
 }
@@ -501,6 +512,7 @@ struct MatMulIntegerState final : KernelState {
   MatMulPlan plan;
   int64_t a_zero_stride = 0;
   int64_t b_zero_stride = 0;
+  std::unique_ptr<ExactIntGemm> fast;  // exact_int_gemm.h, when B is a constant
 };
 
 void expectInteger8Inputs(std::string_view op, const KernelSetup& setup, size_t a, size_t b) {
@@ -526,6 +538,14 @@ std::unique_ptr<KernelState> prepareMatMulInteger(const KernelSetup& setup) {
   state->plan = planMatMul(op, setup.inputs[0], setup.inputs[1], setup.outputs[0]);
   state->a_zero_stride = zeroPointStride(op, setup, 2, state->plan.m, "row of A");
   state->b_zero_stride = zeroPointStride(op, setup, 3, state->plan.n, "column of B");
+  const auto constant = [&](size_t index) { return index < setup.constants.size() ? setup.constants[index] : nullptr; };
+  const bool b_zero_known = !present(inputAt(setup, 3)) || constant(3) != nullptr;
+  if (constant(1) != nullptr && b_zero_known && state->a_zero_stride == 0) {
+    const MatMulPlan& plan = state->plan;
+    state->fast = prepareExactIntGemm(plan.m, plan.n, plan.k, plan.a_offsets, plan.b_offsets, setup.inputs[1].dtype,
+                                      constant(1), setup.inputs[1].numElements(),
+                                      present(inputAt(setup, 3)) ? constant(3) : nullptr, state->b_zero_stride);
+  }
   return state;
 }
 
@@ -538,6 +558,10 @@ void runMatMulInteger(const KernelCall& call) {
   const auto& s = static_cast<const MatMulIntegerState&>(*call.state);
   int32_t* y = call.outputs[0].as<int32_t>();
   const MatMulPlan& plan = s.plan;
+  if (s.fast && runExactIntGemm(*s.fast, call.inputs[0].dtype, call.inputs[0].data,
+                                zeroPointOf(call, 2, 0).at(0), y)) {
+    return;
+  }
   withInteger8(call.inputs[0], call.inputs[1], [&](const auto* a, const auto* b) {
     integerMatMul(plan, a, b, zeroPointOf(call, 2, s.a_zero_stride), zeroPointOf(call, 3, s.b_zero_stride),
                   [&](int64_t batch, int64_t i, int64_t j0, const int32_t* sums, int64_t count) {

@@ -1,0 +1,92 @@
+#include "kernels/cpu/exact_int_gemm.h"
+
+#include <dnnl.h>
+
+#include <algorithm>
+
+namespace kiln {
+namespace {
+
+// The K block whose partial sums stay exact in f32 (see the header).
+constexpr int64_t kExactBlock = 256;
+
+float integerAt(DType dtype, const std::byte* data, uint64_t i) {
+  return dtype == DType::kU8 ? static_cast<float>(reinterpret_cast<const uint8_t*>(data)[i])
+                             : static_cast<float>(reinterpret_cast<const int8_t*>(data)[i]);
+}
+
+// Whether oneDNN's integer GEMM sums 8-bit products exactly on this CPU.
+bool cpuHasVnni() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto has = [isa](dnnl_cpu_isa_t bits) { return (isa & static_cast<unsigned>(bits)) == static_cast<unsigned>(bits); };
+  return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni);
+}
+
+}  // namespace
+
+std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
+                                                  std::vector<int64_t> b_offsets, DType b_dtype, const std::byte* b,
+                                                  uint64_t b_elements, const std::byte* b_zero, int64_t b_zero_stride) {
+  auto gemm = std::make_unique<ExactIntGemm>();
+  gemm->m = m;
+  gemm->n = n;
+  gemm->k = k;
+  gemm->a_offsets = std::move(a_offsets);
+  gemm->b_offsets = std::move(b_offsets);
+  if (b_dtype == DType::kI8 && b_zero_stride == 0 && cpuHasVnni()) {
+    gemm->vnni = true;
+    const auto* bytes = reinterpret_cast<const int8_t*>(b);
+    gemm->b_i8.assign(bytes, bytes + b_elements);
+    gemm->b_zero = b_zero == nullptr ? int8_t{0} : *reinterpret_cast<const int8_t*>(b_zero);
+    return gemm;
+  }
+  gemm->b.resize(b_elements);
+  for (uint64_t i = 0; i < b_elements; ++i) {
+    const uint64_t column = i % static_cast<uint64_t>(n);
+    const float zero = b_zero == nullptr ? 0.0f : integerAt(b_dtype, b_zero, b_zero_stride == 0 ? 0 : column);
+    gemm->b[i] = integerAt(b_dtype, b, i) - zero;
+  }
+  gemm->a.resize(static_cast<size_t>(m * k));  // (not on the vnni path)
+  gemm->block.resize(static_cast<size_t>(m * n));
+  return gemm;
+}
+
+bool runExactIntGemm(const ExactIntGemm& gemm, DType a_dtype, const std::byte* a, int32_t a_zero, int32_t* y) {
+  if (gemm.busy.exchange(true, std::memory_order_acquire)) return false;
+  const int64_t m = gemm.m, n = gemm.n, k = gemm.k;
+  if (gemm.vnni) {
+    const int32_t no_offset = 0;
+    for (size_t batch = 0; batch < gemm.a_offsets.size(); ++batch) {
+      const int8_t* b = gemm.b_i8.data() + gemm.b_offsets[batch];
+      int32_t* out = y + static_cast<int64_t>(batch) * m * n;
+      if (a_dtype == DType::kU8) {
+        dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, reinterpret_cast<const uint8_t*>(a) + gemm.a_offsets[batch], k,
+                          static_cast<uint8_t>(a_zero), b, n, gemm.b_zero, 0.0f, out, n, &no_offset);
+      } else {
+        dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, reinterpret_cast<const int8_t*>(a) + gemm.a_offsets[batch], k,
+                          static_cast<int8_t>(a_zero), b, n, gemm.b_zero, 0.0f, out, n, &no_offset);
+      }
+    }
+    gemm.busy.store(false, std::memory_order_release);
+    return true;
+  }
+  const float zero = static_cast<float>(a_zero);
+  for (size_t batch = 0; batch < gemm.a_offsets.size(); ++batch) {
+    const uint64_t a_at = static_cast<uint64_t>(gemm.a_offsets[batch]);
+    for (int64_t i = 0; i < m * k; ++i) gemm.a[static_cast<size_t>(i)] = integerAt(a_dtype, a, a_at + i) - zero;
+    const float* b = gemm.b.data() + gemm.b_offsets[batch];
+    int32_t* out = y + static_cast<int64_t>(batch) * m * n;
+    for (int64_t p0 = 0; p0 < k; p0 += kExactBlock) {
+      const int64_t depth = std::min(kExactBlock, k - p0);
+      dnnl_sgemm('N', 'N', m, n, depth, 1.0f, gemm.a.data() + p0, k, b + p0 * n, n, 0.0f, gemm.block.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        const auto sum = static_cast<int32_t>(gemm.block[static_cast<size_t>(i)]);
+        out[i] = p0 == 0 ? sum : out[i] + sum;
+      }
+    }
+  }
+  gemm.busy.store(false, std::memory_order_release);
+  return true;
+}
+
+}  // namespace kiln

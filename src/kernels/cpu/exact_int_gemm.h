@@ -1,0 +1,55 @@
+// MatMulInteger's fast path: exact int8 products on the f32 GEMM.
+//
+// (a - a_zero) (b - b_zero) for 8-bit a and b is an integer of magnitude at
+// most 255 * 255 = 65025, and a sum of up to 256 of them stays below 2^24,
+// where every integer is an f32: so a GEMM in f32 over blocks of at most 256
+// along K is exact whatever its summation order (FMA included), and the
+// blocks add up in i32 as ONNX's reference does. That runs at oneDNN's sgemm
+// speed on every x86 CPU, where oneDNN's own u8s8 GEMM may saturate 16-bit
+// intermediates on CPUs without VNNI. Where the CPU has VNNI (AVX-512 VNNI or
+// AVX-VNNI: 8-bit products summed straight into i32, exact) and B is i8 with
+// one zero point, oneDNN's integer GEMM runs instead: four times the f32
+// rate.
+//
+// B (with its zero points, one or one per column) must be a constant: it is
+// converted to f32 once, at prepare. A's zero point is one value, read per
+// call (DynamicQuantizeLinear computes it per call). Scratch (A in f32, one
+// block of results) belongs to the state: a call claims it with an atomic
+// flag, and a concurrent call on the same state gets false and runs the
+// loop kernel instead. Nothing allocates per call.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kiln/tensor_info.h"
+
+namespace kiln {
+
+struct ExactIntGemm {
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<int64_t> a_offsets, b_offsets;  // per batch, in elements (as MatMulPlan)
+  std::vector<float> b;                       // B - b_zero, as f32, B's layout
+  bool vnni = false;                          // oneDNN's integer GEMM on b_i8
+  std::vector<int8_t> b_i8;                   // B as it is (vnni)
+  int8_t b_zero = 0;                          // (vnni)
+
+  mutable std::atomic<bool> busy{false};
+  mutable std::vector<float> a;      // one batch of A - a_zero, [m, k]
+  mutable std::vector<float> block;  // [m, n]
+};
+
+// b: the constant B (`b_elements` of u8 or i8); b_zero: nullptr (0), or
+// one value (b_zero_stride 0) or one per column (stride 1) of B's type.
+std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
+                                                  std::vector<int64_t> b_offsets, DType b_dtype, const std::byte* b,
+                                                  uint64_t b_elements, const std::byte* b_zero, int64_t b_zero_stride);
+
+// y = (a - a_zero) x B for every batch; false (nothing done) when another
+// call holds the scratch.
+bool runExactIntGemm(const ExactIntGemm& gemm, DType a_dtype, const std::byte* a, int32_t a_zero, int32_t* y);
+
+}  // namespace kiln
