@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +42,10 @@ struct DynamicExecutorOptions {
   size_t plan_cache_capacity = 16;  // specializations kept; at least 1
   bool channels_last = true;        // as CompileOptions::channels_last
 };
+
+// Where DynamicExecutor::run writes output `index` once its shape is known:
+// at least info.sizeInBytes() bytes, owned by the caller.
+using OutputAllocator = std::function<std::byte*(size_t index, const TensorInfo& info)>;
 
 struct DynamicMemoryStats {
   uint64_t arena_bytes = 0;  // the shared arena's current size
@@ -73,7 +78,10 @@ class DynamicExecutor {
 
   // The outputs (static shapes) of a call with these inputs, compiling the
   // specialization on a cache miss. `inputs[i]` holds input_infos[i]'s
-  // bytes; only the shape inputs' bytes are read here.
+  // bytes; only the shape inputs' bytes are read here. UsageError when the
+  // output shapes depend on values the model computes (a Loop that stops
+  // early; see src/compiler/runtime_shapes.h): run such a model with an
+  // OutputAllocator.
   const std::vector<TensorSlot>& outputsFor(std::span<const TensorInfo> input_infos,
                                             std::span<const std::byte* const> inputs);
 
@@ -82,14 +90,25 @@ class DynamicExecutor {
   void run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
            std::span<std::byte* const> outputs, StepTrace* trace = nullptr);
 
+  // Runs one call of any model: each output's memory is asked of `allocate`
+  // as soon as its shape is known (for a model whose shapes depend on values
+  // it computes, after the part of the model that computes them has run).
+  // Such a model runs in stages, each specialized on what the one before
+  // gave; the stages' plans are cached like the model's.
+  void run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
+           const OutputAllocator& allocate, StepTrace* trace = nullptr);
+
   DynamicMemoryStats memoryStats() const;
 
   // Frees the arena and forgets every cached specialization; the next call
   // compiles again and allocates what it needs.
   void shrink();
 
- private:
+  // The implementation (dynamic_executor.cc); public only so that a staged
+  // model's stages, which are Impls of their own, can hold one another.
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -152,9 +152,13 @@ class Runner:
             arrays.append(_as_bits(np.ascontiguousarray(array).reshape(array.shape)))
         if self.dynamic:
             dtypes = [dtype for _, _, dtype in self.inputs]
-            slots = self._executor.outputs_for(arrays, dtypes)
-            outputs = [np.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in slots]
-            self._executor.run(arrays, dtypes, [_as_bits(output) for output in outputs], self._trace)
+            # Outputs are made as their shapes become known (a model whose shapes
+            # depend on values it computes runs in stages); kiln writes into them.
+            outputs = []
+            for data, shape, dtype in self._executor.run_allocating(arrays, dtypes, self._trace):
+                if dtype not in _NUMPY_DTYPES:
+                    raise Error(f"an output has dtype {dtype}, which numpy cannot hold")
+                outputs.append(data.view(_NUMPY_DTYPES[dtype]).reshape(tuple(shape)))
         else:
             outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
             self._executor.run(arrays, [_as_bits(output) for output in outputs], self._trace)

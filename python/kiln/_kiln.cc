@@ -9,6 +9,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
 #include "kernels/evaluate_once.h"
 #include "kernels/kernel.h"
 #include "kiln/compiler.h"
@@ -142,6 +146,41 @@ void runDynamic(kiln::DynamicExecutor& executor, const std::vector<ConstArray>& 
   executor.run(call.infos, call.data, out, trace);
 }
 
+// Runs with each output allocated when its shape is known (a model whose
+// shapes depend on values it computes runs in stages): returns, per output,
+// its bytes (a 1-D u8 array that owns them; the model wrote straight into
+// them), its shape and its dtype name.
+nb::list runAllocating(kiln::DynamicExecutor& executor, const std::vector<ConstArray>& inputs,
+                       const std::vector<std::string>& dtypes, kiln::StepTrace* trace) {
+  const CallInputs call = callInputs(executor, inputs, dtypes);
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<std::byte, Free>> buffers(executor.outputs().size());
+  std::vector<kiln::TensorInfo> infos(executor.outputs().size());
+  {
+    nb::gil_scoped_release release;
+    executor.run(
+        call.infos, call.data,
+        [&](size_t index, const kiln::TensorInfo& info) {
+          buffers[index].reset(static_cast<std::byte*>(std::malloc(std::max<size_t>(info.sizeInBytes(), 1))));
+          if (!buffers[index]) throw std::bad_alloc();
+          infos[index] = info;
+          return buffers[index].get();
+        },
+        trace);
+  }
+  nb::list list;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::byte* data = buffers[i].release();
+    nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
+    const size_t bytes = infos[i].sizeInBytes();
+    nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> array(data, {bytes}, owner);
+    list.append(nb::make_tuple(array, infos[i].shape, std::string(kiln::dtypeName(infos[i].dtype))));
+  }
+  return list;
+}
+
 
 }  // namespace
 
@@ -167,6 +206,7 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("shape_inputs", &kiln::DynamicExecutor::shapeInputs)
       .def("outputs_for", &outputsFor, nb::arg("inputs"), nb::arg("dtypes"))
       .def("run", &runDynamic, nb::arg("inputs"), nb::arg("dtypes"), nb::arg("outputs"), nb::arg("trace").none() = nb::none())
+      .def("run_allocating", &runAllocating, nb::arg("inputs"), nb::arg("dtypes"), nb::arg("trace").none() = nb::none())
       .def("memory_stats",
            [](const kiln::DynamicExecutor& e) {
              const kiln::DynamicMemoryStats s = e.memoryStats();

@@ -75,3 +75,62 @@ def test_constant_condition_is_inlined_into_a_static_program(tmp_path):
     expected = ort.InferenceSession(str(tmp_path / "fixed.onnx"), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     np.testing.assert_allclose(runner.run({"x": x})["y"], expected, rtol=1e-6)
+
+
+def count_then_slice(path):
+    """y = x[:count] * 2 with count = the number of positive elements of x: a
+    shape that depends on a value the model computes, which no input
+    signature fixes (as a Loop's step count does after the Loop)."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["positive"]),
+             helper.make_node("Cast", ["positive"], ["ones"], to=TensorProto.INT64),
+             helper.make_node("ReduceSum", ["ones", "axes"], ["count"], keepdims=1),
+             helper.make_node("Slice", ["x", "start", "count"], ["head"]),
+             helper.make_node("Mul", ["head", "two"], ["y"]),
+             helper.make_node("Relu", ["x"], ["r"])]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([0], np.int64), "start"),
+             numpy_helper.from_array(np.array(2, np.float32), "two")]
+    # 100 elements: data, not a shape input (those hold at most 64).
+    graph = helper.make_graph(nodes, "count", [helper.make_tensor_value_info("x", F, [100])],
+                              [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("r", F, [100])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_shapes_computed_from_values_run_in_stages(tmp_path):
+    path = count_then_slice(tmp_path / "count.onnx")
+    report = kiln.compile(path, tmp_path / "count.kiln")
+    assert report["runtime_shapes"] and "Slice" in report["runtime_shapes_reason"]
+    runner = kiln.Runner(tmp_path / "count.kiln")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for shift in (0.0, -9.0, 9.0, 0.0, 0.5):
+        x = (rng.standard_normal(100) + shift).astype(np.float32)  # about 50, 0, 100, 50, 70 positive
+        ours = runner.run({"x": x})
+        y, r = session.run(None, {"x": x})
+        assert ours["y"].shape == y.shape
+        np.testing.assert_array_equal(ours["y"], y)
+        np.testing.assert_array_equal(ours["r"], r)
+    # One plan for the first stage; the rest is specialized per count.
+    assert runner.memory_stats()["plan_cache_misses"] == 1
+
+
+def test_staged_model_from_the_command_line(tmp_path):
+    import pathlib
+    import subprocess
+    root = pathlib.Path(__file__).resolve().parents[2]
+    binary = root / "build" / "release" / "tools" / "kiln"
+    path = count_then_slice(tmp_path / "count.onnx")
+    subprocess.run([binary, "compile", path, "-o", tmp_path / "count.kiln"], check=True, capture_output=True)
+    x = np.linspace(-1, 1, 100, dtype=np.float32)[::-1].copy()  # 50 positive, first
+    np.save(tmp_path / "x.npy", x)
+    subprocess.run([binary, "run", tmp_path / "count.kiln", "--input", f"x={tmp_path / 'x.npy'}", "--output-dir",
+                    tmp_path / "out"], check=True, capture_output=True)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), x[:50] * 2)
+    bench = subprocess.run([binary, "bench", tmp_path / "count.kiln", "--input", f"x={tmp_path / 'x.npy'}",
+                            "--iterations", "5"], capture_output=True, text=True)
+    assert bench.returncode == 0, bench.stderr

@@ -8,6 +8,7 @@
 
 #include "compiler/compile_program.h"
 #include "compiler/memory_planner.h"
+#include "compiler/runtime_shapes.h"
 #include "format/executable_spec.h"
 #include "format/graph_package.h"
 #include "ir/graph_codec.h"
@@ -564,13 +565,6 @@ Anchor anchorFor(const ValueSpec& value, AnchorDirection direction, uint32_t pro
   return anchor;
 }
 
-// Whether `graph` can be planned ahead of time, and if not, which inputs'
-// values its shapes depend on.
-struct RuntimeShapes {
-  bool dynamic = false;
-  std::vector<std::string> shape_inputs;
-  std::string reason;  // why, in a few words, for the compile's notice
-};
 
 // Model inputs up to this many elements may be shape inputs (a Reshape's
 // target shape, Range's limits); larger ones are data, and a shape that
@@ -581,6 +575,8 @@ bool hasUnknownShape(const Graph& graph, const Node& node) {
   return std::any_of(node.outputs.begin(), node.outputs.end(),
                      [&](ValueId v) { return !graph.value(v).type.hasStaticShape(); });
 }
+
+}  // namespace
 
 // Infers what can be inferred, folds what can be folded, and follows every
 // value whose contents a schema needed (and did not have) back to the
@@ -648,6 +644,8 @@ RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int
   result.dynamic |= !result.shape_inputs.empty();
   return result;
 }
+
+namespace {
 
 // Initializers at least this large are written as TensorData blobs (mapped,
 // shared by every specialization); smaller ones stay inside the graph.

@@ -1,5 +1,6 @@
 #include "passes/constant_folding.h"
 #include "passes/if_inlining.h"
+#include "passes/loop_placeholders.h"
 
 #include <set>
 
@@ -274,7 +275,8 @@ size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
     graph.removeNode(id);
     ++folded;
   }
-  return folded + inlineConstantIfs(graph);
+  // Constants decide which If branch runs and whether a Loop surely runs.
+  return folded + inlineConstantIfs(graph) + fillLoopPlaceholders(graph);
 }
 
 }  // namespace kiln

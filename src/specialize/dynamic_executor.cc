@@ -8,8 +8,10 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <optional>
 
 #include "compiler/compile_program.h"
+#include "compiler/runtime_shapes.h"
 #include "format/graph_package.h"
 #include "ir/graph_codec.h"
 #include "kernels/evaluate_once.h"
@@ -20,13 +22,17 @@
 namespace kiln {
 namespace {
 
+constexpr size_t kNotFrom = static_cast<size_t>(-1);
+
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
 
 // One specialization: the signature it was compiled for, the graph it was
 // compiled from (its initializers back the executable's constants) and the
-// prepared executable.
+// prepared executable. A staged plan's executable is the model's first stage:
+// it writes what the rest reads into `stage_buffers`, and `rest` runs the
+// rest of the model, specialized on those values.
 struct Plan {
   std::vector<TensorInfo> input_infos;
   std::vector<std::vector<std::byte>> shape_values;  // per shape input, its bytes
@@ -36,6 +42,16 @@ struct Plan {
   std::vector<TensorSlot> outputs;
   std::byte* bound_arena = nullptr;  // the arena the executor's views point into
   bool ran = false;                  // a run() has used it: later runs count as cache hits
+  std::vector<std::byte*> output_pointers;  // per call, from the allocator (sized once)
+
+  std::shared_ptr<DynamicExecutor::Impl> rest;  // staged plans only: the model after the first stage
+  std::vector<size_t> rest_from_model;      // per input of the rest: a model input index, or kNotFrom
+  std::vector<size_t> rest_from_stage;      // per input of the rest: a stage buffer index, or kNotFrom
+  std::vector<TensorInfo> rest_infos;       // per call
+  std::vector<const std::byte*> rest_data;  // per call
+  std::string staged_reason;        // what made it staged, for outputsFor's error
+  std::vector<std::vector<std::byte>> stage_buffers;
+  std::vector<std::byte*> stage_pointers;
 };
 
 std::string signatureString(std::span<const TensorInfo> infos) {
@@ -47,7 +63,7 @@ std::string signatureString(std::span<const TensorInfo> infos) {
 }  // namespace
 
 struct DynamicExecutor::Impl {
-  std::unique_ptr<PackageReader> reader;
+  std::unique_ptr<PackageReader> reader;  // null for a stage of a model (RestStage)
   std::string source;
   std::string model_name;
   std::vector<std::byte> graph_bytes;
@@ -128,18 +144,42 @@ struct DynamicExecutor::Impl {
       // it); every reader now sees its value as a constant.
       graph.replaceAllUses(input, constant);
     }
-    CompileOptions compile_options;
-    compile_options.model_name = model_name;
-    compile_options.channels_last = options.channels_last;
-    compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
-    compile_options.evaluate_kernel = &evaluateOnce;
+    const CompileOptions compile_options = compileOptions();
     CompiledProgram program;
     try {
+      // Shapes that depend on values the model computes: the model runs in
+      // stages (runtime_shapes.h).
+      const RuntimeShapes shapes = analyzeRuntimeShapes(graph, opsets, compile_options);
+      if (shapes.dynamic) {
+        if (std::optional<StagedGraph> staged = splitAtUnknownShapes(graph)) {
+          compileStaged(plan, *staged, infos, compile_options, shapes.reason);
+          return plan;
+        }
+      }
       program = compileProgram(graph, opsets, compile_options);
     } catch (const Error& e) {
       throw UsageError(fmt::format("cannot run model '{}' with inputs {}: {}", model_name, signatureString(infos),
                                    e.what()));
     }
+    prepareExecutor(plan, std::move(program));
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      plan.outputs.push_back({outputs[i].name, plan.executor->outputs().at(i).info});
+    }
+    plan.output_pointers.resize(outputs.size());
+    return plan;
+  }
+
+  CompileOptions compileOptions() const {
+    CompileOptions compile_options;
+    compile_options.model_name = model_name;
+    compile_options.channels_last = options.channels_last;
+    compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
+    compile_options.evaluate_kernel = &evaluateOnce;
+    return compile_options;
+  }
+
+  // The plan's executor for `program` (its constants kept by the plan).
+  void prepareExecutor(Plan& plan, CompiledProgram program) {
     ExecutorOptions executor_options{.threads = options.threads, .external_arena = true};
     std::map<std::string, ConstantPtr> constants;
     for (size_t c = 0; c < program.spec.constants.size(); ++c) constants[program.spec.constants[c]] = program.constants[c];
@@ -148,11 +188,17 @@ struct DynamicExecutor::Impl {
         std::move(program.spec),
         [&constants](const std::string& name) -> std::span<const std::byte> { return constants.at(name)->bytes; },
         executor_options);
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      plan.outputs.push_back({outputs[i].name, plan.executor->outputs().at(i).info});
-    }
-    return plan;
   }
+
+  // A staged plan: the prefix compiled now, into buffers of its own; the
+  // rest as a model of its own, whose inputs are those buffers and the
+  // model inputs it reads, specialized per call on what the prefix gave.
+  void compileStaged(Plan& plan, StagedGraph& staged, std::span<const TensorInfo> infos,
+                     const CompileOptions& compile_options, const std::string& reason);
+
+  // Runs one call (see DynamicExecutor::run with an allocator).
+  void runCall(std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
+               const OutputAllocator& allocate, StepTrace* trace);
 
   Plan& planFor(std::span<const TensorInfo> infos, std::span<const std::byte* const> data) {
     checkCall(infos, data);
@@ -182,6 +228,96 @@ struct DynamicExecutor::Impl {
     arena_size = size;
   }
 };
+
+void DynamicExecutor::Impl::compileStaged(Plan& plan, StagedGraph& staged, std::span<const TensorInfo> infos,
+                                          const CompileOptions& compile_options, const std::string& reason) {
+  plan.staged_reason = reason;
+  std::vector<std::string> stage_names;  // the prefix's outputs (passes may replace their values)
+  for (ValueId id : staged.prefix.outputs()) stage_names.push_back(staged.prefix.value(id).name);
+  plan.graph = std::make_shared<Graph>(std::move(staged.prefix));
+  prepareExecutor(plan, compileProgram(*plan.graph, opsets, compile_options));
+  const std::vector<TensorSlot>& stage_slots = plan.executor->outputs();
+  for (const TensorSlot& slot : stage_slots) {
+    plan.stage_buffers.emplace_back(std::max<uint64_t>(slot.info.sizeInBytes(), 1));
+    plan.stage_pointers.push_back(plan.stage_buffers.back().data());
+  }
+
+  auto rest = std::make_shared<Impl>();
+  rest->source = source;
+  rest->model_name = model_name + " (after its first stage)";
+  rest->opsets = opsets;
+  rest->options = options;
+  rest->options.plan_cache_capacity = std::max<size_t>(options.plan_cache_capacity, 1);
+  for (ValueId id : staged.rest.inputs()) {
+    const std::string& name = staged.rest.value(id).name;
+    const auto stage = std::find(stage_names.begin(), stage_names.end(), name);
+    const auto model = std::find_if(inputs.begin(), inputs.end(), [&](const TensorSlot& s) { return s.name == name; });
+    if (stage != stage_names.end()) {
+      const auto index = static_cast<size_t>(stage - stage_names.begin());
+      plan.rest_from_stage.push_back(index);
+      plan.rest_from_model.push_back(kNotFrom);
+      rest->inputs.push_back({name, stage_slots[index].info});
+    } else if (model != inputs.end()) {
+      const auto index = static_cast<size_t>(model - inputs.begin());
+      plan.rest_from_stage.push_back(kNotFrom);
+      plan.rest_from_model.push_back(index);
+      rest->inputs.push_back({name, infos[index]});
+    } else {
+      throw GraphError(fmt::format("staging lost value '{}'", name));  // a bug, not bad input
+    }
+    // The rest sees its inputs with the shapes they have now.
+    staged.rest.value(id).type = ValueType::tensor(rest->inputs.back().info.dtype, rest->inputs.back().info.shape);
+  }
+  rest->outputs = outputs;
+  rest->graph_bytes = encodeGraph(staged.rest, [](const Value&) { return false; });
+  // Which of the rest's inputs its shapes read (the Loop's step count, say).
+  Graph analyzed = decodeGraph(rest->graph_bytes, source, [](const std::string&) { return nullptr; });
+  rest->shape_inputs = analyzeRuntimeShapes(analyzed, opsets, compile_options).shape_inputs;
+  for (const std::string& name : rest->shape_inputs) {
+    const auto it = std::find_if(rest->inputs.begin(), rest->inputs.end(), [&](const TensorSlot& s) { return s.name == name; });
+    rest->shape_input_indices.push_back(static_cast<size_t>(it - rest->inputs.begin()));
+  }
+  plan.rest_infos.resize(rest->inputs.size());
+  plan.rest_data.resize(rest->inputs.size());
+  plan.rest = std::move(rest);
+}
+
+void DynamicExecutor::Impl::runCall(std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
+                                    const OutputAllocator& allocate, StepTrace* trace) {
+  Plan& plan = planFor(infos, data);
+  // A call is a hit when its plan was compiled before it (outputsFor() and
+  // run() of one call look the plan up twice, but count once).
+  if (plan.ran) ++hits;
+  plan.ran = true;
+  reserveArena(plan.executor->arenaBytes());
+  if (plan.bound_arena != arena.get()) {
+    plan.executor->setArena(arena.get());
+    plan.bound_arena = arena.get();
+  }
+  const auto execute = [&](std::span<std::byte* const> into) {
+    if (trace != nullptr) {
+      plan.executor->runTraced(data, into, *trace);
+    } else {
+      plan.executor->run(data, into);
+    }
+  };
+  if (!plan.rest) {
+    for (size_t i = 0; i < plan.outputs.size(); ++i) plan.output_pointers[i] = allocate(i, plan.outputs[i].info);
+    execute(plan.output_pointers);
+    return;
+  }
+  execute(plan.stage_pointers);
+  for (size_t i = 0; i < plan.rest_infos.size(); ++i) {
+    if (plan.rest_from_model[i] != kNotFrom) {
+      plan.rest_infos[i] = infos[plan.rest_from_model[i]];
+      plan.rest_data[i] = data[plan.rest_from_model[i]];
+    } else {
+      plan.rest_infos[i] = plan.rest->inputs[i].info;
+      plan.rest_data[i] = plan.stage_pointers[plan.rest_from_stage[i]];
+    }
+  }
+  plan.rest->runCall(plan.rest_infos, plan.rest_data, allocate, trace);
+}
 
 DynamicExecutor::DynamicExecutor(const std::filesystem::path& package, const std::string& model,
                                  const DynamicExecutorOptions& options)
@@ -257,30 +393,27 @@ const std::vector<std::string>& DynamicExecutor::shapeInputs() const { return im
 
 const std::vector<TensorSlot>& DynamicExecutor::outputsFor(std::span<const TensorInfo> input_infos,
                                                            std::span<const std::byte* const> inputs) {
-  return impl_->planFor(input_infos, inputs).outputs;
+  const Plan& plan = impl_->planFor(input_infos, inputs);
+  if (plan.rest) {
+    throw UsageError(fmt::format("the output shapes of model '{}' depend on values it computes ({}): run it with an "
+                                 "OutputAllocator (kiln.Runner does)",
+                                 impl_->model_name, plan.staged_reason));
+  }
+  return plan.outputs;
 }
 
 void DynamicExecutor::run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
                           std::span<std::byte* const> outputs, StepTrace* trace) {
-  Impl& m = *impl_;
-  Plan& plan = m.planFor(input_infos, inputs);
-  if (outputs.size() != plan.outputs.size()) {
-    throw UsageError(fmt::format("run() needs {} outputs, got {}", plan.outputs.size(), outputs.size()));
+  const std::vector<TensorSlot>& expected = outputsFor(input_infos, inputs);
+  if (outputs.size() != expected.size()) {
+    throw UsageError(fmt::format("run() needs {} outputs, got {}", expected.size(), outputs.size()));
   }
-  // A call is a hit when its plan was compiled before it (outputsFor() and
-  // run() of one call look the plan up twice, but count once).
-  if (plan.ran) ++m.hits;
-  plan.ran = true;
-  m.reserveArena(plan.executor->arenaBytes());
-  if (plan.bound_arena != m.arena.get()) {
-    plan.executor->setArena(m.arena.get());
-    plan.bound_arena = m.arena.get();
-  }
-  if (trace != nullptr) {
-    plan.executor->runTraced(inputs, outputs, *trace);
-  } else {
-    plan.executor->run(inputs, outputs);
-  }
+  impl_->runCall(input_infos, inputs, [&](size_t index, const TensorInfo&) { return outputs[index]; }, trace);
+}
+
+void DynamicExecutor::run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
+                          const OutputAllocator& allocate, StepTrace* trace) {
+  impl_->runCall(input_infos, inputs, allocate, trace);
 }
 
 DynamicMemoryStats DynamicExecutor::memoryStats() const {

@@ -166,5 +166,57 @@ TEST_F(DynamicExecutorTest, StaticPackagesAreRefused) {
   EXPECT_THROW(DynamicExecutor{p}, UsageError);
 }
 
+// y = x[:count] + x[:count], count = the number of positive elements of x
+// [100]: a shape that depends on a value the model computes. It runs in two
+// stages; outputsFor cannot answer before running; a repeated call (same
+// count) allocates nothing.
+TEST_F(DynamicExecutorTest, ShapesComputedFromValuesRunInStages) {
+  Graph graph;
+  const ValueId x = graph.addInput("x", ValueType::tensor(DType::kF32, {100}));
+  auto constant = [&](const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data, size_t bytes) {
+    std::vector<std::byte> copy(bytes);
+    std::memcpy(copy.data(), data, bytes);
+    return graph.addInitializer(name, makeConstant(TensorInfo{dtype, std::move(shape)}, std::move(copy)));
+  };
+  const float zero_value = 0;
+  const int64_t axis_value = 0;
+  const ValueId zero = constant("zero", DType::kF32, {}, &zero_value, 4);
+  const ValueId axes = constant("axes", DType::kI64, {1}, &axis_value, 8);
+  const ValueId start = constant("start", DType::kI64, {1}, &axis_value, 8);
+  const ValueId positive = graph.node(graph.addNode("Greater", {x, zero}, {"positive"})).outputs[0];
+  const ValueId ones = graph.node(graph.addNode("Cast", {positive}, {"ones"}, Attributes{{"to", int64_t{7}}})).outputs[0];
+  const ValueId count = graph.node(graph.addNode("ReduceSum", {ones, axes}, {"count"})).outputs[0];
+  const ValueId head = graph.node(graph.addNode("Slice", {x, start, count}, {"head"})).outputs[0];
+  graph.addOutput(graph.node(graph.addNode("Add", {head, head}, {"y"})).outputs[0]);
+  const auto package = compileGraph(graph, "staged");
+  DynamicExecutor executor(package);
+
+  std::vector<float> values(100);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = i % 3 == 0 ? 1.0f + static_cast<float>(i) : -1.0f;
+  const TensorInfo info{DType::kF32, {100}};
+  const std::byte* in[] = {reinterpret_cast<const std::byte*>(values.data())};
+  try {
+    executor.outputsFor({&info, 1}, in);
+    ADD_FAILURE() << "outputsFor answered for a staged model";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("depend on values it computes"), std::string::npos) << e.what();
+  }
+  std::vector<float> y(100, -7.0f);
+  TensorInfo given;
+  const OutputAllocator allocate = [&](size_t index, const TensorInfo& shape) {
+    EXPECT_EQ(index, 0u);
+    given = shape;
+    return reinterpret_cast<std::byte*>(y.data());
+  };
+  executor.run({&info, 1}, in, allocate);
+  EXPECT_EQ(given, (TensorInfo{DType::kF32, {34}}));  // i = 0, 3, ..., 99
+  for (size_t i = 0; i < 34; ++i) EXPECT_EQ(y[i], 2 * values[i]) << i;
+  testing::startCountingAllocations();
+  executor.run({&info, 1}, in, allocate);
+  const testing::AllocationCount allocations = testing::stopCountingAllocations();
+  EXPECT_EQ(allocations.news, 0u);
+  EXPECT_EQ(allocations.mallocs, 0u);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -52,9 +52,18 @@ class BenchTarget {
       infos_.push_back(array.info);
       in_.push_back(array.bytes.data());
     }
-    const std::vector<TensorSlot> outputs = fixed_ ? fixed_->outputs() : dynamic_->outputsFor(infos_, in_);
-    for (const TensorSlot& slot : outputs) output_data_.emplace_back(slot.info.sizeInBytes());
-    for (auto& data : output_data_) out_.push_back(data.data());
+    if (fixed_) {
+      for (const TensorSlot& slot : fixed_->outputs()) output_data_.emplace_back(slot.info.sizeInBytes());
+      for (auto& data : output_data_) out_.push_back(data.data());
+    } else {
+      // Output shapes are learned as the model runs (it may run in stages);
+      // the buffers grow on the first run and are reused after.
+      output_data_.resize(dynamic_->outputs().size());
+      allocate_ = [this](size_t index, const TensorInfo& info) {
+        if (output_data_[index].size() < info.sizeInBytes()) output_data_[index].resize(info.sizeInBytes());
+        return output_data_[index].data();
+      };
+    }
   }
 
   bool runtimeShapes() const { return dynamic_ != nullptr; }
@@ -67,7 +76,7 @@ class BenchTarget {
         fixed_->run(in_, out_);
       }
     } else {
-      dynamic_->run(infos_, in_, out_, trace);
+      dynamic_->run(infos_, in_, allocate_, trace);
     }
   }
 
@@ -81,6 +90,7 @@ class BenchTarget {
   std::vector<const std::byte*> in_;
   std::vector<std::vector<std::byte>> output_data_;
   std::vector<std::byte*> out_;
+  OutputAllocator allocate_;
 };
 
 // The step events of each traced run, in order (an executor adds a run's

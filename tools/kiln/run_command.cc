@@ -66,14 +66,22 @@ Command addRunCommand(CLI::App& app) {
       input_infos.push_back(array.info);
       in.push_back(array.bytes.data());
     }
-    const std::vector<TensorSlot> outputs = dynamic ? dynamic_executor->outputsFor(input_infos, in) : executor->outputs();
-    std::vector<std::vector<std::byte>> output_data;
-    for (const TensorSlot& slot : outputs) output_data.emplace_back(slot.info.sizeInBytes());
-    std::vector<std::byte*> out;
-    for (auto& data : output_data) out.push_back(data.data());
+    // Outputs are made as their shapes become known (a package with run-time
+    // shapes may run in stages, its output shapes learned as it goes).
+    std::vector<TensorSlot> outputs = dynamic ? dynamic_executor->outputs() : executor->outputs();
+    std::vector<std::vector<std::byte>> output_data(outputs.size());
     if (dynamic) {
-      dynamic_executor->run(input_infos, in, out);
+      dynamic_executor->run(input_infos, in, [&](size_t index, const TensorInfo& info) {
+        outputs[index].info = info;
+        output_data[index].resize(info.sizeInBytes());
+        return output_data[index].data();
+      });
     } else {
+      std::vector<std::byte*> out;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        output_data[i].resize(outputs[i].info.sizeInBytes());
+        out.push_back(output_data[i].data());
+      }
       executor->run(in, out);
     }
 
