@@ -209,10 +209,13 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
 
 // The outputs of a node whose inputs are all constants, from `evaluate`;
 // nullopt when something is not static and deterministic, or when folding
-// would grow the package: outputs are folded when each is small, or when
-// together they take no more bytes than the constant inputs (the weight
-// rearrangements exporters leave in graphs: Slice, Concat, Transpose of
-// weights, as Silero VAD's LSTM has; a Cast from int8 to f32 does not fold).
+// would blow the package up: outputs are folded when each is small, or when
+// together they take at most kMaxFoldGrowth times the constant inputs' bytes.
+// That folds the weight rearrangements exporters leave in graphs (Slice,
+// Concat, Transpose of weights, as Silero VAD's LSTM has) and int8 weights
+// dequantized in the graph (Cast to f32, then Mul by the scale: 4x the bytes,
+// as onnxruntime folds them), but not a ConstantOfShape, Expand or Tile that
+// makes a large tensor out of a small one.
 std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const Node& node,
                                                      const ConstantEvaluator& evaluate) {
   static const std::set<std::string> kNeverFolded = {"RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -242,7 +245,8 @@ std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const N
     output_bytes += info->sizeInBytes();
     outputs.push_back(*info);
   }
-  if (!small && output_bytes > input_bytes) return std::nullopt;
+  constexpr uint64_t kMaxFoldGrowth = 4;
+  if (!small && output_bytes > kMaxFoldGrowth * input_bytes) return std::nullopt;
   return evaluate(node, inputs, outputs);
 }
 

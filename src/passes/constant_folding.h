@@ -10,7 +10,7 @@
 // The pass itself evaluates small integer tensors (at most
 // kMaxFoldedElements), in int64, with ONNX semantics. Any other node whose
 // inputs are all constants and whose outputs are static, and either small or
-// no larger in bytes than its constant inputs, goes to `evaluate` when one is
+// at most 4 times its constant inputs' bytes, goes to `evaluate` when one is
 // given: the compiler passes one that runs the CPU kernel once (function
 // bodies compute shapes with Cast, Sub, Div, ...; exporters slice, concatenate
 // and transpose weights).
