@@ -15,7 +15,10 @@
 namespace kiln {
 namespace {
 
-void recurrent(InferenceContext& context, int64_t gates) {
+// `quantized`: com.microsoft.DynamicQuantizeLSTM, whose W is [directions,
+// input size, gates * hidden] (and the inputs from 8 on its weights' scales
+// and zero points).
+void recurrent(InferenceContext& context, int64_t gates, bool quantized = false) {
   const DType dtype = context.inputType(0).dtype;
   const int64_t hidden = context.node().intAttribute("hidden_size", 0);
   if (hidden < 1) context.fail("needs a positive 'hidden_size' attribute, found {}", hidden);
@@ -27,8 +30,10 @@ void recurrent(InferenceContext& context, int64_t gates) {
   const int64_t layout = context.node().intAttribute("layout", 0);
   if (layout != 0 && layout != 1) context.fail("layout is {}, not 0 or 1", layout);
   if (const std::vector<Dim>* w = knownShape(context, 1)) {
-    if (w->size() != 3 || ((*w)[0].isKnown() && (*w)[0].size != directions) ||
-        ((*w)[1].isKnown() && (*w)[1].size != gates * hidden)) {
+    const bool fits = w->size() == 3 && (!(*w)[0].isKnown() || (*w)[0].size == directions) &&
+                      (!(*w)[quantized ? 2 : 1].isKnown() || (*w)[quantized ? 2 : 1].size == gates * hidden);
+    if (!fits) {
+      if (quantized) context.fail("W {} must be [{}, input size, {}]", dimsText(*w), directions, gates * hidden);
       context.fail("W {} must be [{}, {}, input size]", dimsText(*w), directions, gates * hidden);
     }
   }
@@ -51,6 +56,10 @@ void registerRecurrentOps(OpRegistry& registry) {
   registry.add(OpSchema{"", "RNN", 7, 3, 6, 0, 2, [](InferenceContext& c) { recurrent(c, 1); }});
   registry.add(OpSchema{"", "GRU", 7, 3, 6, 0, 2, [](InferenceContext& c) { recurrent(c, 3); }});
   registry.add(OpSchema{"", "LSTM", 7, 3, 8, 0, 3, [](InferenceContext& c) { recurrent(c, 4); }});
+  // onnxruntime's contrib op: an LSTM with int8 weights whose products are
+  // quantized dynamically (src/kernels/cpu/recurrent.cc).
+  registry.add(OpSchema{"com.microsoft", "DynamicQuantizeLSTM", 1, 12, 12, 0, 3,
+                        [](InferenceContext& c) { recurrent(c, 4, /*quantized=*/true); }});
 }
 
 }  // namespace kiln

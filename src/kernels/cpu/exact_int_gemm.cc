@@ -3,6 +3,9 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/vector_kernels.h"
 
 namespace kiln {
 namespace {
@@ -23,6 +26,28 @@ bool cpuHasVnni() {
 }
 
 }  // namespace
+
+DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y) {
+  const vec::VectorKernels& v = vec::vectorKernels();
+  // The range always holds 0 (ONNX).
+  const float lo = std::min(0.0f, n > 0 ? v.min(x, n) : 0.0f);
+  const float hi = std::max(0.0f, n > 0 ? v.max(x, n) : 0.0f);
+  DynamicQuantization q;
+  q.scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+  const float zero = std::nearbyint(std::clamp(0.0f - lo / q.scale, 0.0f, 255.0f));
+  q.zero = static_cast<uint8_t>(zero);
+  // |x / scale| <= 255 here, so adding and subtracting 1.5 * 2^23 rounds it
+  // half to even (the current rounding mode, as nearbyint) in a loop that
+  // vectorises; NaN ends as 0.
+  constexpr float kRounder = 12582912.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    float value = ((x[i] / q.scale + kRounder) - kRounder) + zero;
+    value = value > 255.0f ? 255.0f : value;
+    value = value >= 0.0f ? value : 0.0f;
+    y[i] = static_cast<uint8_t>(static_cast<int32_t>(value));
+  }
+  return q;
+}
 
 std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
                                                   std::vector<int64_t> b_offsets, DType b_dtype, const std::byte* b,

@@ -42,6 +42,17 @@ struct ExactIntGemm {
   mutable std::vector<float> block;  // [m, n]
 };
 
+// ONNX's DynamicQuantizeLinear of n floats into u8 (as onnxruntime computes
+// it, bit for bit): the range [min(x, 0), max(x, 0)] over 255 steps, x / scale
+// rounded half to even plus the zero point, saturated. The activations of
+// dynamically quantized layers (MatMulInteger's A, DynamicQuantizeLSTM's
+// inputs and states) are quantized so.
+struct DynamicQuantization {
+  float scale = 1;
+  uint8_t zero = 0;
+};
+DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y);
+
 // b: the constant B (`b_elements` of u8 or i8); b_zero: nullptr (0), or
 // one value (b_zero_stride 0) or one per column (stride 1) of B's type.
 std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,

@@ -37,7 +37,6 @@
 #include "kernels/cpu/element_access.h"
 #include "kernels/cpu/exact_int_gemm.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -355,27 +354,10 @@ std::unique_ptr<KernelState> prepareDynamicQuantize(const KernelSetup& setup) {
 // steps; the zero point is -min / scale rounded half to even.
 void runDynamicQuantize(const KernelCall& call) {
   const auto& s = static_cast<const DynamicQuantizeState&>(*call.state);
-  const float* x = call.inputs[0].as<const float>();
-  const vec::VectorKernels& v = vec::vectorKernels();
-  // The range always holds 0 (ONNX); a NaN in x makes it NaN, as the loop
-  // it replaces did not guarantee either way.
-  const float lo = std::min(0.0f, s.count > 0 ? v.min(x, s.count) : 0.0f);
-  const float hi = std::max(0.0f, s.count > 0 ? v.max(x, s.count) : 0.0f);
-  const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-  const float zero = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
-  // |x / scale| <= 255 here, so adding and subtracting 1.5 * 2^23 rounds it
-  // half to even (the current rounding mode, as nearbyint) in a loop that
-  // vectorises; NaN ends as 0.
-  constexpr float kRounder = 12582912.0f;
-  auto* y = call.outputs[0].as<uint8_t>();
-  for (int64_t i = 0; i < s.count; ++i) {
-    float q = ((x[i] / scale + kRounder) - kRounder) + zero;
-    q = q > 255.0f ? 255.0f : q;
-    q = q >= 0.0f ? q : 0.0f;
-    y[i] = static_cast<uint8_t>(static_cast<int32_t>(q));
-  }
-  *call.outputs[1].as<float>() = scale;
-  *call.outputs[2].as<uint8_t>() = static_cast<uint8_t>(zero);
+  const DynamicQuantization q =
+      quantizeDynamic(call.inputs[0].as<const float>(), s.count, call.outputs[0].as<uint8_t>());
+  *call.outputs[1].as<float>() = q.scale;
+  *call.outputs[2].as<uint8_t>() = q.zero;
 }
 
 // ------------------------------------------------- integer matrix product

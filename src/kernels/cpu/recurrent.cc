@@ -20,6 +20,15 @@
 // two directions of a bidirectional layer run on two threads when the layer
 // is big enough to pay for waking them (parallel.h).
 //
+// com.microsoft.DynamicQuantizeLSTM (onnxruntime's dynamically quantized
+// LSTM: int8 W [directions, input, 4 hidden] and R [directions, hidden, 4
+// hidden] with scales and zero points per direction or per gate column) runs
+// the same steps, its two products as onnxruntime computes them: the inputs
+// (all steps at once) and each step's h quantized to u8 by
+// DynamicQuantizeLinear's rule, the integer products exact
+// (exact_int_gemm.h), each column scaled by the input's scale times the
+// weight's. As onnxruntime's LSTM, it adds the biases after both products.
+//
 // Scratch (the projected inputs, the running h and c, the gates) lives in
 // the state, one set per direction: one call at a time per prepared step, as
 // the executor runs them.
@@ -34,6 +43,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/exact_int_gemm.h"
 #include "kernels/cpu/float_staging.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/parallel.h"
@@ -168,6 +178,15 @@ struct DirectionScratch {
   std::vector<float> h, c;       // [batch, hidden]
   std::vector<float> gates;      // [batch, gates * hidden]
   std::vector<float> extra;      // [batch, hidden]: GRU's r * h or R_h h; LSTM's tanh(c)
+  // DynamicQuantizeLSTM: the quantized inputs (all steps), h, and the i32 products.
+  std::vector<uint8_t> x_q, h_q;
+  std::vector<int32_t> products;  // [max(seq * batch, batch), gates * hidden]
+};
+
+// DynamicQuantizeLSTM's weights of one direction.
+struct QuantizedDirection {
+  std::unique_ptr<ExactIntGemm> w, r;  // x_q W and h_q R, exact i32
+  std::vector<float> w_scale, r_scale;  // per gate column
 };
 
 struct RecurrentState final : KernelState {
@@ -181,6 +200,7 @@ struct RecurrentState final : KernelState {
   bool has_bias = false, has_lens = false, has_h0 = false, has_c0 = false, has_peepholes = false;
   std::vector<Activation> activations;      // activationsOf(cell) per direction
   std::vector<std::vector<float>> r_packed;  // per direction, R transposed, when R is a constant
+  std::vector<QuantizedDirection> quantized;  // DynamicQuantizeLSTM only, per direction
   fp::FloatStaging staging;
   mutable std::vector<DirectionScratch> scratch;  // per direction, see the header comment
 };
@@ -195,9 +215,22 @@ void transpose(const float* from, int64_t rows, int64_t cols, float* to) {
   }
 }
 
-std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, const KernelSetup& setup) {
-  checks::expectCounts(op, setup, 3, cell == Cell::kLstm ? 8 : 6, 0, cell == Cell::kLstm ? 3 : 2);
+// Input indices of DynamicQuantizeLSTM's scales and zero points.
+constexpr size_t kWScale = 8, kWZero = 9, kRScale = 10, kRZero = 11;
+
+void prepareQuantizedWeights(std::string_view op, RecurrentState& s, const KernelSetup& setup);
+
+std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, const KernelSetup& setup,
+                                              bool quantized = false) {
+  if (quantized) {
+    checks::expectCounts(op, setup, 3, 12, 0, 3);  // the scales and zero points: prepareQuantizedWeights
+  } else {
+    checks::expectCounts(op, setup, 3, cell == Cell::kLstm ? 8 : 6, 0, cell == Cell::kLstm ? 3 : 2);
+  }
   const TensorInfo& x = setup.inputs[0];
+  if (quantized && x.dtype != DType::kF32) {
+    throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32)", op, typeText(x)));
+  }
   if (!fp::isComputedInF32(x.dtype)) {
     throw UsageError(fmt::format("{}: no kernel for {} inputs (supports f32, f16, bf16)", op, typeText(x)));
   }
@@ -234,8 +267,17 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
     }
     return true;
   };
-  expectInput(1, "W", {d, g, s->input}, x.dtype);
-  expectInput(2, "R", {d, g, h}, x.dtype);
+  if (quantized) {
+    const DType weights = setup.inputs[1].dtype;
+    if (weights != DType::kI8 && weights != DType::kU8) {
+      throw UsageError(fmt::format("{}: W must be i8 or u8, found {}", op, typeText(setup.inputs[1])));
+    }
+    expectInput(1, "W", {d, s->input, g}, weights);
+    expectInput(2, "R", {d, h, g}, weights);
+  } else {
+    expectInput(1, "W", {d, g, s->input}, x.dtype);
+    expectInput(2, "R", {d, g, h}, x.dtype);
+  }
   s->has_bias = expectInput(kBias, "B", {d, 2 * g}, x.dtype);
   s->has_lens = expectInput(kLens, "sequence_lens", {s->batch}, DType::kI32);
   s->has_h0 = expectInput(kInitialH, "initial_h", state, x.dtype);
@@ -246,8 +288,10 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
   for (size_t i = 0; i < setup.outputs.size(); ++i) checks::expectOutput(op, setup, i, x.dtype, i == 0 ? y : state);
 
   // A constant f32 R is transposed once, here.
-  const bool r_constant = setup.constants.size() > 2 && setup.constants[2] != nullptr && x.dtype == DType::kF32;
-  if (r_constant) {
+  const bool r_constant = quantized || (setup.constants.size() > 2 && setup.constants[2] != nullptr &&
+                                        x.dtype == DType::kF32);
+  if (quantized) prepareQuantizedWeights(op, *s, setup);
+  if (r_constant && !quantized) {
     const auto* r = reinterpret_cast<const float*>(setup.constants[2]);
     for (int64_t dir = 0; dir < d; ++dir) {
       s->r_packed.emplace_back(static_cast<size_t>(g * h));
@@ -264,6 +308,11 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
     scratch.c.assign(size(s->batch * h), 0.0f);
     scratch.gates.assign(size(s->batch * g), 0.0f);
     scratch.extra.assign(size(s->batch * h), 0.0f);
+    if (quantized) {
+      scratch.x_q.assign(size(s->seq * s->batch * s->input), 0);
+      scratch.h_q.assign(size(s->batch * h), 0);
+      scratch.products.assign(size(std::max<int64_t>(s->seq, 1) * s->batch * g), 0);
+    }
   }
   s->staging.plan(setup);
   return s;
@@ -272,6 +321,49 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
 std::unique_ptr<KernelState> prepareRnn(const KernelSetup& setup) { return prepareRecurrent("RNN", Cell::kRnn, setup); }
 std::unique_ptr<KernelState> prepareGru(const KernelSetup& setup) { return prepareRecurrent("GRU", Cell::kGru, setup); }
 std::unique_ptr<KernelState> prepareLstm(const KernelSetup& setup) { return prepareRecurrent("LSTM", Cell::kLstm, setup); }
+std::unique_ptr<KernelState> prepareDynamicQuantizeLstm(const KernelSetup& setup) {
+  return prepareRecurrent("DynamicQuantizeLSTM", Cell::kLstm, setup, /*quantized=*/true);
+}
+
+// W and R of every direction, with their scales and zero points (constants:
+// one per direction, or one per gate column).
+void prepareQuantizedWeights(std::string_view op, RecurrentState& s, const KernelSetup& setup) {
+  const int64_t d_count = s.directions, g = 4 * s.hidden;
+  const DType weights = setup.inputs[1].dtype;
+  for (size_t i : {size_t{1}, size_t{2}, kWScale, kWZero, kRScale, kRZero}) {
+    if (i >= setup.constants.size() || setup.constants[i] == nullptr) {
+      throw UsageError(fmt::format("{}: W, R and their scales and zero points must be constants (input {} is not)", op, i));
+    }
+  }
+  // Per direction ([d]) or per gate column ([d, 4 hidden]); the stride of one direction.
+  auto perColumn = [&](size_t index, DType dtype, const char* name) {
+    const TensorInfo& info = setup.inputs[index];
+    if (info == TensorInfo{dtype, {d_count}}) return false;
+    if (info == TensorInfo{dtype, {d_count, g}}) return true;
+    throw UsageError(fmt::format("{}: {} (input {}) must be {}[{}] or {}[{}, {}], found {}", op, name, index,
+                                 dtypeName(dtype), d_count, dtypeName(dtype), d_count, g, typeText(info)));
+  };
+  const bool w_columns = perColumn(kWScale, DType::kF32, "W_scale");
+  const bool r_columns = perColumn(kRScale, DType::kF32, "R_scale");
+  if (perColumn(kWZero, weights, "W_zero_point") != w_columns || perColumn(kRZero, weights, "R_zero_point") != r_columns) {
+    throw UsageError(fmt::format("{}: each zero point must have the shape of its scale", op));
+  }
+  const size_t element = dtypeSize(weights);
+  for (int64_t d = 0; d < d_count; ++d) {
+    QuantizedDirection q;
+    auto make = [&](size_t matrix, size_t scale, size_t zero, bool columns, int64_t rows, int64_t k,
+                    std::vector<float>& column_scale) {
+      const auto* scales = reinterpret_cast<const float*>(setup.constants[scale]);
+      for (int64_t j = 0; j < g; ++j) column_scale.push_back(columns ? scales[d * g + j] : scales[d]);
+      const std::byte* zero_point = setup.constants[zero] + (columns ? d * g : d) * static_cast<int64_t>(element);
+      return prepareExactIntGemm(rows, g, k, {0}, {0}, weights, setup.constants[matrix] + d * k * g * static_cast<int64_t>(element),
+                                 static_cast<uint64_t>(k * g), zero_point, columns ? 1 : 0);
+    };
+    q.w = make(1, kWScale, kWZero, w_columns, s.seq * s.batch, s.input, q.w_scale);
+    q.r = make(2, kRScale, kRZero, r_columns, s.batch, s.hidden, q.r_scale);
+    s.quantized.push_back(std::move(q));
+  }
+}
 
 // -------------------------------------------------------------------- run
 
@@ -323,6 +415,23 @@ void lstmRow(const RecurrentState& s, const Activation* act, const float* peep, 
   for (int64_t j = 0; j < n; ++j) h[j] = o_gate[j] * tanh_c[j];
 }
 
+// to[row][j] (+)= (x quantized) W_q [row][j] * x_scale * w_scale[j], for
+// `rows` rows of k floats: DynamicQuantizeLSTM's products, as onnxruntime
+// computes them (the multiplier rounded to f32 first).
+void projectQuantized(const ExactIntGemm& gemm, const std::vector<float>& column_scale, const float* x, int64_t rows,
+                      int64_t k, int64_t g, uint8_t* x_q, int32_t* products, float* to, bool accumulate) {
+  const DynamicQuantization q = quantizeDynamic(x, rows * k, x_q);
+  // The scratch is this direction's, one call at a time (see the top): the
+  // product cannot find it taken.
+  runExactIntGemm(gemm, DType::kU8, reinterpret_cast<const std::byte*>(x_q), q.zero, products);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t j = 0; j < g; ++j) {
+      const float value = static_cast<float>(products[row * g + j]) * (q.scale * column_scale[static_cast<size_t>(j)]);
+      to[row * g + j] = accumulate ? to[row * g + j] + value : value;
+    }
+  }
+}
+
 // One direction over the whole sequence.
 void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
   DirectionScratch& sc = s.scratch[static_cast<size_t>(d)];
@@ -331,7 +440,8 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
   const Activation* act = s.activations.data() + d * activationsOf(s.cell);
   const bool gru = s.cell == Cell::kGru;
   const bool lbr = gru && s.linear_before_reset;
-  const float* w = in.w + d * g * s.input;
+  const bool lstm = s.cell == Cell::kLstm;
+  const QuantizedDirection* quantized = s.quantized.empty() ? nullptr : &s.quantized[static_cast<size_t>(d)];
   const float* wb = in.bias == nullptr ? nullptr : in.bias + d * 2 * g;
   const float* rb = wb == nullptr ? nullptr : wb + g;
   const float* peep = in.peep == nullptr ? nullptr : in.peep + d * 3 * n;
@@ -342,14 +452,28 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
   for (int64_t j = 0; j < g; ++j) {
     sc.bias[j] = wb == nullptr ? 0.0f : wb[j] + (j < folded_rb ? rb[j] : 0.0f);
   }
-  // projected = X W^T + bias, every time step at once.
+  // projected = X W^T (+ the biases, but for LSTM, which adds them after
+  // both products as onnxruntime does), every time step at once.
   float* projected = sc.projected.data();
-  for (int64_t row = 0; row < rows; ++row) std::copy(sc.bias.begin(), sc.bias.end(), projected + row * g);
-  if (rows > 0 && s.input > 0) {
-    dnnl_sgemm('N', 'T', rows, g, s.input, 1.0f, in.x, s.input, w, s.input, 1.0f, projected, g);
+  if (quantized != nullptr) {
+    projectQuantized(*quantized->w, quantized->w_scale, in.x, rows, s.input, g, sc.x_q.data(), sc.products.data(),
+                     projected, false);
+  } else {
+    for (int64_t row = 0; row < rows; ++row) {
+      if (lstm) {
+        std::fill(projected + row * g, projected + (row + 1) * g, 0.0f);
+      } else {
+        std::copy(sc.bias.begin(), sc.bias.end(), projected + row * g);
+      }
+    }
+    if (rows > 0 && s.input > 0) {
+      dnnl_sgemm('N', 'T', rows, g, s.input, 1.0f, in.x, s.input, in.w + d * g * s.input, s.input, 1.0f, projected, g);
+    }
   }
   const float* r_t = sc.r_t.data();
-  if (s.r_packed.empty()) {
+  if (quantized != nullptr) {
+    r_t = nullptr;  // the recurrent product is quantized->r's
+  } else if (s.r_packed.empty()) {
     transpose(in.r + d * g * n, g, n, sc.r_t.data());
   } else {
     r_t = s.r_packed[static_cast<size_t>(d)].data();
@@ -388,7 +512,15 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
       }
     }
     const int64_t first_columns = gru ? 2 * n : g;
-    v.matmulAccumulate(sc.h.data(), n, r_t, g, gates, g, s.batch, first_columns, n);
+    if (quantized != nullptr) {
+      projectQuantized(*quantized->r, quantized->r_scale, sc.h.data(), s.batch, n, g, sc.h_q.data(), sc.products.data(),
+                       gates, true);
+    } else {
+      v.matmulAccumulate(sc.h.data(), n, r_t, g, gates, g, s.batch, first_columns, n);
+    }
+    if (lstm) {
+      for (int64_t b = 0; b < s.batch; ++b) v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(gates + b * g, sc.bias.data(), gates + b * g, g);
+    }
     if (lbr) {
       for (int64_t b = 0; b < s.batch; ++b) {
         for (int64_t j = 0; j < n; ++j) extra[b * n + j] = rb == nullptr ? 0.0f : rb[2 * n + j];
@@ -484,6 +616,7 @@ void registerRecurrentKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"RNN", &prepareRnn, &runRecurrent});
   registry.add(KernelDef{"GRU", &prepareGru, &runRecurrent});
   registry.add(KernelDef{"LSTM", &prepareLstm, &runRecurrent});
+  registry.add(KernelDef{"com.microsoft.DynamicQuantizeLSTM", &prepareDynamicQuantizeLstm, &runRecurrent});
 }
 
 }  // namespace kiln
