@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/runtime_shapes.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {
@@ -61,17 +62,8 @@ class Copier {
   }
 
   void node(const Node& node) {
-    std::vector<ValueId> inputs;
-    for (ValueId input : node.inputs) inputs.push_back(mapped(input));
-    std::vector<std::string> names;
-    for (ValueId output : node.outputs) names.push_back(from_.value(output).name);
-    const NodeId id = to_.addNode(node.op_type, inputs, names, node.attributes, node.domain);
-    to_.node(id).name = node.name;
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      const ValueId copy = to_.node(id).outputs[i];
-      to_.value(copy).type = from_.value(node.outputs[i]).type;
-      map_[node.outputs[i]] = copy;
-    }
+    for (ValueId input : node.inputs) mapped(input);  // initializers first met here
+    copyNode(from_, node, to_, map_);
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "kiln/error.h"
+#include "passes/pass_helpers.h"
 
 namespace kiln {
 namespace {
@@ -41,20 +42,7 @@ void inlineBranch(Graph& graph, NodeId if_node, const Graph& branch) {
   for (ValueId id : branch.initializers()) {
     mapped[id] = graph.addInitializer(branch.value(id).name, branch.value(id).initializer);
   }
-  for (NodeId id : branch.topologicalOrder()) {
-    const Node& node = branch.node(id);
-    std::vector<ValueId> inputs;
-    for (ValueId input : node.inputs) inputs.push_back(input == kNoValue ? kNoValue : mapped.at(input));
-    std::vector<std::string> names;
-    for (ValueId output : node.outputs) names.push_back(branch.value(output).name);
-    const NodeId copy = graph.addNode(node.op_type, inputs, names, node.attributes, node.domain);
-    graph.node(copy).name = node.name;
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      const ValueId output = graph.node(copy).outputs[i];
-      graph.value(output).type = branch.value(node.outputs[i]).type;
-      mapped[node.outputs[i]] = output;
-    }
-  }
+  for (NodeId id : branch.topologicalOrder()) copyNode(branch, branch.node(id), graph, mapped);
   // Each If output keeps its name (graph outputs and values that subgraphs
   // capture are found by name), now on an Identity of the branch's result:
   // a view, which costs nothing.

@@ -86,4 +86,19 @@ void replaceByFusedNode(Graph& graph, const std::vector<NodeId>& nodes, const st
   for (auto it = nodes.rbegin() + 1; it != nodes.rend(); ++it) graph.removeNode(*it);
 }
 
+NodeId copyNode(const Graph& from, const Node& node, Graph& to, std::map<ValueId, ValueId>& mapped) {
+  std::vector<ValueId> inputs;
+  for (ValueId input : node.inputs) inputs.push_back(input == kNoValue ? kNoValue : mapped.at(input));
+  std::vector<std::string> names;
+  for (ValueId output : node.outputs) names.push_back(from.value(output).name);
+  const NodeId copy = to.addNode(node.op_type, inputs, names, node.attributes, node.domain);
+  to.node(copy).name = node.name;
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const ValueId output = to.node(copy).outputs[i];
+    to.value(output).type = from.value(node.outputs[i]).type;
+    mapped[node.outputs[i]] = output;
+  }
+  return copy;
+}
+
 }  // namespace kiln

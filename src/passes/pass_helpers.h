@@ -1,6 +1,7 @@
 // Queries about a graph that several passes ask, and small editing helpers.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,5 +44,11 @@ std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank)
 // others go. Every output of the others must be read only by `nodes`.
 void replaceByFusedNode(Graph& graph, const std::vector<NodeId>& nodes, const std::string& op, Attributes attributes,
                         const std::vector<ValueId>& inputs, std::string name);
+
+// Copies `node` of `from` into `to`: inputs through `mapped` (kNoValue stays
+// kNoValue; every other input must be there), outputs added to `mapped`. The
+// copy keeps the node's name, attributes (subgraphs shared), output names and
+// types. Returns its id.
+NodeId copyNode(const Graph& from, const Node& node, Graph& to, std::map<ValueId, ValueId>& mapped);
 
 }  // namespace kiln
