@@ -40,7 +40,11 @@ const std::set<std::string>& elementwiseOps() {
       "Exp",  "Floor",     "Gelu",        "HardSigmoid", "HardSwish", "LeakyRelu", "Log", "Max", "Mean",
       "Min",  "Mish",      "Mul",         "Neg",     "Pow",   "PRelu",   "Reciprocal", "Relu", "Round",
       "Selu", "Sigmoid",   "Sign",        "Softplus", "Softsign", "Sqrt", "Sub",      "Sum",  "Tanh",
-      "ThresholdedRelu"};
+      "ThresholdedRelu",
+      // Not arithmetic, but layout-blind all the same: the Identity that keeps
+      // a fused value's name (squeeze-excite blocks end up with one between
+      // a Conv and its Relu).
+      "Identity"};
   return kOps;
 }
 
