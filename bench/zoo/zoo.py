@@ -154,6 +154,18 @@ def make_inputs(entry, batch: int):
             value = rng.integers(spec.get("low", 1000), spec.get("high", 5000), shape)
             value[..., 0] = spec.get("first", 101)
             value[..., -1] = spec.get("last", 102)
+        elif fill == "table_grid":  # a ruled table on white paper, [B, 3, H, W], normalized as ImageNet models expect
+            value = np.ones(shape)
+            height, width = shape[2], shape[3]
+            for r in range(spec["rows"] + 1):
+                y = min(height - 3, 8 + r * (height - 16) // spec["rows"])
+                value[:, :, y:y + 3, 8:width - 8] = 0.0
+            for c in range(spec["columns"] + 1):
+                x = min(width - 3, 8 + c * (width - 16) // spec["columns"])
+                value[:, :, 8:height - 8, x:x + 3] = 0.0
+            mean = np.array([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1)
+            std = np.array([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1)
+            value = (value - mean) / std
         else:
             raise ValueError(f"{entry['id']}: input {name}: unknown fill {fill!r}")
         arrays[name] = np.array(value, dtype=dtype, order="C")  # ascontiguousarray would make a 0-d array 1-d
@@ -337,7 +349,7 @@ def write_results(lines, summary, command):
         text = f.read()
     section = ["## Model zoo", "", f"Command: `{command}`", "",
                f"Run on {datetime.date.today().isoformat()}; {compare.machine_info()}; "
-               f"{', '.join(compare.versions(os.path.join(ROOT, 'build/release/tools/kiln')))}.", "",
+               f"{compare.versions(os.path.join(ROOT, 'build/release/tools/kiln'))}.", "",
                "Real public models from Python wheels (bench/zoo/models.json). p50 latency of one call, each engine "
                "in a process of its own, timed in Python the same way; rel err: max|x - onnxruntime| / "
                "max|onnxruntime| over all outputs.", "", summary, ""] + lines + [""]

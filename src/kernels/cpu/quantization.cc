@@ -21,6 +21,9 @@
 // Scales and zero points are read at run time (they may be graph inputs),
 // one element at a time through element_access.h. Nothing allocates while
 // running: the matrix products accumulate into a fixed block on the stack.
+// With constant weights, MatMulInteger and ConvInteger take exact GEMM routes
+// instead (exact_int_gemm.h, integer_conv_gemm.h); the loops here remain for
+// weights computed at run time.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -36,6 +39,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
 #include "kernels/cpu/exact_int_gemm.h"
+#include "kernels/cpu/integer_conv_gemm.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -691,6 +695,7 @@ void integerConv(const ConvGeometry& g, const TX* x, const TW* w, int32_t x_zero
 struct ConvIntegerState final : KernelState {
   ConvGeometry geometry;
   int64_t w_zero_stride = 0;
+  std::unique_ptr<IntegerConvGemm> fast;  // constant weights (integer_conv_gemm.h)
 };
 
 std::unique_ptr<KernelState> prepareConvInteger(const KernelSetup& setup) {
@@ -704,6 +709,12 @@ std::unique_ptr<KernelState> prepareConvInteger(const KernelSetup& setup) {
   state->geometry = convGeometry(op, setup.params, setup.inputs[0], setup.inputs[1], setup.outputs[0]);
   if (present(inputAt(setup, 2))) expectSingle(op, setup, 2);
   state->w_zero_stride = zeroPointStride(op, setup, 3, state->geometry.out_channels, "output channel");
+  const auto constant = [&](size_t index) { return index < setup.constants.size() ? setup.constants[index] : nullptr; };
+  const bool w_zero_known = !present(inputAt(setup, 3)) || constant(3) != nullptr;
+  if (constant(1) != nullptr && w_zero_known) {
+    state->fast = prepareIntegerConvGemm(state->geometry, setup.inputs[1].dtype, constant(1),
+                                         present(inputAt(setup, 3)) ? constant(3) : nullptr, state->w_zero_stride);
+  }
   return state;
 }
 
@@ -712,6 +723,7 @@ void runConvInteger(const KernelCall& call) {
   const ConvGeometry& g = s.geometry;
   int32_t* y = call.outputs[0].as<int32_t>();
   const int32_t x_zero = zeroPointOf(call, 2, 0).at(0);
+  if (s.fast && runIntegerConvGemm(*s.fast, call.inputs[0].dtype, call.inputs[0].data, x_zero, y)) return;
   withInteger8(call.inputs[0], call.inputs[1], [&](const auto* x, const auto* w) {
     integerConv(g, x, w, x_zero, zeroPointOf(call, 3, s.w_zero_stride),
                 [&](int64_t n, int64_t m, int64_t position, int32_t sum) {

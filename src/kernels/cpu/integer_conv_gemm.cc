@@ -1,0 +1,127 @@
+#include "kernels/cpu/integer_conv_gemm.h"
+
+#include <dnnl.h>
+
+#include <algorithm>
+
+namespace kiln {
+namespace {
+
+// The k block whose partial sums stay exact in f32 (see the header).
+constexpr int64_t kExactBlock = 256;
+// About 1 MiB of columns per GEMM call.
+constexpr int64_t kColumnFloats = int64_t{1} << 18;
+
+float integerAt(DType dtype, const std::byte* data, int64_t i) {
+  return dtype == DType::kU8 ? static_cast<float>(reinterpret_cast<const uint8_t*>(data)[i])
+                             : static_cast<float>(reinterpret_cast<const int8_t*>(data)[i]);
+}
+
+// columns[r, i] = x[k0 + r at output position p0 + i] - zero, or 0 where the
+// kernel reads padding; x_group points at the group's first input channel.
+template <typename TX>
+void unfold(const ConvGeometry& g, const TX* x_group, float zero, int64_t k0, int64_t rows, int64_t p0,
+            int64_t count, float* columns) {
+  const int64_t kernel_size = g.kernelSize();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t kk = k0 + r;
+    const int64_t at = kk % kernel_size;
+    const int64_t kd = at / (g.kernel[1] * g.kernel[2]);
+    const int64_t kh = (at / g.kernel[2]) % g.kernel[1];
+    const int64_t kw = at % g.kernel[2];
+    const TX* x_c = x_group + (kk / kernel_size) * g.inPlane();
+    float* dst = columns + r * count;
+    // One output row (fixed od, oh) at a time: its input row is fixed too.
+    for (int64_t i = 0, p = p0; i < count;) {
+      const int64_t ow = p % g.out[2];
+      const int64_t oh = (p / g.out[2]) % g.out[1];
+      const int64_t od = p / (g.out[2] * g.out[1]);
+      const int64_t run = std::min(g.out[2] - ow, count - i);
+      const int64_t id = od * g.strides[0] - g.pad_begin[0] + kd * g.dilations[0];
+      const int64_t ih = oh * g.strides[1] - g.pad_begin[1] + kh * g.dilations[1];
+      if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+        std::fill(dst + i, dst + i + run, 0.0f);
+      } else {
+        const TX* row = x_c + (id * g.in[1] + ih) * g.in[2];
+        const int64_t step = g.strides[2];
+        const int64_t first = kw * g.dilations[2] - g.pad_begin[2];
+        for (int64_t j = 0; j < run; ++j) {
+          const int64_t iw = (ow + j) * step + first;
+          dst[i + j] = iw >= 0 && iw < g.in[2] ? static_cast<float>(row[iw]) - zero : 0.0f;
+        }
+      }
+      i += run;
+      p += run;
+    }
+  }
+}
+
+template <typename TX>
+void convolve(const IntegerConvGemm& conv, const TX* x, float zero, int32_t* y) {
+  const ConvGeometry& g = conv.geometry;
+  const int64_t group_in = g.in_channels / g.group;
+  const int64_t group_out = g.out_channels / g.group;
+  const int64_t positions = g.outPlane();
+  for (int64_t n = 0; n < g.batch; ++n) {
+    for (int64_t group = 0; group < g.group; ++group) {
+      const TX* x_group = x + (n * g.in_channels + group * group_in) * g.inPlane();
+      const float* w_group = conv.weights.data() + group * group_out * conv.depth;
+      int32_t* y_group = y + (n * g.out_channels + group * group_out) * positions;
+      for (int64_t p0 = 0; p0 < positions; p0 += conv.chunk) {
+        const int64_t count = std::min(conv.chunk, positions - p0);
+        for (int64_t k0 = 0; k0 < conv.depth; k0 += kExactBlock) {
+          const int64_t rows = std::min(kExactBlock, conv.depth - k0);
+          unfold(g, x_group, zero, k0, rows, p0, count, conv.columns.data());
+          dnnl_sgemm('N', 'N', group_out, count, rows, 1.0f, w_group + k0, conv.depth, conv.columns.data(), count,
+                     0.0f, conv.sums.data(), count);
+          for (int64_t m = 0; m < group_out; ++m) {
+            int32_t* out = y_group + m * positions + p0;
+            const float* sums = conv.sums.data() + m * count;
+            if (k0 == 0) {
+              for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(sums[i]);
+            } else {
+              for (int64_t i = 0; i < count; ++i) out[i] += static_cast<int32_t>(sums[i]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<IntegerConvGemm> prepareIntegerConvGemm(const ConvGeometry& geometry, DType w_dtype,
+                                                        const std::byte* w, const std::byte* w_zero,
+                                                        int64_t w_zero_stride) {
+  auto conv = std::make_unique<IntegerConvGemm>();
+  const ConvGeometry& g = geometry;
+  conv->geometry = g;
+  conv->depth = g.in_channels / g.group * g.kernelSize();
+  const int64_t block_rows = std::min(conv->depth, kExactBlock);
+  conv->chunk = std::min(g.outPlane(), std::max<int64_t>(256, kColumnFloats / block_rows));
+  conv->weights.resize(static_cast<size_t>(g.out_channels * conv->depth));
+  for (int64_t m = 0; m < g.out_channels; ++m) {
+    const float zero = w_zero == nullptr ? 0.0f : integerAt(w_dtype, w_zero, w_zero_stride == 0 ? 0 : m);
+    for (int64_t k = 0; k < conv->depth; ++k) {
+      conv->weights[static_cast<size_t>(m * conv->depth + k)] = integerAt(w_dtype, w, m * conv->depth + k) - zero;
+    }
+  }
+  conv->columns.resize(static_cast<size_t>(block_rows * conv->chunk));
+  conv->sums.resize(static_cast<size_t>(g.out_channels / g.group * conv->chunk));
+  return conv;
+}
+
+bool runIntegerConvGemm(const IntegerConvGemm& conv, DType x_dtype, const std::byte* x, int32_t x_zero, int32_t* y) {
+  if (conv.busy.exchange(true, std::memory_order_acquire)) return false;
+  const auto zero = static_cast<float>(x_zero);
+  if (x_dtype == DType::kU8) {
+    convolve(conv, reinterpret_cast<const uint8_t*>(x), zero, y);
+  } else {
+    convolve(conv, reinterpret_cast<const int8_t*>(x), zero, y);
+  }
+  conv.busy.store(false, std::memory_order_release);
+  return true;
+}
+
+}  // namespace kiln
