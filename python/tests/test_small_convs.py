@@ -67,3 +67,20 @@ def test_squeeze_excite_block(tmp_path, batch):
     initializers = [weights("W1", (8, 48, 1, 1), 3), weights("B1", (8,), 4), weights("W2", (48, 8, 1, 1), 5),
                     weights("B2", (48,), 6), weights("W3", (48, 48, 3, 3), 7)]
     run_both(tmp_path, nodes, [batch, 48, 2, 2], initializers)
+
+
+@pytest.mark.parametrize("batch,height,kernel,stride,pad,dilation", [
+    (1, 64, 5, 1, 0, 1),   # Magika's Conv1D as TensorFlow exports it: [N, C, H, 1], kernel [5, 1]
+    (2, 50, 3, 2, 1, 2),   # stride, padding and dilation along H
+    (1, 33, 4, 1, 3, 1),   # padding wider than the kernel's reach on one side
+])
+def test_height_only_convs(tmp_path, batch, height, kernel, stride, pad, dilation):
+    """Convs over [H, 1] with [k, 1] kernels, which kiln hands to oneDNN as
+    convs over [1, H] (conv.cc, preferWidth); two in a row, so that the
+    channels-last form runs too."""
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], strides=[stride, 1], pads=[pad, 0, pad, 0],
+                              dilations=[dilation, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2"], ["y"], pads=[1, 0, 1, 0], kernel_shape=[3, 1])]
+    run_both(tmp_path, nodes, [batch, 48, height, 1],
+             [weights("W1", (64, 48, kernel, 1), 3), weights("B1", (64,), 4), weights("W2", (32, 64, 3, 1), 5)])

@@ -176,6 +176,22 @@ Ints kernelShape(std::string_view op, const KernelSetup& setup, size_t spatial) 
   return kernel;
 }
 
+// A 2-D convolution over [H, 1] with a [kh, 1] kernel (a 1-D convolution
+// exported as 2-D, the way TensorFlow and JAX write Conv1D) is described to
+// oneDNN as one over [1, H] with a [1, kh] kernel. Both have the same bytes
+// in every layout kiln uses (NCHW, NHWC, nChw16c, and the weights), but
+// oneDNN's brgemm convolution blocks along the output width: with a width of
+// 1 it multiplies rows of one, at less than half the speed of the same
+// convolution along W (512 channels over 512 positions, kernel 5: 7.5 ms
+// against 3.1 ms for the GEMM of the same size, on 2 cores).
+void preferWidth(ConvShape& s) {
+  if (s.spatial != 2 || s.in[1] != 1 || s.out[1] != 1 || s.kernel[1] != 1 || s.in[0] == 1) return;
+  if (s.pad_begin[1] != 0 || s.pad_end[1] != 0) return;
+  for (Ints* axis : {&s.in, &s.out, &s.kernel, &s.strides, &s.dilations, &s.pad_begin, &s.pad_end}) {
+    std::swap((*axis)[0], (*axis)[1]);
+  }
+}
+
 ConvShape convShape(const KernelSetup& setup) {
   constexpr std::string_view op = "Conv";
   checkInputs(op, setup);
@@ -232,6 +248,7 @@ ConvShape convShape(const KernelSetup& setup) {
     }
   }
   checkOutput(op, setup, s);
+  preferWidth(s);
   return s;
 }
 
