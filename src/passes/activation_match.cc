@@ -33,6 +33,15 @@ struct Matcher {
   std::optional<ActivationMatch> matchActivation(ValueId x) const;
   std::optional<ActivationMatch> matchSingleNodeActivation(NodeId id) const;
   std::optional<ActivationMatch> matchGeluSubgraph(ValueId x) const;
+  std::optional<ActivationMatch> matchHardSwishSubgraph(ValueId x) const;
+  // `id` divides `value` by `divisor`, or multiplies it by 1 / divisor.
+  bool dividesBy(NodeId id, ValueId value, double divisor) const {
+    if (isOp(id, "Div")) {
+      const Node& node = graph_.node(id);
+      return node.inputs[0] == value && isScalar(node.inputs[1], divisor, shapeOf(value).size());
+    }
+    return isBinaryWithScalar(id, "Mul", value, 1.0 / divisor);
+  }
 };
 
 std::optional<ActivationMatch> Matcher::matchSingleNodeActivation(NodeId id) const {
@@ -118,6 +127,55 @@ std::optional<ActivationMatch> Matcher::matchGeluSubgraph(ValueId x) const {
   return std::nullopt;
 }
 
+// HardSwish written out: x * Clip(x + 3, 0, 6) / 6, the division (or the
+// product with 1/6) applied to the product or to the Clip (as Paddle and
+// older PyTorch exports write it), or x * HardSigmoid(x) with alpha 1/6 and
+// beta 0.5; x has exactly two readers, the first step and the product.
+std::optional<ActivationMatch> Matcher::matchHardSwishSubgraph(ValueId x) const {
+  const std::vector<Use>& users = graph_.value(x).users;
+  for (const Use& use : users) {
+    const NodeId first = use.node;
+    const NodeId other = users[0].node == first ? users[1].node : users[0].node;  // x's other reader
+    if (!isOp(other, "Mul")) continue;
+    const ValueId other_out = graph_.node(other).outputs[0];
+    auto matched = [&](std::vector<NodeId> nodes) {
+      return ActivationMatch{FusedActivation::kHardSwish, 0, 0, nodes, graph_.node(nodes.back()).outputs[0]};
+    };
+    if (isOp(first, "HardSigmoid")) {
+      const Node& hard_sigmoid = graph_.node(first);
+      const ValueId gate = hard_sigmoid.outputs[0];
+      if (std::abs(hard_sigmoid.floatAttribute("alpha", 0.2f) - 1.0f / 6.0f) <= 1e-6f &&
+          hard_sigmoid.floatAttribute("beta", 0.5f) == 0.5f && onlyReader(gate, "Mul") == other &&
+          otherOperand(other, x) == gate) {
+        return matched({first, other});
+      }
+      continue;
+    }
+    if (!isBinaryWithScalar(first, "Add", x, 3.0)) continue;
+    const auto clip = onlyReader(graph_.node(first).outputs[0], "Clip");
+    if (!clip) continue;
+    const std::optional<ActivationMatch> bounds = matchSingleNodeActivation(*clip);
+    if (!bounds || bounds->alpha != 0.0f || bounds->beta != 6.0f) continue;
+    const ValueId clipped = graph_.node(*clip).outputs[0];
+    // (x * clip) / 6
+    if (otherOperand(other, x) == clipped && onlyReader(clipped, "Mul") == other) {
+      const std::vector<Use>& readers = graph_.value(other_out).users;
+      if (readers.size() == 1 && !pinned_.contains(other_out) && dividesBy(readers[0].node, other_out, 6.0)) {
+        return matched({first, *clip, other, readers[0].node});
+      }
+      continue;
+    }
+    // x * (clip / 6)
+    const std::vector<Use>& readers = graph_.value(clipped).users;
+    if (readers.size() != 1 || pinned_.contains(clipped) || !dividesBy(readers[0].node, clipped, 6.0)) continue;
+    const ValueId scaled = graph_.node(readers[0].node).outputs[0];
+    if (otherOperand(other, x) == scaled && onlyReader(scaled, "Mul") == other) {
+      return matched({first, *clip, readers[0].node, other});
+    }
+  }
+  return std::nullopt;
+}
+
 // The activation computed from `x` alone, if any; `x` itself must be free to
 // disappear (not pinned).
 std::optional<ActivationMatch> Matcher::matchActivation(ValueId x) const {
@@ -138,7 +196,8 @@ std::optional<ActivationMatch> Matcher::matchActivation(ValueId x) const {
       return ActivationMatch{FusedActivation::kSwish, 0, 0, {use.node, other}, graph_.node(other).outputs[0]};
     }
   }
-  return matchGeluSubgraph(x);
+  if (auto gelu = matchGeluSubgraph(x)) return gelu;
+  return matchHardSwishSubgraph(x);
 }
 
 }  // namespace

@@ -29,6 +29,15 @@ TAILS = {
                  helper.make_node("Add", ["e", "one"], ["p"]), helper.make_node("Mul", ["c", "p"], ["q"]),
                  helper.make_node("Mul", ["q", "half"], ["y"])],
     "clip_then_scale": [helper.make_node("Clip", ["c", "lo", "hi"], ["k"]), helper.make_node("Mul", ["k", "k"], ["y"])],
+    # HardSwish written out, as Paddle and older PyTorch exports do.
+    "hard_swish_divided": [helper.make_node("Add", ["c", "three"], ["t"]),
+                           helper.make_node("Clip", ["t", "zero", "six"], ["k"]),
+                           helper.make_node("Mul", ["c", "k"], ["m"]), helper.make_node("Div", ["m", "six"], ["y"])],
+    "hard_swish_scaled_gate": [helper.make_node("Add", ["three", "c"], ["t"]),
+                               helper.make_node("Clip", ["t", "zero", "six"], ["k"]),
+                               helper.make_node("Mul", ["k", "sixth"], ["g"]), helper.make_node("Mul", ["g", "c"], ["y"])],
+    "hard_swish_hard_sigmoid": [helper.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6, beta=0.5),
+                                helper.make_node("Mul", ["c", "g"], ["y"])],
 }
 
 
@@ -43,7 +52,11 @@ def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
              numpy_helper.from_array(np.array(0.8, np.float32), "hi"),
              numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
              numpy_helper.from_array(np.array(1, np.float32), "one"),
-             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(np.array(3, np.float32), "three"),
+             numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(6, np.float32), "six"),
+             numpy_helper.from_array(np.array(1 / 6, np.float32), "sixth")]
     shape = [1, channels, 10, 12]
     save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits, tmp_path / "m.onnx")
