@@ -739,8 +739,8 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   const ConstantEvaluator fold = kernelFolding(options);
   while (foldConstants(graph, fold) > 0) inferTypes(graph, opsets);
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
-  // weights and bias (ConvTranspose is not handled).
-  if (foldBatchNormIntoConv(graph) > 0) inferTypes(graph, opsets);
+  // weights and bias; any other becomes a per-channel Mul and Add.
+  if (foldBatchNormIntoConv(graph) + rewriteBatchNormAsScaleShift(graph) > 0) inferTypes(graph, opsets);
   // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
   eliminateCommonSubexpressions(graph);
   const auto default_opset = opsets.find("");

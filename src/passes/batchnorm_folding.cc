@@ -100,7 +100,57 @@ bool tryFold(Graph& graph, NodeId bn_id) {
   return true;
 }
 
+
+// Rewrites BatchNormalization `bn_id` as Mul and Add if eligible.
+bool tryScaleShift(Graph& graph, NodeId bn_id) {
+  const Node& bn = graph.node(bn_id);
+  if (bn.op_type != "BatchNormalization" || !bn.domain.empty()) return false;
+  if (bn.outputs.size() != 1 || bn.intAttribute("training_mode", 0) != 0) return false;
+  if (bn.inputs.size() != 5 || bn.inputs[0] == kNoValue) return false;
+  const ValueId x = bn.inputs[0];
+  const ValueType& x_type = graph.value(x).type;
+  if (x_type.dtype != DType::kF32 || !x_type.shape || x_type.shape->size() < 2) return false;
+  const Dim channel_dim = (*x_type.shape)[1];
+  if (!channel_dim.isKnown()) return false;
+  const auto channels = static_cast<size_t>(channel_dim.size);
+  const auto scale = readF32(graph, bn.inputs[1]);
+  const auto beta = readF32(graph, bn.inputs[2]);
+  const auto mean = readF32(graph, bn.inputs[3]);
+  const auto var = readF32(graph, bn.inputs[4]);
+  for (const auto* p : {&scale, &beta, &mean, &var}) {
+    if (!*p || (*p)->size() != channels) return false;
+  }
+  const double epsilon = bn.floatAttribute("epsilon", 1e-5f);
+  std::vector<double> a(channels), b(channels);
+  for (size_t c = 0; c < channels; ++c) {
+    a[c] = (*scale)[c] / std::sqrt((*var)[c] + epsilon);
+    b[c] = (*beta)[c] - (*mean)[c] * a[c];
+  }
+  std::vector<int64_t> dims(x_type.shape->size() - 1, 1);
+  dims[0] = static_cast<int64_t>(channels);
+  const ValueId out = bn.outputs[0];
+  const std::string name = graph.value(out).name;
+  const std::string base = bn.name.empty() ? name : bn.name;
+  const ValueId a_value = graph.addInitializer(uniqueName(graph, base + ":scale"), toF32(a, dims));
+  const ValueId b_value = graph.addInitializer(uniqueName(graph, base + ":shift"), toF32(b, dims));
+  graph.renameValue(out, uniqueName(graph, name + ":batchnorm"));
+  const NodeId mul = graph.addNode("Mul", {x, a_value}, {uniqueName(graph, base + ":scaled")});
+  const NodeId add = graph.addNode("Add", {graph.node(mul).outputs[0], b_value}, {name});
+  graph.replaceAllUses(out, graph.node(add).outputs[0]);
+  graph.removeNode(bn_id);
+  return true;
+}
+
 }  // namespace
+
+size_t rewriteBatchNormAsScaleShift(Graph& graph) {
+  size_t rewritten = 0;
+  for (NodeId id : graph.nodeIds()) {
+    if (tryScaleShift(graph, id)) ++rewritten;
+  }
+  return rewritten;
+}
+
 
 size_t foldBatchNormIntoConv(Graph& graph) {
   size_t folded = 0;

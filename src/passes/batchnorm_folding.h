@@ -28,4 +28,13 @@ namespace kiln {
 // old initializers are left in place (the compiler drops unused ones).
 size_t foldBatchNormIntoConv(Graph& graph);
 
+// Every other inference-mode BatchNormalization with f32 initializer
+// parameters (after a ConvTranspose, an Add, a Concat...) becomes
+// Mul(x, a) then Add(., b) with a and b of shape [C, 1, ...] (a as above,
+// b = beta - mean * a): elementwise work that the channels-last pass lets
+// through and elementwise fusion merges with its neighbours, instead of a
+// step of its own in NCHW. The Add's output keeps the BatchNormalization's
+// output name. Returns the number rewritten.
+size_t rewriteBatchNormAsScaleShift(Graph& graph);
+
 }  // namespace kiln

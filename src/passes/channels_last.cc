@@ -27,8 +27,8 @@ int64_t nhwcAxis(int64_t axis) {
 }
 
 const std::set<std::string>& convertedOps() {
-  static const std::set<std::string> kOps = {"Conv",          "MaxPool",       "AveragePool", "GlobalAveragePool",
-                                             "GlobalMaxPool", "Resize"};
+  static const std::set<std::string> kOps = {"Conv",          "ConvTranspose", "MaxPool", "AveragePool",
+                                             "GlobalAveragePool", "GlobalMaxPool", "Resize"};
   return kOps;
 }
 

@@ -2,7 +2,7 @@
 // tensors, where oneDNN's fast kernels are (a 3x3 convolution in NHWC runs
 // about twice as fast as in NCHW on AVX-512; depthwise ones about 20 times).
 //
-// The pass turns every eligible 2-D Conv, MaxPool, AveragePool,
+// The pass turns every eligible 2-D Conv, ConvTranspose, MaxPool, AveragePool,
 // GlobalAveragePool, GlobalMaxPool and Resize (of H and W) into its kiln-domain channels-last
 // form (kiln.NhwcConv, ...; see src/ops/nn_ops.cc), and lets the layout flow
 // through the layout-agnostic operators between them so that a chain of

@@ -1,7 +1,8 @@
 // Conv and ConvTranspose (ONNX) on the CPU in f32, through oneDNN's
 // convolution_forward and deconvolution_forward primitives, over 1, 2 or 3
-// spatial axes; and kiln.NhwcConv, Conv on [N, H, W, C] activations (see
-// src/passes/channels_last.h), where oneDNN's fastest kernels are. Conv in
+// spatial axes; and kiln.NhwcConv and kiln.NhwcConvTranspose, the same on
+// [N, H, W, C] activations (see src/passes/channels_last.h), where oneDNN's
+// fastest kernels are. Conv in
 // f16, bf16 and f64 runs on a direct loop (accumulating in double, rounding
 // once per output element), which oneDNN's CPU build does not offer
 // everywhere.
@@ -615,6 +616,15 @@ std::unique_ptr<KernelState> prepareNhwcConv(const KernelSetup& setup) {
   return makeState("kiln.NhwcConv", nchw.get(), convShape(nchw.get()), Activations::kNhwc);
 }
 
+// kiln.NhwcConvTranspose: ConvTranspose with [N, H, W, C] activations, where
+// oneDNN has brgemm kernels (in NCHW it computes a GEMM and scatters the
+// columns back: 8 ms against 0.5 ms for a 2x2 upsampling of 24 channels
+// over 160x160).
+std::unique_ptr<KernelState> prepareNhwcConvTranspose(const KernelSetup& setup) {
+  const NchwSetup nchw("kiln.NhwcConvTranspose", setup);
+  return makeState("kiln.NhwcConvTranspose", nchw.get(), convTransposeShape(nchw.get()), Activations::kNhwc);
+}
+
 // kiln.Blocked16Conv: Conv with nChw16c activations, by Winograd where
 // oneDNN has it for the shape (src/passes/blocked_conv.h).
 std::unique_ptr<KernelState> prepareBlocked16Conv(const KernelSetup& setup) {
@@ -629,6 +639,7 @@ void registerConvKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"kiln.NhwcConv", &prepareNhwcConv, &runConv});
   registry.add(KernelDef{"kiln.Blocked16Conv", &prepareBlocked16Conv, &runConv});
   registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});
+  registry.add(KernelDef{"kiln.NhwcConvTranspose", &prepareNhwcConvTranspose, &runConv});
 }
 
 }  // namespace kiln
