@@ -608,6 +608,10 @@ RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int
                                     graph.value(output).type.toString());
       }
     }
+    // A Loop body that slices by the step count changes shape per iteration.
+    if (result.reason.empty() && !hasStaticSubgraphs(node)) {
+      result.reason = fmt::format("the body of {} '{}' has shapes known only while it runs", node.op_type, node.name);
+    }
   }
   result.dynamic = !result.reason.empty();
   std::vector<ValueId> stack;
@@ -645,13 +649,34 @@ RuntimeShapes analyzeRuntimeShapes(Graph& graph, const std::map<std::string, int
   return result;
 }
 
-namespace {
-
-// Initializers at least this large are written as TensorData blobs (mapped,
-// shared by every specialization); smaller ones stay inside the graph.
-constexpr uint64_t kExternalInitializerBytes = 1024;
-
-std::string opsetOptionKey(const std::string& domain) { return "opset:" + (domain.empty() ? std::string("ai.onnx") : domain); }
+std::vector<ConstantPtr> evaluateNode(const std::string& op_type, const std::string& domain,
+                                      const Attributes& attributes, size_t output_count,
+                                      const std::vector<ConstantPtr>& inputs,
+                                      const std::map<std::string, int64_t>& opsets, const CompileOptions& options) {
+  Graph graph("evaluate " + op_type);
+  std::vector<ValueId> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    values.push_back(inputs[i] ? graph.addInitializer("input" + std::to_string(i), inputs[i]) : kNoValue);
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < output_count; ++i) names.push_back("output" + std::to_string(i));
+  const NodeId id = graph.addNode(op_type, values, names, attributes, domain);
+  for (ValueId output : graph.node(id).outputs) graph.addOutput(output);
+  inferTypes(graph, opsets);
+  std::vector<TensorInfo> infos;
+  for (ValueId output : graph.node(id).outputs) {
+    const auto info = graph.value(output).type.tensorInfo();
+    if (!info || !info->isStatic()) {
+      throw UsageError(fmt::format("{}: the output type {} is not static even with every input known", op_type,
+                                   graph.value(output).type.toString()));
+    }
+    infos.push_back(*info);
+  }
+  const ConstantEvaluator kernel = kernelFolding(options);
+  const auto results = kernel ? kernel(graph.node(id), inputs, infos) : std::nullopt;
+  if (!results) throw UsageError(fmt::format("{}: no CPU kernel evaluates it on these inputs", op_type));
+  return *results;
+}
 
 TensorInfo anchorInfo(const ValueType& type) {
   TensorInfo info;
@@ -661,6 +686,14 @@ TensorInfo anchorInfo(const ValueType& type) {
   }
   return info;
 }
+
+namespace {
+
+// Initializers at least this large are written as TensorData blobs (mapped,
+// shared by every specialization); smaller ones stay inside the graph.
+constexpr uint64_t kExternalInitializerBytes = 1024;
+
+std::string opsetOptionKey(const std::string& domain) { return "opset:" + (domain.empty() ? std::string("ai.onnx") : domain); }
 
 CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, int64_t>& opsets,
                                 const RuntimeShapes& runtime, const std::vector<std::string>& output_names,

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compiler/runtime_shapes.h"
+#include "kiln/error.h"
 #include "passes/pass_helpers.h"
 
 namespace kiln {
@@ -51,6 +54,7 @@ class Copier {
   Copier(const Graph& from, Graph& to) : from_(from), to_(to) {}
 
   void input(ValueId id) { map_[id] = to_.addInput(from_.value(id).name, from_.value(id).type); }
+  void alias(ValueId id, ValueId in_to) { map_[id] = in_to; }
 
   ValueId mapped(ValueId id) {
     if (id == kNoValue) return kNoValue;
@@ -72,7 +76,121 @@ class Copier {
   std::map<ValueId, ValueId> map_;
 };
 
+bool isStaticGraph(const Graph& graph) {
+  for (ValueId input : graph.inputs()) {
+    if (!graph.value(input).type.hasStaticShape()) return false;
+  }
+  for (NodeId id : graph.nodeIds()) {
+    if (!hasStaticOutputs(graph, graph.node(id)) || !hasStaticSubgraphs(graph.node(id))) return false;
+  }
+  return true;
+}
+
+// `graph` without node `cut`: its inputs are the node's outputs, then the
+// graph inputs that the other nodes and the graph outputs read.
+Graph graphAfter(const Graph& graph, NodeId cut) {
+  Graph rest(graph.name() + ":after " + graph.node(cut).op_type);
+  const std::vector<NodeId> order = graph.topologicalOrder();
+  Copier after(graph, rest);
+  for (ValueId output : graph.node(cut).outputs) after.input(output);
+  std::set<ValueId> read_inputs;
+  auto readInput = [&](ValueId id) {
+    if (graph.value(id).kind == ValueKind::kGraphInput && read_inputs.insert(id).second) after.input(id);
+  };
+  for (NodeId id : order) {
+    if (id == cut) continue;
+    for (ValueId read : readsOf(graph, graph.node(id))) readInput(read);
+  }
+  for (ValueId output : graph.outputs()) readInput(output);
+  for (NodeId id : order) {
+    if (id != cut) after.node(graph.node(id));
+  }
+  for (ValueId output : graph.outputs()) rest.addOutput(after.mapped(output));
+  return rest;
+}
+
+// Whether every value `node` reads is a graph input or an initializer.
+bool readsOnlyInputs(const Graph& graph, const Node& node) {
+  const std::vector<ValueId> reads = readsOf(graph, node);
+  return std::all_of(reads.begin(), reads.end(), [&](ValueId read) {
+    const ValueKind kind = graph.value(read).kind;
+    return kind == ValueKind::kGraphInput || kind == ValueKind::kInitializer;
+  });
+}
+
+// The Loop node `loop_id` of `graph` and what surrounds it, as a LoopStage.
+LoopStage cutAroundLoop(const Graph& graph, NodeId loop_id) {
+  const Node& loop = graph.node(loop_id);
+  const Graph& body = *loop.subgraphs().at(0);
+  LoopStage stage{Graph(graph.name() + ":loop body"), {}, {}, {}, {}, {}, Graph()};
+
+  Copier inner(body, stage.body);
+  for (ValueId input : body.inputs()) inner.input(input);
+  std::set<std::string> captured;
+  collectCaptures(body, captured);
+  for (const std::string& name : captured) {
+    // Nested subgraphs also read the body's own values by name: those are
+    // not captures.
+    const auto own = body.findValue(name);
+    if (own && body.value(*own).kind != ValueKind::kOuterScope) continue;
+    const auto outer = graph.findValue(name);
+    if (!outer) throw GraphError(fmt::format("the Loop body reads '{}', which no enclosing graph defines", name));
+    const ValueId input = stage.body.addInput(name, graph.value(*outer).type);
+    if (own) inner.alias(*own, input);
+    stage.captures.push_back(name);
+  }
+  for (NodeId id : body.topologicalOrder()) inner.node(body.node(id));
+  const size_t carried = body.inputs().size() >= 2 ? body.inputs().size() - 2 : 0;
+  if (body.outputs().size() < 1 + carried) {
+    throw GraphError(fmt::format("the Loop body has {} outputs; its {} carried values need at least {}",
+                                 body.outputs().size(), carried, 1 + carried));
+  }
+  for (size_t k = 0; k < carried; ++k) stage.unchanged.push_back(body.outputs()[1 + k] == body.inputs()[2 + k]);
+  for (size_t j = 0; j < body.outputs().size(); ++j) {
+    if (j >= 1 && j <= carried && stage.unchanged[j - 1]) continue;
+    stage.body.addOutput(inner.mapped(body.outputs()[j]));
+    stage.body_outputs.push_back(j);
+  }
+
+  for (ValueId input : loop.inputs) stage.loop_inputs.push_back(input == kNoValue ? "" : graph.value(input).name);
+  for (ValueId output : loop.outputs) stage.loop_outputs.push_back(graph.value(output).name);
+
+  stage.after = graphAfter(graph, loop_id);
+  return stage;
+}
+
 }  // namespace
+
+bool hasStaticSubgraphs(const Node& node) {
+  for (const Graph* sub : node.subgraphs()) {
+    if (!isStaticGraph(*sub)) return false;
+  }
+  return true;
+}
+
+std::optional<LoopStage> splitAtDynamicLoop(const Graph& graph) {
+  for (NodeId id : graph.topologicalOrder()) {
+    const Node& node = graph.node(id);
+    if (!node.domain.empty() || node.op_type != "Loop" || node.subgraphs().size() != 1) continue;
+    // Dynamic: the body's shapes are unknown, or its carried values change
+    // shape (inference saw the first iteration only).
+    if (hasStaticSubgraphs(node) && hasStaticOutputs(graph, node)) continue;
+    if (readsOnlyInputs(graph, node)) return cutAroundLoop(graph, id);
+  }
+  return std::nullopt;
+}
+
+std::optional<NodeStage> splitAtUnknownNode(const Graph& graph) {
+  for (NodeId id : graph.topologicalOrder()) {
+    const Node& node = graph.node(id);
+    if (!node.subgraphs().empty() || hasStaticOutputs(graph, node) || !readsOnlyInputs(graph, node)) continue;
+    NodeStage stage{node.op_type, node.domain, node.attributes, {}, {}, graphAfter(graph, id)};
+    for (ValueId input : node.inputs) stage.inputs.push_back(input == kNoValue ? "" : graph.value(input).name);
+    for (ValueId output : node.outputs) stage.outputs.push_back(graph.value(output).name);
+    return stage;
+  }
+  return std::nullopt;
+}
 
 std::optional<StagedGraph> splitAtUnknownShapes(const Graph& graph) {
   const std::vector<NodeId> order = graph.topologicalOrder();
@@ -83,7 +201,7 @@ std::optional<StagedGraph> splitAtUnknownShapes(const Graph& graph) {
   std::vector<NodeId> prefix_nodes, rest_nodes;
   for (NodeId id : order) {
     const Node& node = graph.node(id);
-    bool ready = hasStaticOutputs(graph, node);
+    bool ready = hasStaticOutputs(graph, node) && hasStaticSubgraphs(node);
     for (ValueId read : readsOf(graph, node)) ready = ready && before[read];
     if (ready) {
       prefix_nodes.push_back(id);

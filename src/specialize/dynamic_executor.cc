@@ -18,6 +18,7 @@
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "specialize/host_loop.h"
 
 namespace kiln {
 namespace {
@@ -26,6 +27,35 @@ constexpr size_t kNotFrom = static_cast<size_t>(-1);
 
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
+};
+
+// Where a host loop (host_loop.h) reads a value: an input of the model, or a
+// constant of its graph.
+struct Source {
+  size_t input = kNotFrom;
+  ConstantPtr constant;
+};
+
+// A Loop whose body changes shape per iteration, run on the host: the body
+// is a model of its own, specialized per iteration's signature.
+struct HostLoopPlan {
+  HostLoopSpec spec;
+  std::shared_ptr<DynamicExecutor::Impl> body;
+  std::optional<Source> trip_count, condition;
+  std::vector<Source> initial, captures;
+  std::vector<TensorRef> initial_refs, capture_refs;  // per call
+  std::vector<HostTensor> outputs;                    // the Loop's, per call
+};
+
+// A node evaluated on the host on the values it reads (runtime_shapes.h,
+// NodeStage).
+struct EagerNodePlan {
+  std::string op_type, domain;
+  Attributes attributes;
+  size_t output_count = 0;
+  std::vector<std::optional<Source>> inputs;  // nullopt: absent
+  std::vector<ConstantPtr> values;            // per call: the inputs
+  std::vector<ConstantPtr> outputs;           // per call
 };
 
 // One specialization: the signature it was compiled for, the graph it was
@@ -52,6 +82,12 @@ struct Plan {
   std::string staged_reason;        // what made it staged, for outputsFor's error
   std::vector<std::vector<std::byte>> stage_buffers;
   std::vector<std::byte*> stage_pointers;
+
+  // Host-stage plans only (no executor): a Loop run on the host, or a node
+  // evaluated on the host; `rest` is what follows, reading their outputs
+  // where rest_from_stage says.
+  std::unique_ptr<HostLoopPlan> host_loop;
+  std::unique_ptr<EagerNodePlan> eager_node;
 };
 
 std::string signatureString(std::span<const TensorInfo> infos) {
@@ -155,6 +191,18 @@ struct DynamicExecutor::Impl {
           compileStaged(plan, *staged, infos, compile_options, shapes.reason);
           return plan;
         }
+        if (std::optional<LoopStage> looped = splitAtDynamicLoop(graph)) {
+          compileHostLoop(plan, *looped, compile_options, shapes.reason);
+          return plan;
+        }
+        // Where values change by design (a Loop body), a shape computed from
+        // them is found by evaluating its node; elsewhere the values are in
+        // the signature, and a shape still unknown is an error of the model.
+        std::optional<NodeStage> eager = anyVarying() ? splitAtUnknownNode(graph) : std::nullopt;
+        if (eager) {
+          compileEagerNode(plan, *eager, compile_options, shapes.reason);
+          return plan;
+        }
       }
       program = compileProgram(graph, opsets, compile_options);
     } catch (const Error& e) {
@@ -195,6 +243,58 @@ struct DynamicExecutor::Impl {
   // model inputs it reads, specialized per call on what the prefix gave.
   void compileStaged(Plan& plan, StagedGraph& staged, std::span<const TensorInfo> infos,
                      const CompileOptions& compile_options, const std::string& reason);
+
+  // A host-loop plan: the Loop's body and what follows the Loop, each a
+  // model of its own.
+  void compileHostLoop(Plan& plan, LoopStage& stage, const CompileOptions& compile_options,
+                       const std::string& reason);
+  // A node evaluated on the host, then what follows it.
+  void compileEagerNode(Plan& plan, NodeStage& stage, const CompileOptions& compile_options,
+                        const std::string& reason);
+  // Where a host stage reads a value of the model's graph.
+  Source sourceOf(const Graph& graph, const std::string& name) const;
+  // plan.rest over what follows a host stage: inputs named `stage_outputs`
+  // come from the stage (rest_from_stage), the others from the model.
+  void compileRestAfter(Plan& plan, const Graph& after, const std::vector<std::string>& stage_outputs,
+                        const std::string& what, const CompileOptions& compile_options);
+  void runHostStagePlan(Plan& plan, std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
+                        const OutputAllocator& allocate, StepTrace* trace);
+
+  // Per input: whether its value changes by design from one call to the
+  // next (a Loop's iteration number and carried values, and what a stage
+  // computes from them). Such values never enter the signature: a shape
+  // that depends on them is found by evaluating its node on the host.
+  std::vector<bool> varying;
+  bool anyVarying() const { return std::find(varying.begin(), varying.end(), true) != varying.end(); }
+  bool isVarying(size_t input) const { return input < varying.size() && varying[input]; }
+
+  // A stage of this model (a part after a cut, a Loop body) as a model of
+  // its own: `graph` with these declared inputs and outputs.
+  std::shared_ptr<Impl> stageModel(const std::string& what, const Graph& graph, std::vector<TensorSlot> stage_inputs,
+                                   std::vector<TensorSlot> stage_outputs, std::vector<bool> stage_varying,
+                                   const CompileOptions& compile_options) const {
+    auto stage = std::make_shared<Impl>();
+    stage->source = source;
+    stage->model_name = model_name + " (" + what + ")";
+    stage->opsets = opsets;
+    stage->options = options;
+    stage->options.plan_cache_capacity = std::max<size_t>(options.plan_cache_capacity, 1);
+    stage->inputs = std::move(stage_inputs);
+    stage->outputs = std::move(stage_outputs);
+    stage->varying = std::move(stage_varying);
+    stage->graph_bytes = encodeGraph(graph, [](const Value&) { return false; });
+    // Which of its inputs its shapes read (the Loop's step count, say).
+    Graph analyzed = decodeGraph(stage->graph_bytes, source, [](const std::string&) { return nullptr; });
+    for (const std::string& name : analyzeRuntimeShapes(analyzed, opsets, compile_options).shape_inputs) {
+      const auto it = std::find_if(stage->inputs.begin(), stage->inputs.end(),
+                                   [&](const TensorSlot& s) { return s.name == name; });
+      const auto index = static_cast<size_t>(it - stage->inputs.begin());
+      if (stage->isVarying(index)) continue;
+      stage->shape_inputs.push_back(name);
+      stage->shape_input_indices.push_back(index);
+    }
+    return stage;
+  }
 
   // Runs one call (see DynamicExecutor::run with an allocator).
   void runCall(std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
@@ -242,12 +342,8 @@ void DynamicExecutor::Impl::compileStaged(Plan& plan, StagedGraph& staged, std::
     plan.stage_pointers.push_back(plan.stage_buffers.back().data());
   }
 
-  auto rest = std::make_shared<Impl>();
-  rest->source = source;
-  rest->model_name = model_name + " (after its first stage)";
-  rest->opsets = opsets;
-  rest->options = options;
-  rest->options.plan_cache_capacity = std::max<size_t>(options.plan_cache_capacity, 1);
+  std::vector<TensorSlot> rest_inputs;
+  std::vector<bool> rest_varying;
   for (ValueId id : staged.rest.inputs()) {
     const std::string& name = staged.rest.value(id).name;
     const auto stage = std::find(stage_names.begin(), stage_names.end(), name);
@@ -256,30 +352,170 @@ void DynamicExecutor::Impl::compileStaged(Plan& plan, StagedGraph& staged, std::
       const auto index = static_cast<size_t>(stage - stage_names.begin());
       plan.rest_from_stage.push_back(index);
       plan.rest_from_model.push_back(kNotFrom);
-      rest->inputs.push_back({name, stage_slots[index].info});
+      rest_inputs.push_back({name, stage_slots[index].info});
+      rest_varying.push_back(anyVarying());
     } else if (model != inputs.end()) {
       const auto index = static_cast<size_t>(model - inputs.begin());
       plan.rest_from_stage.push_back(kNotFrom);
       plan.rest_from_model.push_back(index);
-      rest->inputs.push_back({name, infos[index]});
+      rest_inputs.push_back({name, infos[index]});
+      rest_varying.push_back(isVarying(index));
     } else {
       throw GraphError(fmt::format("staging lost value '{}'", name));  // a bug, not bad input
     }
     // The rest sees its inputs with the shapes they have now.
-    staged.rest.value(id).type = ValueType::tensor(rest->inputs.back().info.dtype, rest->inputs.back().info.shape);
+    staged.rest.value(id).type = ValueType::tensor(rest_inputs.back().info.dtype, rest_inputs.back().info.shape);
   }
-  rest->outputs = outputs;
-  rest->graph_bytes = encodeGraph(staged.rest, [](const Value&) { return false; });
-  // Which of the rest's inputs its shapes read (the Loop's step count, say).
-  Graph analyzed = decodeGraph(rest->graph_bytes, source, [](const std::string&) { return nullptr; });
-  rest->shape_inputs = analyzeRuntimeShapes(analyzed, opsets, compile_options).shape_inputs;
-  for (const std::string& name : rest->shape_inputs) {
-    const auto it = std::find_if(rest->inputs.begin(), rest->inputs.end(), [&](const TensorSlot& s) { return s.name == name; });
-    rest->shape_input_indices.push_back(static_cast<size_t>(it - rest->inputs.begin()));
+  plan.rest_infos.resize(rest_inputs.size());
+  plan.rest_data.resize(rest_inputs.size());
+  plan.rest = stageModel("after its first stage", staged.rest, std::move(rest_inputs), outputs,
+                         std::move(rest_varying), compile_options);
+}
+
+Source DynamicExecutor::Impl::sourceOf(const Graph& graph, const std::string& name) const {
+  const auto model = std::find_if(inputs.begin(), inputs.end(), [&](const TensorSlot& s) { return s.name == name; });
+  if (model != inputs.end()) return Source{static_cast<size_t>(model - inputs.begin()), nullptr};
+  const auto value = graph.findValue(name);
+  if (!value || !graph.value(*value).initializer) {
+    throw GraphError(fmt::format("staging lost value '{}'", name));  // a bug, not bad input
   }
-  plan.rest_infos.resize(rest->inputs.size());
-  plan.rest_data.resize(rest->inputs.size());
-  plan.rest = std::move(rest);
+  return Source{kNotFrom, graph.value(*value).initializer};
+}
+
+void DynamicExecutor::Impl::compileRestAfter(Plan& plan, const Graph& after,
+                                             const std::vector<std::string>& stage_outputs, const std::string& what,
+                                             const CompileOptions& compile_options) {
+  std::vector<TensorSlot> rest_inputs;
+  std::vector<bool> rest_varying;
+  for (ValueId id : after.inputs()) {
+    const std::string& name = after.value(id).name;
+    const auto output = std::find(stage_outputs.begin(), stage_outputs.end(), name);
+    if (output != stage_outputs.end()) {
+      plan.rest_from_stage.push_back(static_cast<size_t>(output - stage_outputs.begin()));
+      plan.rest_from_model.push_back(kNotFrom);
+      rest_varying.push_back(anyVarying());
+    } else {
+      const Source from = sourceOf(*plan.graph, name);
+      if (from.input == kNotFrom) throw GraphError(fmt::format("staging lost value '{}'", name));
+      plan.rest_from_stage.push_back(kNotFrom);
+      plan.rest_from_model.push_back(from.input);
+      rest_varying.push_back(isVarying(from.input));
+    }
+    rest_inputs.push_back({name, anchorInfo(after.value(id).type)});
+  }
+  plan.rest_infos.resize(rest_inputs.size());
+  plan.rest_data.resize(rest_inputs.size());
+  plan.rest = stageModel(what, after, std::move(rest_inputs), outputs, std::move(rest_varying), compile_options);
+}
+
+void DynamicExecutor::Impl::compileHostLoop(Plan& plan, LoopStage& stage, const CompileOptions& compile_options,
+                                            const std::string& reason) {
+  plan.staged_reason = reason;
+  const Graph& graph = *plan.graph;
+  auto loop = std::make_unique<HostLoopPlan>();
+  const std::vector<std::string>& loop_inputs = stage.loop_inputs;
+  if (!loop_inputs.empty() && !loop_inputs[0].empty()) loop->trip_count = sourceOf(graph, loop_inputs[0]);
+  if (loop_inputs.size() > 1 && !loop_inputs[1].empty()) loop->condition = sourceOf(graph, loop_inputs[1]);
+  for (size_t i = 2; i < loop_inputs.size(); ++i) loop->initial.push_back(sourceOf(graph, loop_inputs[i]));
+  for (const std::string& name : stage.captures) loop->captures.push_back(sourceOf(graph, name));
+  loop->initial_refs.resize(loop->initial.size());
+  loop->capture_refs.resize(loop->captures.size());
+
+  const Graph& body = stage.body;
+  loop->spec.iteration_info = anchorInfo(body.value(body.inputs().at(0)).type);
+  loop->spec.condition_info = anchorInfo(body.value(body.inputs().at(1)).type);
+  loop->spec.unchanged = stage.unchanged;
+  loop->spec.body_outputs = stage.body_outputs;
+  const size_t scans = stage.loop_outputs.size() - stage.unchanged.size();
+  for (size_t j = body.outputs().size() - scans; j < body.outputs().size(); ++j) {
+    loop->spec.scans.push_back(anchorInfo(body.value(body.outputs()[j]).type));
+  }
+  // The iteration number, the condition and the carried values change at
+  // every iteration; the values read from outside do not.
+  std::vector<TensorSlot> body_inputs, body_outputs;
+  std::vector<bool> body_varying;
+  for (ValueId id : body.inputs()) {
+    body_inputs.push_back({body.value(id).name, anchorInfo(body.value(id).type)});
+    body_varying.push_back(body_varying.size() < 2 + stage.unchanged.size());
+    // Carried values may change shape (inference saw the first iteration).
+    if (body_varying.back() && body_varying.size() > 2) body_inputs.back().info.shape.clear();
+  }
+  for (size_t i = 0; i < loop->captures.size(); ++i) {
+    body_varying[2 + stage.unchanged.size() + i] = isVarying(loop->captures[i].input);
+  }
+  for (ValueId id : body.outputs()) body_outputs.push_back({body.value(id).name, anchorInfo(body.value(id).type)});
+  loop->body = stageModel("Loop body", body, std::move(body_inputs), std::move(body_outputs), std::move(body_varying),
+                          compile_options);
+  compileRestAfter(plan, stage.after, stage.loop_outputs, "after its Loop", compile_options);
+  plan.host_loop = std::move(loop);
+}
+
+void DynamicExecutor::Impl::compileEagerNode(Plan& plan, NodeStage& stage, const CompileOptions& compile_options,
+                                             const std::string& reason) {
+  plan.staged_reason = reason;
+  auto node = std::make_unique<EagerNodePlan>();
+  node->op_type = stage.op_type;
+  node->domain = stage.domain;
+  node->attributes = stage.attributes;
+  node->output_count = stage.outputs.size();
+  for (const std::string& name : stage.inputs) {
+    node->inputs.push_back(name.empty() ? std::nullopt : std::optional(sourceOf(*plan.graph, name)));
+  }
+  node->values.resize(node->inputs.size());
+  compileRestAfter(plan, stage.after, stage.outputs, "after its " + stage.op_type, compile_options);
+  plan.eager_node = std::move(node);
+}
+
+void DynamicExecutor::Impl::runHostStagePlan(Plan& plan, std::span<const TensorInfo> infos,
+                                             std::span<const std::byte* const> data, const OutputAllocator& allocate,
+                                             StepTrace* trace) {
+  const auto ref = [&](const Source& from) {
+    return from.input != kNotFrom ? TensorRef{infos[from.input], data[from.input]}
+                                  : TensorRef{from.constant->info, from.constant->bytes.data()};
+  };
+  std::function<TensorRef(size_t)> stage_output;
+  if (plan.host_loop) {
+    HostLoopPlan& loop = *plan.host_loop;
+    for (size_t i = 0; i < loop.initial.size(); ++i) loop.initial_refs[i] = ref(loop.initial[i]);
+    for (size_t i = 0; i < loop.captures.size(); ++i) loop.capture_refs[i] = ref(loop.captures[i]);
+    const std::optional<TensorRef> trip_count = loop.trip_count ? std::optional(ref(*loop.trip_count)) : std::nullopt;
+    const std::optional<TensorRef> condition = loop.condition ? std::optional(ref(*loop.condition)) : std::nullopt;
+    runHostLoop(
+        loop.spec, trip_count ? &*trip_count : nullptr, condition ? &*condition : nullptr, loop.initial_refs,
+        loop.capture_refs,
+        [&](std::span<const TensorInfo> body_infos, std::span<const std::byte* const> body_data,
+            const OutputAllocator& body_allocate) { loop.body->runCall(body_infos, body_data, body_allocate, trace); },
+        loop.outputs);
+    stage_output = [&](size_t k) { return TensorRef{loop.outputs.at(k).info, loop.outputs.at(k).bytes.data()}; };
+  } else {
+    EagerNodePlan& node = *plan.eager_node;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (!node.inputs[i]) continue;
+      const TensorRef value = ref(*node.inputs[i]);
+      node.values[i] = node.inputs[i]->constant
+                           ? node.inputs[i]->constant
+                           : makeConstant(value.info, std::vector<std::byte>(value.data, value.data + value.info.sizeInBytes()));
+    }
+    try {
+      node.outputs = evaluateNode(node.op_type, node.domain, node.attributes, node.output_count, node.values, opsets,
+                                  compileOptions());
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("cannot run model '{}' with inputs {}: {}", model_name, signatureString(infos),
+                                   e.what()));
+    }
+    stage_output = [&](size_t k) { return TensorRef{node.outputs.at(k)->info, node.outputs.at(k)->bytes.data()}; };
+  }
+  for (size_t i = 0; i < plan.rest_infos.size(); ++i) {
+    if (plan.rest_from_model[i] != kNotFrom) {
+      plan.rest_infos[i] = infos[plan.rest_from_model[i]];
+      plan.rest_data[i] = data[plan.rest_from_model[i]];
+    } else {
+      const TensorRef output = stage_output(plan.rest_from_stage[i]);
+      plan.rest_infos[i] = output.info;
+      plan.rest_data[i] = output.data;
+    }
+  }
+  plan.rest->runCall(plan.rest_infos, plan.rest_data, allocate, trace);
 }
 
 void DynamicExecutor::Impl::runCall(std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
@@ -289,6 +525,7 @@ void DynamicExecutor::Impl::runCall(std::span<const TensorInfo> infos, std::span
   // run() of one call look the plan up twice, but count once).
   if (plan.ran) ++hits;
   plan.ran = true;
+  if (plan.host_loop || plan.eager_node) return runHostStagePlan(plan, infos, data, allocate, trace);
   reserveArena(plan.executor->arenaBytes());
   if (plan.bound_arena != arena.get()) {
     plan.executor->setArena(arena.get());
