@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -195,6 +196,15 @@ class Graph {
   std::vector<ValueId> outer_scope_values_;
   std::map<std::string, ValueId, std::less<>> names_;
 };
+
+// Adds the names that `subgraph` and the subgraphs inside it read from the
+// graphs enclosing `subgraph` (outer-scope values that `subgraph` itself
+// does not define).
+void collectCapturedNames(const Graph& subgraph, std::set<std::string>& names);
+
+// Adds the names that the subgraphs of `graph`'s nodes read from outside
+// them: values of `graph` (or of graphs enclosing it) they capture.
+void collectSubgraphReads(const Graph& graph, std::set<std::string>& names);
 
 // Every broken invariant of `graph` and its subgraphs (recursively), as
 // messages; empty when the graph is well formed. With `require_types`, every

@@ -193,3 +193,37 @@ def test_nested_control_flow(tmp_path):
     compare(path, {"v0": rng.standard_normal(3).astype(np.float32),
                    "table": rng.standard_normal((4, 3)).astype(np.float32),
                    "scale": np.array([0.5, -1, 2], np.float32)}, tmp_path)
+
+
+def test_loop_invariant_work_runs_once(tmp_path):
+    """A Loop carries its weights through unchanged and transposes them, and
+    projects a feature map read from outside, at every iteration (as
+    Paddle's SLANet decoder does): that work moves out of the Loop
+    (passes/loop_invariants.h), and the results still match onnxruntime."""
+    rng = np.random.default_rng(7)
+    body = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["w_t"], perm=[1, 0]),
+         helper.make_node("MatMul", ["features", "w_t"], ["projected"]),     # invariant: moves out
+         helper.make_node("MatMul", ["h", "w_t"], ["hw"]),                   # reads h: stays
+         helper.make_node("ReduceMean", ["projected"], ["context"], axes=[0], keepdims=1),
+         helper.make_node("Add", ["hw", "context"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_next"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "step",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", F, [1, 8]), helper.make_tensor_value_info("w", F, [8, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_next", F, [1, 8]),
+         helper.make_tensor_value_info("w", F, [8, 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "h0", "weights"], ["h", "w_final"], body=body)], "invariant",
+        [helper.make_tensor_value_info("features", F, [5, 8]), helper.make_tensor_value_info("h0", F, [1, 8])],
+        [helper.make_tensor_value_info("h", F, [1, 8])],
+        [numpy_helper.from_array(np.array(6, np.int64), "trips"),
+         numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.3, "weights")])
+    path = save(graph, tmp_path / "invariant.onnx")
+    feeds = {"features": rng.standard_normal((5, 8)).astype(np.float32),
+             "h0": rng.standard_normal((1, 8)).astype(np.float32)}
+    runner = compare(path, feeds, tmp_path)
+    # The body keeps MatMul(h), the Add (with Tanh fused or not) and the
+    # condition: at most 4 steps of the 7 nodes run per iteration.
+    assert runner.steps_run <= 6 * 4 + 6, runner.steps_run

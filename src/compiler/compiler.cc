@@ -150,15 +150,6 @@ ParamMap paramsOf(const Node& node) {
   return params;
 }
 
-// The names that subgraphs of `graph` (at any depth) read from outside.
-void collectCaptured(const Graph& graph, std::set<std::string>& names) {
-  for (NodeId id : graph.nodeIds()) {
-    for (const Graph* sub : graph.node(id).subgraphs()) {
-      for (ValueId v : sub->outerScopeValues()) names.insert(sub->value(v).name);
-      collectCaptured(*sub, names);
-    }
-  }
-}
 
 // Constant folding's fallback: the node's own kernel, run once.
 ConstantEvaluator kernelFolding(const CompileOptions& options) {
@@ -190,7 +181,7 @@ ConstantEvaluator kernelFolding(const CompileOptions& options) {
 void removeDeadNodes(Graph& graph) {
   std::set<ValueId> outputs(graph.outputs().begin(), graph.outputs().end());
   std::set<std::string> captured;
-  collectCaptured(graph, captured);
+  collectSubgraphReads(graph, captured);
   for (const std::string& name : captured) {
     if (const auto id = graph.findValue(name)) outputs.insert(*id);
   }
@@ -224,7 +215,7 @@ class Lowering {
 
   ExecutableSpec lower(CompileReport& report, std::vector<ConstantPtr>& constants) {
     checkKernels(graph_);
-    collectCaptured(graph_, captured_);
+    collectSubgraphReads(graph_, captured_);
     Scope top{&graph_, std::vector<uint32_t>(graph_.valueCount(), kNoValueIndex), nullptr};
     scope_ = &top;
     for (ValueId id : graph_.inputs()) {

@@ -16,14 +16,6 @@
 namespace kiln {
 namespace {
 
-// The names of the enclosing graph's values that `graph` and its subgraphs
-// read (If branches and Loop bodies capture values by name).
-void collectCaptures(const Graph& graph, std::set<std::string>& names) {
-  for (ValueId id : graph.outerScopeValues()) names.insert(graph.value(id).name);
-  for (NodeId id : graph.nodeIds()) {
-    for (const Graph* sub : graph.node(id).subgraphs()) collectCaptures(*sub, names);
-  }
-}
 
 // What `node` reads from `graph`: its inputs and its subgraphs' captures.
 std::vector<ValueId> readsOf(const Graph& graph, const Node& node) {
@@ -32,7 +24,7 @@ std::vector<ValueId> readsOf(const Graph& graph, const Node& node) {
     if (input != kNoValue) reads.push_back(input);
   }
   std::set<std::string> captured;
-  for (const Graph* sub : node.subgraphs()) collectCaptures(*sub, captured);
+  for (const Graph* sub : node.subgraphs()) collectCapturedNames(*sub, captured);
   for (const std::string& name : captured) {
     if (const auto id = graph.findValue(name)) reads.push_back(*id);
   }
@@ -67,6 +59,13 @@ class Copier {
 
   void node(const Node& node) {
     for (ValueId input : node.inputs) mapped(input);  // initializers first met here
+    // Initializers that its subgraphs read by name come along too.
+    std::set<std::string> captured;
+    for (const Graph* sub : node.subgraphs()) collectCapturedNames(*sub, captured);
+    for (const std::string& name : captured) {
+      const auto id = from_.findValue(name);
+      if (id && from_.value(*id).kind == ValueKind::kInitializer) mapped(*id);
+    }
     copyNode(from_, node, to_, map_);
   }
 
@@ -127,7 +126,7 @@ LoopStage cutAroundLoop(const Graph& graph, NodeId loop_id) {
   Copier inner(body, stage.body);
   for (ValueId input : body.inputs()) inner.input(input);
   std::set<std::string> captured;
-  collectCaptures(body, captured);
+  collectCapturedNames(body, captured);
   for (const std::string& name : captured) {
     // Nested subgraphs also read the body's own values by name: those are
     // not captures.

@@ -237,15 +237,49 @@ void Graph::removeNode(NodeId node_id) {
   n.removed = true;
 }
 
+void collectCapturedNames(const Graph& subgraph, std::set<std::string>& names) {
+  for (ValueId id : subgraph.outerScopeValues()) names.insert(subgraph.value(id).name);
+  // A nested subgraph's reads resolve in the nearest graph that defines the
+  // name: those `subgraph` defines itself are not read from outside it.
+  std::set<std::string> nested_reads;
+  for (NodeId id : subgraph.nodeIds()) {
+    for (const Graph* nested : subgraph.node(id).subgraphs()) collectCapturedNames(*nested, nested_reads);
+  }
+  for (const std::string& name : nested_reads) {
+    const auto own = subgraph.findValue(name);
+    if (!own || subgraph.value(*own).kind == ValueKind::kOuterScope) names.insert(name);
+  }
+}
+
+void collectSubgraphReads(const Graph& graph, std::set<std::string>& names) {
+  for (NodeId id : graph.nodeIds()) {
+    for (const Graph* sub : graph.node(id).subgraphs()) collectCapturedNames(*sub, names);
+  }
+}
+
 std::vector<NodeId> Graph::topologicalOrder() const {
   // Kahn's algorithm over live nodes; a min-heap of ids keeps insertion order
-  // among nodes that are ready at the same time.
+  // among nodes that are ready at the same time. A node with subgraphs also
+  // waits for the values they read by name (a Loop body reading a value
+  // computed before the Loop).
   std::vector<uint32_t> pending(nodes_.size(), 0);
+  std::map<ValueId, std::vector<NodeId>> capture_readers;
   std::priority_queue<NodeId, std::vector<NodeId>, std::greater<>> ready;
   for (NodeId id = 0; id < nodes_.size(); ++id) {
     if (nodes_[id].removed) continue;
     for (ValueId input : nodes_[id].inputs) {
       if (input != kNoValue && values_[input].kind == ValueKind::kNodeOutput) ++pending[id];
+    }
+    std::set<std::string> captured;
+    for (const Graph* sub : nodes_[id].subgraphs()) collectCapturedNames(*sub, captured);
+    for (const std::string& name : captured) {
+      const auto value = findValue(name);
+      if (!value || values_[*value].kind != ValueKind::kNodeOutput || values_[*value].producer == id ||
+          nodes_[values_[*value].producer].removed) {
+        continue;
+      }
+      capture_readers[*value].push_back(id);
+      ++pending[id];
     }
     if (pending[id] == 0) ready.push(id);
   }
@@ -257,6 +291,11 @@ std::vector<NodeId> Graph::topologicalOrder() const {
     for (ValueId output : nodes_[id].outputs) {
       for (const Use& use : values_[output].users) {
         if (--pending[use.node] == 0) ready.push(use.node);
+      }
+      const auto readers = capture_readers.find(output);
+      if (readers == capture_readers.end()) continue;
+      for (NodeId reader : readers->second) {
+        if (--pending[reader] == 0) ready.push(reader);
       }
     }
   }

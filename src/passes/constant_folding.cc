@@ -1,5 +1,6 @@
 #include "passes/constant_folding.h"
 #include "passes/if_inlining.h"
+#include "passes/loop_invariants.h"
 #include "passes/loop_placeholders.h"
 
 #include <set>
@@ -251,17 +252,14 @@ std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const N
 }
 
 // Gives `output` the value `data`: its readers read a new initializer, which
-// takes over the name when the output is a graph output.
+// takes over the name (the model's output names are its values' names, and
+// subgraphs read values by name).
 void replaceWithConstant(Graph& graph, ValueId output, ConstantPtr data) {
   const std::string name = graph.value(output).name;
   const ValueId constant = graph.addInitializer(name + ":folded", std::move(data));
-  const bool graph_output = std::find(graph.outputs().begin(), graph.outputs().end(), output) != graph.outputs().end();
   graph.replaceAllUses(output, constant);
-  if (graph_output) {
-    // The model's output names are its values' names: the constant takes it over.
-    graph.renameValue(output, name + ":unfolded");
-    graph.renameValue(constant, name);
-  }
+  graph.renameValue(output, name + ":unfolded");
+  graph.renameValue(constant, name);
 }
 
 size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
@@ -279,8 +277,10 @@ size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
     graph.removeNode(id);
     ++folded;
   }
-  // Constants decide which If branch runs and whether a Loop surely runs.
-  return folded + inlineConstantIfs(graph) + fillLoopPlaceholders(graph);
+  // Constants decide which If branch runs and whether a Loop surely runs;
+  // what a Loop body computes from constants and outside values alone runs
+  // once, before the Loop.
+  return folded + inlineConstantIfs(graph) + fillLoopPlaceholders(graph) + hoistLoopInvariants(graph);
 }
 
 }  // namespace kiln

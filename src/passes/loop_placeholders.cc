@@ -41,21 +41,13 @@ bool runsAtLeastOnce(const Graph& graph, const Node& node) {
   return trip_ok && cond_ok;
 }
 
-void collectCaptures(const Graph& graph, std::set<std::string>& names) {
-  for (ValueId id : graph.outerScopeValues()) names.insert(graph.value(id).name);
-  for (NodeId id : graph.nodeIds()) {
-    for (const Graph* sub : graph.node(id).subgraphs()) collectCaptures(*sub, names);
-  }
-}
 
 // Whether the body reads `input` (directly, as an output, or from a nested subgraph).
 bool bodyReads(const Graph& body, ValueId input) {
   if (!body.value(input).users.empty()) return true;
   if (std::find(body.outputs().begin(), body.outputs().end(), input) != body.outputs().end()) return true;
   std::set<std::string> captured;
-  for (NodeId id : body.nodeIds()) {
-    for (const Graph* sub : body.node(id).subgraphs()) collectCaptures(*sub, captured);
-  }
+  collectSubgraphReads(body, captured);
   return captured.contains(body.value(input).name);
 }
 
