@@ -6,6 +6,8 @@
 // Parameters travel in `activation_alpha` and `activation_beta` (floats):
 //   LeakyRelu  alpha: the slope for x < 0 (ONNX's alpha)
 //   Clip       alpha: min, beta: max (min <= max)
+//   Linear     alpha * x + beta (scalar Mul, Add, Sub, Div after a Conv;
+//              only the Conv fusion makes it)
 // The others take none. Swish is x * Sigmoid(x); Gelu is the exact
 // (erf) form and GeluTanh the tanh approximation; HardSwish is ONNX's
 // x * max(0, min(1, x / 6 + 1 / 2)).
@@ -17,15 +19,17 @@
 
 namespace kiln {
 
-enum class FusedActivation { kNone, kRelu, kLeakyRelu, kSigmoid, kTanh, kClip, kGelu, kGeluTanh, kHardSwish, kSwish };
+enum class FusedActivation {
+  kNone, kRelu, kLeakyRelu, kSigmoid, kTanh, kClip, kGelu, kGeluTanh, kHardSwish, kSwish, kLinear
+};
 
 inline constexpr std::string_view kActivationAttribute = "activation";
 inline constexpr std::string_view kActivationAlphaAttribute = "activation_alpha";
 inline constexpr std::string_view kActivationBetaAttribute = "activation_beta";
 
 // Indexed by the enum; "" is kNone (also what an absent attribute means).
-inline constexpr std::array<std::string_view, 10> kFusedActivationNames = {
-    "", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Gelu", "GeluTanh", "HardSwish", "Swish"};
+inline constexpr std::array<std::string_view, 11> kFusedActivationNames = {
+    "", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Gelu", "GeluTanh", "HardSwish", "Swish", "Linear"};
 
 constexpr std::string_view fusedActivationName(FusedActivation activation) {
   return kFusedActivationNames[static_cast<size_t>(activation)];

@@ -1,6 +1,8 @@
 #include "passes/conv_fusion.h"
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,10 +43,108 @@ bool matchResidualAdd(const Graph& graph, const std::set<ValueId>& pinned, Value
   return true;
 }
 
+// A Mul, Add, Sub or Div of `value` (its only reader) and a one-element f32
+// constant: alpha * value + beta. Consecutive ones merge into one post-op
+// (PP-LCNetV3 scales and shifts every activation by learned scalars before
+// and after it).
+bool matchScalarLinear(const Graph& graph, const std::set<ValueId>& pinned, ValueId value, Chain& chain) {
+  if (pinned.contains(value) || graph.value(value).users.size() != 1) return false;
+  const NodeId id = graph.value(value).users[0].node;
+  const Node& node = graph.node(id);
+  if (!node.domain.empty() || node.inputs.size() != 2 || node.outputs.size() != 1) return false;
+  const ValueId other = otherOperand(graph, id, value);
+  if (other == kNoValue) return false;
+  const std::optional<float> c = scalarConstant(graph, other, graph.value(value).type.shape->size());
+  if (!c) return false;
+  const bool first = node.inputs[0] == value;
+  float alpha = 1, beta = 0;
+  if (node.op_type == "Mul") {
+    alpha = *c;
+  } else if (node.op_type == "Add") {
+    beta = *c;
+  } else if (node.op_type == "Sub" && first) {
+    beta = -*c;
+  } else if (node.op_type == "Div" && first && *c != 0.0f) {
+    alpha = 1.0f / *c;
+  } else {
+    return false;
+  }
+  if (!chain.kinds.empty() && chain.kinds.back() == "Linear") {
+    // a2 * (a1 x + b1) + b2
+    chain.betas.back() = alpha * chain.betas.back() + beta;
+    chain.alphas.back() *= alpha;
+  } else if (std::find(chain.kinds.begin(), chain.kinds.end(), "Linear") != chain.kinds.end()) {
+    // oneDNN 2.6 applies the first eltwise_linear's alpha and beta to a
+    // second one in the same chain (seen as an offset of exactly the first
+    // beta): one Linear per Conv.
+    return false;
+  } else {
+    chain.kinds.emplace_back("Linear");
+    chain.alphas.push_back(alpha);
+    chain.betas.push_back(beta);
+  }
+  chain.nodes.push_back(id);
+  chain.output = node.outputs[0];
+  return true;
+}
+
+// The f32 values of initializer `id`, or nullopt.
+std::optional<std::vector<float>> floatsOf(const Graph& graph, ValueId id) {
+  if (id == kNoValue || !graph.value(id).initializer) return std::nullopt;
+  const Constant& c = *graph.value(id).initializer;
+  if (c.info.dtype != DType::kF32) return std::nullopt;
+  std::vector<float> values(static_cast<size_t>(c.info.numElements()));
+  std::memcpy(values.data(), c.bytes.data(), c.bytes.size());
+  return values;
+}
+
+ConstantPtr floatConstant(const std::vector<float>& values, std::vector<int64_t> dims) {
+  std::vector<std::byte> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return makeConstant(TensorInfo{DType::kF32, std::move(dims)}, std::move(bytes));
+}
+
+// A scalar Mul, Add, Sub or Div right after Conv `id` becomes the Conv's
+// weights and bias when they are constants: alpha * (W x + B) + beta is
+// (alpha W) x + (alpha B + beta). Frees the one Linear post-op a Conv may
+// have for what follows its activation. Returns whether it folded.
+bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId id) {
+  const Node& conv = graph.node(id);
+  const ValueId conv_out = conv.outputs[0];
+  Chain linear;
+  if (pinned.contains(conv_out) || !matchScalarLinear(graph, pinned, conv_out, linear)) return false;
+  const auto w = floatsOf(graph, conv.inputs[1]);
+  const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] != kNoValue;
+  const auto b = has_bias ? floatsOf(graph, conv.inputs[2]) : std::nullopt;
+  if (!w || (has_bias && !b)) return false;
+  const std::vector<int64_t> w_dims = graph.value(conv.inputs[1]).initializer->info.shape;
+  const auto channels = static_cast<size_t>(w_dims.at(0));
+  const float alpha = linear.alphas[0], beta = linear.betas[0];
+  std::vector<float> scaled_w = *w, shifted_b(channels);
+  for (float& v : scaled_w) v *= alpha;
+  for (size_t m = 0; m < channels; ++m) shifted_b[m] = alpha * (b ? (*b)[m] : 0.0f) + beta;
+  const std::string base = graph.value(conv_out).name;
+  const ValueId new_w = graph.addInitializer(uniqueName(graph, base + ":W_scaled"), floatConstant(scaled_w, w_dims));
+  const ValueId new_b = graph.addInitializer(uniqueName(graph, base + ":B_shifted"),
+                                             floatConstant(shifted_b, {static_cast<int64_t>(channels)}));
+  if (graph.node(id).inputs.size() < 3) graph.node(id).inputs.resize(3, kNoValue);
+  graph.setNodeInput(id, 1, new_w);
+  graph.setNodeInput(id, 2, new_b);
+  // The linear op's output keeps its name and readers; the Conv produces it.
+  const ValueId out = linear.output;
+  const std::string name = graph.value(out).name;
+  graph.replaceAllUses(out, conv_out);
+  graph.removeNode(linear.nodes[0]);
+  graph.renameValue(out, uniqueName(graph, name + "/folded"));
+  graph.renameValue(conv_out, name);
+  return true;
+}
+
 Chain followChain(const Graph& graph, const std::set<ValueId>& pinned, ValueId start) {
   Chain chain;
   chain.output = start;
   while (chain.kinds.size() < kMaxPostOps) {
+    if (matchScalarLinear(graph, pinned, chain.output, chain)) continue;
     if (const auto activation = matchActivation(graph, pinned, chain.output)) {
       chain.kinds.emplace_back(fusedActivationName(activation->kind));
       chain.alphas.push_back(activation->alpha);
@@ -73,7 +173,9 @@ size_t fuseConvPostOps(Graph& graph) {
     const Node& conv = graph.node(id);
     if (conv.removed || conv.op_type != "NhwcConv" || conv.domain != "kiln" || conv.outputs.size() != 1) continue;
     if (conv.hasAttribute("post_ops")) continue;
-    const ValueId conv_out = conv.outputs[0];
+    while (foldLinearIntoWeights(graph, pinned, id)) {
+    }
+    const ValueId conv_out = graph.node(id).outputs[0];
     const Chain chain = followChain(graph, pinned, conv_out);
     if (chain.kinds.empty()) continue;
 

@@ -36,6 +36,12 @@ TAILS = {
     "hard_swish_scaled_gate": [helper.make_node("Add", ["three", "c"], ["t"]),
                                helper.make_node("Clip", ["t", "zero", "six"], ["k"]),
                                helper.make_node("Mul", ["k", "sixth"], ["g"]), helper.make_node("Mul", ["g", "c"], ["y"])],
+    # Scalar scales and shifts around an activation (PP-LCNetV3's learnable affine blocks).
+    "scale_shift_around_hard_swish": [helper.make_node("Mul", ["sixth", "c"], ["s1"]),
+                                      helper.make_node("Add", ["s1", "half"], ["s2"]),
+                                      helper.make_node("HardSwish", ["s2"], ["h"]),
+                                      helper.make_node("Sub", ["h", "three"], ["s3"]),
+                                      helper.make_node("Div", ["s3", "six"], ["y"])],
     "hard_swish_hard_sigmoid": [helper.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6, beta=0.5),
                                 helper.make_node("Mul", ["c", "g"], ["y"])],
 }

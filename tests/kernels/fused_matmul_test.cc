@@ -43,7 +43,7 @@ const std::vector<Activation> kActivations = {
     {FusedActivation::kNone},    {FusedActivation::kRelu},          {FusedActivation::kLeakyRelu, 0.1f},
     {FusedActivation::kSigmoid}, {FusedActivation::kTanh},          {FusedActivation::kClip, -0.5f, 1.5f},
     {FusedActivation::kGelu},    {FusedActivation::kGeluTanh},      {FusedActivation::kHardSwish},
-    {FusedActivation::kSwish}};
+    {FusedActivation::kSwish},   {FusedActivation::kLinear, 0.75f, -0.25f}};
 
 std::string nameOf(const Activation& a) {
   return a.kind == FusedActivation::kNone ? "none" : std::string(fusedActivationName(a.kind));
@@ -70,6 +70,7 @@ double activate(const Activation& a, double x) {
       return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     case FusedActivation::kHardSwish: return x * std::clamp(x / 6 + 0.5, 0.0, 1.0);
     case FusedActivation::kSwish: return x / (1 + std::exp(-x));
+    case FusedActivation::kLinear: return a.alpha * x + a.beta;
   }
   return 0;
 }
@@ -161,6 +162,8 @@ std::vector<float> unfused(std::vector<Operand> inputs, const std::vector<int64_
       return step("Gelu", {y}, params({{"approximate", std::string("tanh")}})).values<float>();
     case FusedActivation::kHardSwish: return step("HardSwish", {y}).values<float>();
     case FusedActivation::kSwish: return step("Mul", {y, step("Sigmoid", {y})}).values<float>();
+    case FusedActivation::kLinear:
+      return step("Add", {step("Mul", {y, scalar(activation.alpha)}), scalar(activation.beta)}).values<float>();
   }
   return {};
 }

@@ -51,6 +51,7 @@ void appendActivation(dnnl::post_ops& ops, FusedActivation activation, float alp
     case FusedActivation::kGeluTanh: return ops.append_eltwise(1, algorithm::eltwise_gelu_tanh, 0, 0);
     case FusedActivation::kHardSwish: return ops.append_eltwise(1, algorithm::eltwise_hardswish, 0, 0);
     case FusedActivation::kSwish: return ops.append_eltwise(1, algorithm::eltwise_swish, 1, 0);  // x * sigmoid(1 * x)
+    case FusedActivation::kLinear: return ops.append_eltwise(1, algorithm::eltwise_linear, alpha, beta);
   }
 }
 

@@ -36,7 +36,8 @@ std::optional<vec::Unary> unaryOf(FusedActivation activation) {
     case FusedActivation::kGeluTanh: return vec::Unary::kGeluTanh;
     case FusedActivation::kHardSwish: return vec::Unary::kHardSwish;
     case FusedActivation::kNone:
-    case FusedActivation::kSwish: return std::nullopt;
+    case FusedActivation::kSwish:
+    case FusedActivation::kLinear: return std::nullopt;
   }
   return std::nullopt;
 }
