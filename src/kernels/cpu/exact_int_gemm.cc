@@ -18,14 +18,13 @@ float integerAt(DType dtype, const std::byte* data, uint64_t i) {
                              : static_cast<float>(reinterpret_cast<const int8_t*>(data)[i]);
 }
 
-// Whether oneDNN's integer GEMM sums 8-bit products exactly on this CPU.
+}  // namespace
+
 bool cpuHasVnni() {
   const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
   const auto has = [isa](dnnl_cpu_isa_t bits) { return (isa & static_cast<unsigned>(bits)) == static_cast<unsigned>(bits); };
   return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni);
 }
-
-}  // namespace
 
 DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y) {
   const vec::VectorKernels& v = vec::vectorKernels();
@@ -58,11 +57,13 @@ std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t 
   gemm->k = k;
   gemm->a_offsets = std::move(a_offsets);
   gemm->b_offsets = std::move(b_offsets);
-  if (b_dtype == DType::kI8 && b_zero_stride == 0 && cpuHasVnni()) {
+  if (b_zero_stride == 0 && cpuHasVnni()) {
+    // u8 weights become i8 exactly: (b - zero) = ((b - 128) - (zero - 128)).
+    const int shift = b_dtype == DType::kU8 ? 128 : 0;
     gemm->vnni = true;
-    const auto* bytes = reinterpret_cast<const int8_t*>(b);
-    gemm->b_i8.assign(bytes, bytes + b_elements);
-    gemm->b_zero = b_zero == nullptr ? int8_t{0} : *reinterpret_cast<const int8_t*>(b_zero);
+    gemm->b_i8.resize(b_elements);
+    for (uint64_t i = 0; i < b_elements; ++i) gemm->b_i8[i] = static_cast<int8_t>(integerAt(b_dtype, b, i) - shift);
+    gemm->b_zero = static_cast<int8_t>((b_zero == nullptr ? 0 : integerAt(b_dtype, b_zero, 0)) - shift);
     return gemm;
   }
   gemm->b.resize(b_elements);

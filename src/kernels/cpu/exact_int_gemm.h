@@ -7,9 +7,9 @@
 // blocks add up in i32 as ONNX's reference does. That runs at oneDNN's sgemm
 // speed on every x86 CPU, where oneDNN's own u8s8 GEMM may saturate 16-bit
 // intermediates on CPUs without VNNI. Where the CPU has VNNI (AVX-512 VNNI or
-// AVX-VNNI: 8-bit products summed straight into i32, exact) and B is i8 with
-// one zero point, oneDNN's integer GEMM runs instead: four times the f32
-// rate.
+// AVX-VNNI: 8-bit products summed straight into i32, exact) and B has one
+// zero point, oneDNN's integer GEMM runs instead, at four times the f32 rate
+// (u8 weights become i8 exactly: b - zero = (b - 128) - (zero - 128)).
 //
 // B (with its zero points, one or one per column) must be a constant: it is
 // converted to f32 once, at prepare. A's zero point is one value, read per
@@ -52,6 +52,10 @@ struct DynamicQuantization {
   uint8_t zero = 0;
 };
 DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y);
+
+// Whether oneDNN's integer GEMMs sum 8-bit products exactly on this CPU
+// (AVX-512 VNNI or AVX-VNNI).
+bool cpuHasVnni();
 
 // b: the constant B (`b_elements` of u8 or i8); b_zero: nullptr (0), or
 // one value (b_zero_stride 0) or one per column (stride 1) of B's type.

@@ -3,6 +3,9 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <type_traits>
+
+#include "kernels/cpu/exact_int_gemm.h"
 
 namespace kiln {
 namespace {
@@ -56,6 +59,66 @@ void unfold(const ConvGeometry& g, const TX* x_group, float zero, int64_t k0, in
   }
 }
 
+// The same unfolding into s8: each value minus `shift` (128 for u8, else 0),
+// padding as the shifted zero point.
+template <typename TX>
+void unfoldS8(const ConvGeometry& g, const TX* x_group, int shift, int8_t padding, int64_t depth, int64_t p0,
+              int64_t count, int8_t* columns) {
+  const int64_t kernel_size = g.kernelSize();
+  for (int64_t kk = 0; kk < depth; ++kk) {
+    const int64_t at = kk % kernel_size;
+    const int64_t kd = at / (g.kernel[1] * g.kernel[2]);
+    const int64_t kh = (at / g.kernel[2]) % g.kernel[1];
+    const int64_t kw = at % g.kernel[2];
+    const TX* x_c = x_group + (kk / kernel_size) * g.inPlane();
+    int8_t* dst = columns + kk * count;
+    for (int64_t i = 0, p = p0; i < count;) {
+      const int64_t ow = p % g.out[2];
+      const int64_t oh = (p / g.out[2]) % g.out[1];
+      const int64_t od = p / (g.out[2] * g.out[1]);
+      const int64_t run = std::min(g.out[2] - ow, count - i);
+      const int64_t id = od * g.strides[0] - g.pad_begin[0] + kd * g.dilations[0];
+      const int64_t ih = oh * g.strides[1] - g.pad_begin[1] + kh * g.dilations[1];
+      if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+        std::fill(dst + i, dst + i + run, padding);
+      } else {
+        const TX* row = x_c + (id * g.in[1] + ih) * g.in[2];
+        const int64_t first = kw * g.dilations[2] - g.pad_begin[2];
+        for (int64_t j = 0; j < run; ++j) {
+          const int64_t iw = (ow + j) * g.strides[2] + first;
+          dst[i + j] = iw >= 0 && iw < g.in[2] ? static_cast<int8_t>(static_cast<int>(row[iw]) - shift) : padding;
+        }
+      }
+      i += run;
+      p += run;
+    }
+  }
+}
+
+template <typename TX>
+void convolveS8(const IntegerConvGemm& conv, const TX* x, int32_t x_zero, int32_t* y) {
+  const ConvGeometry& g = conv.geometry;
+  const int shift = std::is_same_v<TX, uint8_t> ? 128 : 0;
+  const auto x_zero_s8 = static_cast<int8_t>(x_zero - shift);
+  const int64_t group_in = g.in_channels / g.group;
+  const int64_t group_out = g.out_channels / g.group;
+  const int64_t positions = g.outPlane();
+  const int32_t no_offset = 0;
+  for (int64_t n = 0; n < g.batch; ++n) {
+    for (int64_t group = 0; group < g.group; ++group) {
+      const TX* x_group = x + (n * g.in_channels + group * group_in) * g.inPlane();
+      const int8_t* w_group = conv.weights_s8.data() + group * group_out * conv.depth;
+      int32_t* y_group = y + (n * g.out_channels + group * group_out) * positions;
+      for (int64_t p0 = 0; p0 < positions; p0 += conv.chunk) {
+        const int64_t count = std::min(conv.chunk, positions - p0);
+        unfoldS8(g, x_group, shift, x_zero_s8, conv.depth, p0, count, conv.columns_s8.data());
+        dnnl_gemm_s8s8s32('N', 'N', 'F', group_out, count, conv.depth, 1.0f, w_group, conv.depth, conv.w_zero_s8,
+                          conv.columns_s8.data(), count, x_zero_s8, 0.0f, y_group + p0, positions, &no_offset);
+      }
+    }
+  }
+}
+
 template <typename TX>
 void convolve(const IntegerConvGemm& conv, const TX* x, float zero, int32_t* y) {
   const ConvGeometry& g = conv.geometry;
@@ -98,6 +161,18 @@ std::unique_ptr<IntegerConvGemm> prepareIntegerConvGemm(const ConvGeometry& geom
   const ConvGeometry& g = geometry;
   conv->geometry = g;
   conv->depth = g.in_channels / g.group * g.kernelSize();
+  if (w_zero_stride == 0 && cpuHasVnni()) {
+    const int shift = w_dtype == DType::kU8 ? 128 : 0;
+    conv->vnni = true;
+    conv->weights_s8.resize(static_cast<size_t>(g.out_channels * conv->depth));
+    for (size_t i = 0; i < conv->weights_s8.size(); ++i) {
+      conv->weights_s8[i] = static_cast<int8_t>(integerAt(w_dtype, w, static_cast<int64_t>(i)) - static_cast<float>(shift));
+    }
+    conv->w_zero_s8 = static_cast<int8_t>((w_zero == nullptr ? 0.0f : integerAt(w_dtype, w_zero, 0)) - static_cast<float>(shift));
+    conv->chunk = std::min(g.outPlane(), std::max<int64_t>(256, (int64_t{1} << 20) / conv->depth));
+    conv->columns_s8.resize(static_cast<size_t>(conv->depth * conv->chunk));
+    return conv;
+  }
   const int64_t block_rows = std::min(conv->depth, kExactBlock);
   conv->chunk = std::min(g.outPlane(), std::max<int64_t>(256, kColumnFloats / block_rows));
   conv->weights.resize(static_cast<size_t>(g.out_channels * conv->depth));
@@ -115,7 +190,11 @@ std::unique_ptr<IntegerConvGemm> prepareIntegerConvGemm(const ConvGeometry& geom
 bool runIntegerConvGemm(const IntegerConvGemm& conv, DType x_dtype, const std::byte* x, int32_t x_zero, int32_t* y) {
   if (conv.busy.exchange(true, std::memory_order_acquire)) return false;
   const auto zero = static_cast<float>(x_zero);
-  if (x_dtype == DType::kU8) {
+  if (conv.vnni && x_dtype == DType::kU8) {
+    convolveS8(conv, reinterpret_cast<const uint8_t*>(x), x_zero, y);
+  } else if (conv.vnni) {
+    convolveS8(conv, reinterpret_cast<const int8_t*>(x), x_zero, y);
+  } else if (x_dtype == DType::kU8) {
     convolve(conv, reinterpret_cast<const uint8_t*>(x), zero, y);
   } else {
     convolve(conv, reinterpret_cast<const int8_t*>(x), zero, y);

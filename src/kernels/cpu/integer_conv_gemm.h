@@ -9,8 +9,13 @@
 // 256 along k, and the blocks add up in i32: the result is the integer ONNX
 // specifies, bit for bit, at oneDNN's sgemm speed.
 //
+// Where the CPU has VNNI and the weights have one zero point, the GEMM is
+// oneDNN's s8 x s8 -> s32 instead, exact in one pass over the whole depth,
+// writing the output in place: u8 values become s8 by subtracting 128 from
+// value and zero point alike, which leaves every difference unchanged.
+//
 // The weights (and their zero points) must be constants: they become f32
-// once, at prepare. Scratch (one block of columns and one of sums, over a
+// (or s8) once, at prepare. Scratch (one block of columns and one of sums, over a
 // chunk of output positions so that it stays in cache) belongs to the
 // object; a call claims it with an atomic flag, and a concurrent call on the
 // same object gets false and runs the loop kernel instead. Nothing allocates
@@ -33,10 +38,14 @@ struct IntegerConvGemm {
   int64_t depth = 0;   // k: input channels per group x kernel size
   int64_t chunk = 0;   // output positions per GEMM call
   std::vector<float> weights;  // (w - w_zero[m]) as f32, [M, depth]
+  bool vnni = false;           // the s8 route: weights_s8 and w_zero_s8 instead
+  std::vector<int8_t> weights_s8;
+  int8_t w_zero_s8 = 0;
 
   mutable std::atomic<bool> busy{false};
-  mutable std::vector<float> columns;  // [min(depth, 256), chunk]
-  mutable std::vector<float> sums;     // [M / group, chunk]
+  mutable std::vector<float> columns;      // [min(depth, 256), chunk]
+  mutable std::vector<float> sums;         // [M / group, chunk]
+  mutable std::vector<int8_t> columns_s8;  // (vnni) [depth, chunk]
 };
 
 // w: the constant weights [M, C / group, kernel...] of w_dtype (u8 or i8);
