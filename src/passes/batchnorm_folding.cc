@@ -35,6 +35,27 @@ ConstantPtr toF32(const std::vector<double>& values, const std::vector<int64_t>&
   return makeConstant(TensorInfo{DType::kF32, dims}, std::move(bytes));
 }
 
+// A BatchNormalization's parameters per channel: a = scale / sqrt(var +
+// epsilon), with mean and beta; nullopt unless scale, B, mean and var are f32
+// initializers of `channels` values each.
+struct Normalization {
+  std::vector<double> a, mean, beta;
+};
+
+std::optional<Normalization> readNormalization(const Graph& graph, const Node& bn, size_t channels) {
+  const auto scale = readF32(graph, bn.inputs[1]);
+  const auto beta = readF32(graph, bn.inputs[2]);
+  const auto mean = readF32(graph, bn.inputs[3]);
+  const auto var = readF32(graph, bn.inputs[4]);
+  for (const auto* p : {&scale, &beta, &mean, &var}) {
+    if (!*p || (*p)->size() != channels) return std::nullopt;
+  }
+  const double epsilon = bn.floatAttribute("epsilon", 1e-5f);
+  Normalization n{std::vector<double>(channels), *mean, *beta};
+  for (size_t c = 0; c < channels; ++c) n.a[c] = (*scale)[c] / std::sqrt((*var)[c] + epsilon);
+  return n;
+}
+
 // Folds BatchNormalization `bn_id` into its producing Conv if eligible.
 bool tryFold(Graph& graph, NodeId bn_id) {
   const Node& bn = graph.node(bn_id);
@@ -63,23 +84,16 @@ bool tryFold(Graph& graph, NodeId bn_id) {
     if (!b || b->size() != channels) return false;
     bias = std::move(*b);
   }
-  const auto scale = readF32(graph, bn.inputs[1]);
-  const auto beta = readF32(graph, bn.inputs[2]);
-  const auto mean = readF32(graph, bn.inputs[3]);
-  const auto var = readF32(graph, bn.inputs[4]);
-  for (const auto* p : {&scale, &beta, &mean, &var}) {
-    if (!*p || (*p)->size() != channels) return false;
-  }
-  const double epsilon = bn.floatAttribute("epsilon", 1e-5f);
+  const std::optional<Normalization> n = readNormalization(graph, bn, channels);
+  if (!n) return false;
 
   // W is [M, C/group, k...]: each output channel is a contiguous block.
   const size_t per_channel = w->size() / channels;
   std::vector<double> folded_w(w->size());
   std::vector<double> folded_b(channels);
   for (size_t m = 0; m < channels; ++m) {
-    const double a = (*scale)[m] / std::sqrt((*var)[m] + epsilon);
-    for (size_t i = m * per_channel; i < (m + 1) * per_channel; ++i) folded_w[i] = (*w)[i] * a;
-    folded_b[m] = (bias[m] - (*mean)[m]) * a + (*beta)[m];
+    for (size_t i = m * per_channel; i < (m + 1) * per_channel; ++i) folded_w[i] = (*w)[i] * n->a[m];
+    folded_b[m] = (bias[m] - n->mean[m]) * n->a[m] + n->beta[m];
   }
 
   const std::string base = conv.name.empty() ? graph.value(conv.outputs[0]).name : conv.name;
@@ -113,19 +127,11 @@ bool tryScaleShift(Graph& graph, NodeId bn_id) {
   const Dim channel_dim = (*x_type.shape)[1];
   if (!channel_dim.isKnown()) return false;
   const auto channels = static_cast<size_t>(channel_dim.size);
-  const auto scale = readF32(graph, bn.inputs[1]);
-  const auto beta = readF32(graph, bn.inputs[2]);
-  const auto mean = readF32(graph, bn.inputs[3]);
-  const auto var = readF32(graph, bn.inputs[4]);
-  for (const auto* p : {&scale, &beta, &mean, &var}) {
-    if (!*p || (*p)->size() != channels) return false;
-  }
-  const double epsilon = bn.floatAttribute("epsilon", 1e-5f);
-  std::vector<double> a(channels), b(channels);
-  for (size_t c = 0; c < channels; ++c) {
-    a[c] = (*scale)[c] / std::sqrt((*var)[c] + epsilon);
-    b[c] = (*beta)[c] - (*mean)[c] * a[c];
-  }
+  const std::optional<Normalization> n = readNormalization(graph, bn, channels);
+  if (!n) return false;
+  const std::vector<double>& a = n->a;
+  std::vector<double> b(channels);
+  for (size_t c = 0; c < channels; ++c) b[c] = n->beta[c] - n->mean[c] * a[c];
   std::vector<int64_t> dims(x_type.shape->size() - 1, 1);
   dims[0] = static_cast<int64_t>(channels);
   const ValueId out = bn.outputs[0];

@@ -20,11 +20,12 @@ float integerAt(DType dtype, const std::byte* data, int64_t i) {
                              : static_cast<float>(reinterpret_cast<const int8_t*>(data)[i]);
 }
 
-// columns[r, i] = x[k0 + r at output position p0 + i] - zero, or 0 where the
-// kernel reads padding; x_group points at the group's first input channel.
-template <typename TX>
-void unfold(const ConvGeometry& g, const TX* x_group, float zero, int64_t k0, int64_t rows, int64_t p0,
-            int64_t count, float* columns) {
+// columns[r, i] = convert(x at kernel offset k0 + r for output position
+// p0 + i), or `padding` where the kernel reads padding; x_group points at
+// the group's first input channel.
+template <typename TX, typename TOut, typename Convert>
+void unfold(const ConvGeometry& g, const TX* x_group, int64_t k0, int64_t rows, int64_t p0, int64_t count,
+            TOut padding, const Convert& convert, TOut* columns) {
   const int64_t kernel_size = g.kernelSize();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t kk = k0 + r;
@@ -33,45 +34,8 @@ void unfold(const ConvGeometry& g, const TX* x_group, float zero, int64_t k0, in
     const int64_t kh = (at / g.kernel[2]) % g.kernel[1];
     const int64_t kw = at % g.kernel[2];
     const TX* x_c = x_group + (kk / kernel_size) * g.inPlane();
-    float* dst = columns + r * count;
+    TOut* dst = columns + r * count;
     // One output row (fixed od, oh) at a time: its input row is fixed too.
-    for (int64_t i = 0, p = p0; i < count;) {
-      const int64_t ow = p % g.out[2];
-      const int64_t oh = (p / g.out[2]) % g.out[1];
-      const int64_t od = p / (g.out[2] * g.out[1]);
-      const int64_t run = std::min(g.out[2] - ow, count - i);
-      const int64_t id = od * g.strides[0] - g.pad_begin[0] + kd * g.dilations[0];
-      const int64_t ih = oh * g.strides[1] - g.pad_begin[1] + kh * g.dilations[1];
-      if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-        std::fill(dst + i, dst + i + run, 0.0f);
-      } else {
-        const TX* row = x_c + (id * g.in[1] + ih) * g.in[2];
-        const int64_t step = g.strides[2];
-        const int64_t first = kw * g.dilations[2] - g.pad_begin[2];
-        for (int64_t j = 0; j < run; ++j) {
-          const int64_t iw = (ow + j) * step + first;
-          dst[i + j] = iw >= 0 && iw < g.in[2] ? static_cast<float>(row[iw]) - zero : 0.0f;
-        }
-      }
-      i += run;
-      p += run;
-    }
-  }
-}
-
-// The same unfolding into s8: each value minus `shift` (128 for u8, else 0),
-// padding as the shifted zero point.
-template <typename TX>
-void unfoldS8(const ConvGeometry& g, const TX* x_group, int shift, int8_t padding, int64_t depth, int64_t p0,
-              int64_t count, int8_t* columns) {
-  const int64_t kernel_size = g.kernelSize();
-  for (int64_t kk = 0; kk < depth; ++kk) {
-    const int64_t at = kk % kernel_size;
-    const int64_t kd = at / (g.kernel[1] * g.kernel[2]);
-    const int64_t kh = (at / g.kernel[2]) % g.kernel[1];
-    const int64_t kw = at % g.kernel[2];
-    const TX* x_c = x_group + (kk / kernel_size) * g.inPlane();
-    int8_t* dst = columns + kk * count;
     for (int64_t i = 0, p = p0; i < count;) {
       const int64_t ow = p % g.out[2];
       const int64_t oh = (p / g.out[2]) % g.out[1];
@@ -86,7 +50,7 @@ void unfoldS8(const ConvGeometry& g, const TX* x_group, int shift, int8_t paddin
         const int64_t first = kw * g.dilations[2] - g.pad_begin[2];
         for (int64_t j = 0; j < run; ++j) {
           const int64_t iw = (ow + j) * g.strides[2] + first;
-          dst[i + j] = iw >= 0 && iw < g.in[2] ? static_cast<int8_t>(static_cast<int>(row[iw]) - shift) : padding;
+          dst[i + j] = iw >= 0 && iw < g.in[2] ? convert(row[iw]) : padding;
         }
       }
       i += run;
@@ -111,7 +75,8 @@ void convolveS8(const IntegerConvGemm& conv, const TX* x, int32_t x_zero, int32_
       int32_t* y_group = y + (n * g.out_channels + group * group_out) * positions;
       for (int64_t p0 = 0; p0 < positions; p0 += conv.chunk) {
         const int64_t count = std::min(conv.chunk, positions - p0);
-        unfoldS8(g, x_group, shift, x_zero_s8, conv.depth, p0, count, conv.columns_s8.data());
+        unfold(g, x_group, 0, conv.depth, p0, count, x_zero_s8,
+               [shift](TX v) { return static_cast<int8_t>(static_cast<int>(v) - shift); }, conv.columns_s8.data());
         dnnl_gemm_s8s8s32('N', 'N', 'F', group_out, count, conv.depth, 1.0f, w_group, conv.depth, conv.w_zero_s8,
                           conv.columns_s8.data(), count, x_zero_s8, 0.0f, y_group + p0, positions, &no_offset);
       }
@@ -134,7 +99,8 @@ void convolve(const IntegerConvGemm& conv, const TX* x, float zero, int32_t* y) 
         const int64_t count = std::min(conv.chunk, positions - p0);
         for (int64_t k0 = 0; k0 < conv.depth; k0 += kExactBlock) {
           const int64_t rows = std::min(kExactBlock, conv.depth - k0);
-          unfold(g, x_group, zero, k0, rows, p0, count, conv.columns.data());
+          unfold(g, x_group, k0, rows, p0, count, 0.0f, [zero](TX v) { return static_cast<float>(v) - zero; },
+                 conv.columns.data());
           dnnl_sgemm('N', 'N', group_out, count, rows, 1.0f, w_group + k0, conv.depth, conv.columns.data(), count,
                      0.0f, conv.sums.data(), count);
           for (int64_t m = 0; m < group_out; ++m) {
