@@ -78,7 +78,7 @@ class BlockedConvs {
   ValueId toBlocked(ValueId x) {
     if (const auto it = blocked_of_.find(x); it != blocked_of_.end()) return it->second;
     const std::vector<int64_t> d = graph_.value(x).type.tensorInfo()->shape;
-    const std::string& name = graph_.value(x).name;
+    const std::string name = graph_.value(x).name;  // a copy: adding values moves them
     const ValueId split =
         addNode("Reshape", {x, shapeConstant(name + "/blocks_shape", {d[0], d[1], d[2], d[3] / kBlock, kBlock})},
                 uniqueName(graph_, name + "/blocks"), {}, {d[0], d[1], d[2], d[3] / kBlock, kBlock});
