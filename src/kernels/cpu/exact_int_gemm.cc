@@ -48,7 +48,8 @@ DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y) {
   return q;
 }
 
-std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
+std::unique_ptr<ExactIntGemm> prepareExactIntGemm(DType a_dtype, int64_t m, int64_t n, int64_t k,
+                                                  std::vector<int64_t> a_offsets,
                                                   std::vector<int64_t> b_offsets, DType b_dtype, const std::byte* b,
                                                   uint64_t b_elements, const std::byte* b_zero, int64_t b_zero_stride) {
   auto gemm = std::make_unique<ExactIntGemm>();
@@ -64,6 +65,18 @@ std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t 
     gemm->b_i8.resize(b_elements);
     for (uint64_t i = 0; i < b_elements; ++i) gemm->b_i8[i] = static_cast<int8_t>(integerAt(b_dtype, b, i) - shift);
     gemm->b_zero = static_cast<int8_t>((b_zero == nullptr ? 0 : integerAt(b_dtype, b_zero, 0)) - shift);
+    // Batches that share B and follow each other in A are one product of
+    // batch * m rows.
+    bool one_product = true;
+    for (size_t batch = 0; batch < gemm->a_offsets.size(); ++batch) {
+      one_product = one_product && gemm->b_offsets[batch] == gemm->b_offsets[0] &&
+                    gemm->a_offsets[batch] == static_cast<int64_t>(batch) * m * k;
+    }
+    if (one_product) {
+      gemm->a_dtype = a_dtype;
+      gemm->primitive = prepareInt8MatMul(static_cast<int64_t>(gemm->a_offsets.size()) * m, n, k, a_dtype,
+                                          gemm->b_i8.data() + gemm->b_offsets[0], gemm->b_zero);
+    }
     return gemm;
   }
   gemm->b.resize(b_elements);
@@ -78,6 +91,10 @@ std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t 
 }
 
 bool runExactIntGemm(const ExactIntGemm& gemm, DType a_dtype, const std::byte* a, int32_t a_zero, int32_t* y) {
+  if (gemm.primitive && a_dtype == gemm.a_dtype) {
+    runInt8MatMul(*gemm.primitive, a, a_zero, y);
+    return true;
+  }
   if (gemm.busy.exchange(true, std::memory_order_acquire)) return false;
   const int64_t m = gemm.m, n = gemm.n, k = gemm.k;
   if (gemm.vnni) {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/int8_matmul.h"
 #include "kiln/tensor_info.h"
 
 namespace kiln {
@@ -34,8 +35,12 @@ struct ExactIntGemm {
   std::vector<int64_t> a_offsets, b_offsets;  // per batch, in elements (as MatMulPlan)
   std::vector<float> b;                       // B - b_zero, as f32, B's layout
   bool vnni = false;                          // oneDNN's integer GEMM on b_i8
-  std::vector<int8_t> b_i8;                   // B as it is (vnni)
+  std::vector<int8_t> b_i8;                   // B as i8 (vnni)
   int8_t b_zero = 0;                          // (vnni)
+  // (vnni, B shared by every batch) oneDNN's int8 matmul primitive, B
+  // packed once (int8_matmul.h), for A of a_dtype.
+  std::unique_ptr<Int8MatMul> primitive;
+  DType a_dtype = DType::kU8;
 
   mutable std::atomic<bool> busy{false};
   mutable std::vector<float> a;      // one batch of A - a_zero, [m, k]
@@ -58,8 +63,10 @@ DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y);
 bool cpuHasVnni();
 
 // b: the constant B (`b_elements` of u8 or i8); b_zero: nullptr (0), or
-// one value (b_zero_stride 0) or one per column (stride 1) of B's type.
-std::unique_ptr<ExactIntGemm> prepareExactIntGemm(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
+// one value (b_zero_stride 0) or one per column (stride 1) of B's type;
+// a_dtype: A's type (u8 or i8).
+std::unique_ptr<ExactIntGemm> prepareExactIntGemm(DType a_dtype, int64_t m, int64_t n, int64_t k,
+                                                  std::vector<int64_t> a_offsets,
                                                   std::vector<int64_t> b_offsets, DType b_dtype, const std::byte* b,
                                                   uint64_t b_elements, const std::byte* b_zero, int64_t b_zero_stride);
 

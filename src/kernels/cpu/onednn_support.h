@@ -73,6 +73,7 @@ struct ExecutionSlot {
   dnnl::memory bias;
   dnnl::memory dst;
   dnnl::memory binary;  // the second operand of a binary post-op (a residual Add)
+  dnnl::memory zero_point;  // an integer primitive's source zero point, per call
   dnnl::memory scratchpad;
 };
 

@@ -528,7 +528,7 @@ std::unique_ptr<KernelState> prepareMatMulInteger(const KernelSetup& setup) {
   const bool b_zero_known = !present(inputAt(setup, 3)) || constant(3) != nullptr;
   if (constant(1) != nullptr && b_zero_known && state->a_zero_stride == 0) {
     const MatMulPlan& plan = state->plan;
-    state->fast = prepareExactIntGemm(plan.m, plan.n, plan.k, plan.a_offsets, plan.b_offsets, setup.inputs[1].dtype,
+    state->fast = prepareExactIntGemm(setup.inputs[0].dtype, plan.m, plan.n, plan.k, plan.a_offsets, plan.b_offsets, setup.inputs[1].dtype,
                                       constant(1), setup.inputs[1].numElements(),
                                       present(inputAt(setup, 3)) ? constant(3) : nullptr, state->b_zero_stride);
   }

@@ -356,7 +356,7 @@ void prepareQuantizedWeights(std::string_view op, RecurrentState& s, const Kerne
       const auto* scales = reinterpret_cast<const float*>(setup.constants[scale]);
       for (int64_t j = 0; j < g; ++j) column_scale.push_back(columns ? scales[d * g + j] : scales[d]);
       const std::byte* zero_point = setup.constants[zero] + (columns ? d * g : d) * static_cast<int64_t>(element);
-      return prepareExactIntGemm(rows, g, k, {0}, {0}, weights, setup.constants[matrix] + d * k * g * static_cast<int64_t>(element),
+      return prepareExactIntGemm(DType::kU8, rows, g, k, {0}, {0}, weights, setup.constants[matrix] + d * k * g * static_cast<int64_t>(element),
                                  static_cast<uint64_t>(k * g), zero_point, columns ? 1 : 0);
     };
     q.w = make(1, kWScale, kWZero, w_columns, s.seq * s.batch, s.input, q.w_scale);
