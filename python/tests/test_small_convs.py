@@ -84,3 +84,34 @@ def test_height_only_convs(tmp_path, batch, height, kernel, stride, pad, dilatio
              helper.make_node("Conv", ["r1", "W2"], ["y"], pads=[1, 0, 1, 0], kernel_shape=[3, 1])]
     run_both(tmp_path, nodes, [batch, 48, height, 1],
              [weights("W1", (64, 48, kernel, 1), 3), weights("B1", (64,), 4), weights("W2", (32, 64, 3, 1), 5)])
+
+
+def test_squeeze_excite_with_reshaped_biases_stays_channels_last(tmp_path):
+    """Paddle's exporter adds each SE Conv's bias through Reshape(bias, [1, C,
+    1, 1]): constant folding turns those Reshapes of constants into
+    constants (passes/constant_folding.cc, foldView), so the channels-last
+    pass can store them permuted, and the block runs without a Transpose
+    in the middle (two in all: the input in, the output out)."""
+    shape_c = numpy_helper.from_array(np.array([1, 4, 1, 1], np.int64), "shape_c")
+    shape_e = numpy_helper.from_array(np.array([1, 16, 1, 1], np.int64), "shape_e")
+    nodes = [helper.make_node("Conv", ["x", "W0"], ["features"]),  # 1x1: no Winograd layout
+             helper.make_node("GlobalAveragePool", ["features"], ["pooled"]),
+             helper.make_node("Conv", ["pooled", "W1"], ["squeezed"]),
+             helper.make_node("Reshape", ["B1", "shape_c"], ["b1"]),
+             helper.make_node("Add", ["squeezed", "b1"], ["squeezed_b"]),
+             helper.make_node("Relu", ["squeezed_b"], ["squeezed_relu"]),
+             helper.make_node("Conv", ["squeezed_relu", "W2"], ["excited"]),
+             helper.make_node("Reshape", ["B2", "shape_e"], ["b2"]),
+             helper.make_node("Add", ["excited", "b2"], ["excited_b"]),
+             helper.make_node("HardSigmoid", ["excited_b"], ["gate"], alpha=0.2, beta=0.5),
+             helper.make_node("Mul", ["features", "gate"], ["scaled"]),
+             helper.make_node("Conv", ["scaled", "W3"], ["y"])]
+    inits = [weights("W0", (16, 16, 1, 1), 10), weights("W1", (4, 16, 1, 1), 11), weights("B1", (4,), 12),
+             weights("W2", (16, 4, 1, 1), 13), weights("B2", (16,), 14), weights("W3", (8, 16, 1, 1), 15),
+             shape_c, shape_e]
+    run_both(tmp_path, nodes, [1, 16, 12, 12], inits)
+    runner = kiln.Runner(tmp_path / "m.kiln", profile=True)
+    runner.run({"x": np.zeros((1, 16, 12, 12), np.float32)})
+    events = runner.trace()["traceEvents"]
+    transposes = [e for e in events if e.get("cat") == "step" and e["args"].get("op") == "Transpose"]
+    assert len(transposes) == 2, [e["args"].get("output") for e in transposes]

@@ -251,6 +251,25 @@ std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const N
   return evaluate(node, inputs, outputs);
 }
 
+// Reshape, Flatten, Squeeze, Unsqueeze and Identity of a constant: the same
+// bytes under the output's static shape. They have no kernel to evaluate
+// them (the compiler makes them views), and a bias reshaped to [1, C, 1, 1]
+// must be a constant for the channels-last pass to store it permuted.
+std::optional<ConstantPtr> foldView(const Graph& graph, const Node& node) {
+  static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  if (!node.domain.empty() || !kViews.contains(node.op_type) || node.inputs.empty() || node.outputs.size() != 1) {
+    return std::nullopt;
+  }
+  const ValueId input = node.inputs[0];
+  if (input == kNoValue || !graph.value(input).initializer) return std::nullopt;
+  const auto info = graph.value(node.outputs[0]).type.tensorInfo();
+  const Constant& data = *graph.value(input).initializer;
+  if (!info || !info->isStatic() || info->dtype != data.info.dtype || info->sizeInBytes() != data.bytes.size()) {
+    return std::nullopt;
+  }
+  return makeConstant(*info, data.bytes);
+}
+
 // Gives `output` the value `data`: its readers read a new initializer, which
 // takes over the name (the model's output names are its values' names, and
 // subgraphs read values by name).
@@ -268,6 +287,8 @@ size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
     Node& node = graph.node(id);
     if (const auto result = evaluate(graph, node)) {
       replaceWithConstant(graph, node.outputs[0], toConstant(result->first, result->second));
+    } else if (auto view = foldView(graph, node)) {
+      replaceWithConstant(graph, node.outputs[0], std::move(*view));
     } else if (const auto outputs = evaluateWith(graph, node, evaluate_node)) {
       const std::vector<ValueId> values = node.outputs;
       for (size_t i = 0; i < values.size(); ++i) replaceWithConstant(graph, values[i], (*outputs)[i]);
