@@ -57,6 +57,7 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->min, nullptr);
     EXPECT_NE(table->expSum, nullptr);
     EXPECT_NE(table->affine, nullptr);
+    EXPECT_NE(table->quantizeU8, nullptr);
     EXPECT_NE(table->normalize, nullptr);
     EXPECT_NE(table->matmulAccumulate, nullptr);
   }
@@ -380,6 +381,30 @@ TEST(VectorKernels, MatmulAccumulateAddsTheProduct) {
           }
         }
       }
+    }
+  }
+}
+
+TEST(VectorKernels, QuantizeU8RoundsHalfToEvenAsNearbyint) {
+  // Values whose quotients land on exact halves (ties go to even), beyond
+  // both ends of the range (clamped), NaN (0), at every tail length.
+  const float scale = 0.5f, zero = 100.0f;
+  std::vector<float> x;
+  for (int i = -300; i <= 300; ++i) x.push_back(0.25f * static_cast<float>(i));
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(1e6f);
+  x.push_back(-1e6f);
+  for (const VectorKernels* table : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table->isa)));
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{17}, static_cast<int64_t>(x.size())}) {
+      std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 7);
+      table->quantizeU8(x.data(), y.data(), n, scale, zero);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x[static_cast<size_t>(i)];
+        const float want = std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v / scale) + zero, 0.0f, 255.0f);
+        EXPECT_EQ(y[static_cast<size_t>(i)], static_cast<uint8_t>(want)) << "x = " << v;
+      }
+      EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
     }
   }
 }

@@ -35,16 +35,7 @@ DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y) {
   q.scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
   const float zero = std::nearbyint(std::clamp(0.0f - lo / q.scale, 0.0f, 255.0f));
   q.zero = static_cast<uint8_t>(zero);
-  // |x / scale| <= 255 here, so adding and subtracting 1.5 * 2^23 rounds it
-  // half to even (the current rounding mode, as nearbyint) in a loop that
-  // vectorises; NaN ends as 0.
-  constexpr float kRounder = 12582912.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    float value = ((x[i] / q.scale + kRounder) - kRounder) + zero;
-    value = value > 255.0f ? 255.0f : value;
-    value = value >= 0.0f ? value : 0.0f;
-    y[i] = static_cast<uint8_t>(static_cast<int32_t>(value));
-  }
+  v.quantizeU8(x, y, n, q.scale, zero);
   return q;
 }
 

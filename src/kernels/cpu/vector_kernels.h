@@ -97,6 +97,11 @@ struct VectorKernels {
   float (*expSum)(const float* x, float* y, int64_t n, float shift) = nullptr;
   // y[i] = a * x[i] + b.
   void (*affine)(const float* x, float* y, int64_t n, float a, float b) = nullptr;
+  // y[i] = clamp(x[i] / scale rounded half to even, plus zero, to [0, 255])
+  // (zero an integer in [0, 255]; NaN gives 0): DynamicQuantizeLinear's
+  // rounding, bit for bit on every path (a division, not a product with
+  // the reciprocal).
+  void (*quantizeU8)(const float* x, uint8_t* y, int64_t n, float scale, float zero) = nullptr;
   // y[i] = (x[i] - mean) * inv_std * scale[i] + bias[i] (bias may be nullptr: 0).
   void (*normalize)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
                     float inv_std) = nullptr;

@@ -208,6 +208,25 @@ float expSum(const float* x, float* y, int64_t n, float shift) {
 void affine(const float* x, float* y, int64_t n, float a, float b) {
   mapArrays(y, n, [a, b](F32 v) { return a * v + b; }, Stream{x});
 }
+void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) {
+  // |x / scale| <= 255 for the x quantized here, so adding and subtracting
+  // 1.5 * 2^23 rounds half to even; the comparisons send NaN to 0.
+  constexpr float kRounder = 12582912.0f;
+  const auto quantize = [=](F32 v) {
+    F32 q = ((v / scale + kRounder) - kRounder) + zero;
+    q = q > 255.0f ? F32{} + 255.0f : q;
+    return q >= 0.0f ? q : F32{};
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const I32 q = __builtin_convertvector(quantize(load(x + i)), I32);
+    for (int lane = 0; lane < kLanes; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
+  }
+  if (i < n) {
+    const I32 q = __builtin_convertvector(quantize(loadPartial(x + i, n - i, 0.0f)), I32);
+    for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
+  }
+}
 void normalize(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
                float inv_std) {
   if (bias == nullptr) {
@@ -339,6 +358,7 @@ constexpr VectorKernels makeKernels() {
   k.min = &min;
   k.expSum = &expSum;
   k.affine = &affine;
+  k.quantizeU8 = &quantizeU8;
   k.normalize = &normalize;
   k.matmulAccumulate = &matmulAccumulate;
   return k;
