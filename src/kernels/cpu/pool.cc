@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/cpu/window_attributes.h"
 #include "kernels/kernel.h"
@@ -466,27 +467,10 @@ void runGlobalMax(const KernelCall& call) {
   const float* x = call.inputs[0].as<const float>();
   float* y = call.outputs[0].as<float>();
   const int64_t s = state.size;
-  for (int64_t r = 0; r < state.rows; ++r) {
-    const float* row = x + r * s;
-    float acc[kBlock];
-    for (int64_t j = 0; j < kBlock; ++j) acc[j] = -std::numeric_limits<float>::infinity();
-    bool nan = false;
-    int64_t i = 0;
-    for (; i + kBlock <= s; i += kBlock) {
-      for (int64_t j = 0; j < kBlock; ++j) {
-        const float v = row[i + j];
-        nan = nan || v != v;
-        acc[j] = v > acc[j] ? v : acc[j];
-      }
-    }
-    float m = -std::numeric_limits<float>::infinity();
-    for (; i < s; ++i) {
-      nan = nan || row[i] != row[i];
-      m = row[i] > m ? row[i] : m;
-    }
-    for (int64_t j = 0; j < kBlock; ++j) m = acc[j] > m ? acc[j] : m;
-    y[r] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
-  }
+  // The vector kernels' max: NaN when any element is NaN, as ONNX's
+  // reference (numpy's max) gives.
+  const vec::VectorKernels& v = vec::vectorKernels();
+  for (int64_t r = 0; r < state.rows; ++r) y[r] = v.max(x + r * s, s);
 }
 
 }  // namespace
