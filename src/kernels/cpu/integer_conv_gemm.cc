@@ -62,7 +62,7 @@ void unfold(const ConvGeometry& g, const TX* x_group, int64_t k0, int64_t rows, 
 template <typename TX>
 void convolveS8(const IntegerConvGemm& conv, const TX* x, int32_t x_zero, int32_t* y) {
   const ConvGeometry& g = conv.geometry;
-  const int shift = std::is_same_v<TX, uint8_t> ? 128 : 0;
+  constexpr int shift = std::is_same_v<TX, uint8_t> ? 128 : 0;
   const auto x_zero_s8 = static_cast<int8_t>(x_zero - shift);
   const int64_t group_in = g.in_channels / g.group;
   const int64_t group_out = g.out_channels / g.group;
@@ -76,7 +76,7 @@ void convolveS8(const IntegerConvGemm& conv, const TX* x, int32_t x_zero, int32_
       for (int64_t p0 = 0; p0 < positions; p0 += conv.chunk) {
         const int64_t count = std::min(conv.chunk, positions - p0);
         unfold(g, x_group, 0, conv.depth, p0, count, x_zero_s8,
-               [shift](TX v) { return static_cast<int8_t>(static_cast<int>(v) - shift); }, conv.columns_s8.data());
+               [](TX v) { return static_cast<int8_t>(static_cast<int>(v) - shift); }, conv.columns_s8.data());
         dnnl_gemm_s8s8s32('N', 'N', 'F', group_out, count, conv.depth, 1.0f, w_group, conv.depth, conv.w_zero_s8,
                           conv.columns_s8.data(), count, x_zero_s8, 0.0f, y_group + p0, positions, &no_offset);
       }
