@@ -84,16 +84,12 @@ void DynamicExecutor::Impl::runCall(std::span<const TensorInfo> infos, std::span
     return;
   }
   execute(plan.stage_pointers);
-  for (size_t i = 0; i < plan.rest_infos.size(); ++i) {
-    if (plan.rest_from_model[i] != kNotFrom) {
-      plan.rest_infos[i] = infos[plan.rest_from_model[i]];
-      plan.rest_data[i] = data[plan.rest_from_model[i]];
-    } else {
-      plan.rest_infos[i] = plan.rest->inputs[i].info;
-      plan.rest_data[i] = plan.stage_pointers[plan.rest_from_stage[i]];
-    }
-  }
-  plan.rest->runCall(plan.rest_infos, plan.rest_data, allocate, trace);
+  // The stage buffers hold the prefix's outputs with the shapes the rest
+  // declares for them.
+  const auto stage_output = [&](size_t k) {
+    return specialize::StageOutput{&plan.executor->outputs()[k].info, plan.stage_pointers[k]};
+  };
+  runRest(plan, infos, data, stage_output, allocate, trace);
 }
 
 DynamicExecutor::DynamicExecutor(const std::filesystem::path& package, const std::string& model,

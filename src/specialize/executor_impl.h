@@ -36,6 +36,12 @@ namespace specialize {
 
 inline constexpr size_t kNotFrom = static_cast<size_t>(-1);
 
+// One output of a stage, read in place.
+struct StageOutput {
+  const TensorInfo* info = nullptr;
+  const std::byte* data = nullptr;
+};
+
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
@@ -318,6 +324,25 @@ struct DynamicExecutor::Impl {
   // Runs one call (see DynamicExecutor::run with an allocator).
   void runCall(std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
                const OutputAllocator& allocate, StepTrace* trace);
+
+  // Runs plan.rest on the model inputs it reads and on what the stage before
+  // it gave: stage_output(k) is that stage's output k as a StageOutput (no
+  // copy of its TensorInfo: a staged plan's steady state allocates nothing).
+  template <typename StageOutputOf>
+  void runRest(Plan& plan, std::span<const TensorInfo> infos, std::span<const std::byte* const> data,
+               const StageOutputOf& stage_output, const OutputAllocator& allocate, StepTrace* trace) {
+    for (size_t i = 0; i < plan.rest_infos.size(); ++i) {
+      if (plan.rest_from_model[i] != kNotFrom) {
+        plan.rest_infos[i] = infos[plan.rest_from_model[i]];
+        plan.rest_data[i] = data[plan.rest_from_model[i]];
+      } else {
+        const specialize::StageOutput output = stage_output(plan.rest_from_stage[i]);
+        plan.rest_infos[i] = *output.info;
+        plan.rest_data[i] = output.data;
+      }
+    }
+    plan.rest->runCall(plan.rest_infos, plan.rest_data, allocate, trace);
+  }
 
   Plan& planFor(std::span<const TensorInfo> infos, std::span<const std::byte* const> data) {
     checkCall(infos, data);

@@ -115,7 +115,6 @@ void DynamicExecutor::Impl::runHostStagePlan(Plan& plan, std::span<const TensorI
     return from.input != kNotFrom ? TensorRef{infos[from.input], data[from.input]}
                                   : TensorRef{from.constant->info, from.constant->bytes.data()};
   };
-  std::function<TensorRef(size_t)> stage_output;
   if (plan.host_loop) {
     HostLoopPlan& loop = *plan.host_loop;
     for (size_t i = 0; i < loop.initial.size(); ++i) loop.initial_refs[i] = ref(loop.initial[i]);
@@ -128,36 +127,30 @@ void DynamicExecutor::Impl::runHostStagePlan(Plan& plan, std::span<const TensorI
         [&](std::span<const TensorInfo> body_infos, std::span<const std::byte* const> body_data,
             const OutputAllocator& body_allocate) { loop.body->runCall(body_infos, body_data, body_allocate, trace); },
         loop.outputs);
-    stage_output = [&](size_t k) { return TensorRef{loop.outputs.at(k).info, loop.outputs.at(k).bytes.data()}; };
-  } else {
-    EagerNodePlan& node = *plan.eager_node;
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (!node.inputs[i]) continue;
-      const TensorRef value = ref(*node.inputs[i]);
-      node.values[i] = node.inputs[i]->constant
-                           ? node.inputs[i]->constant
-                           : makeConstant(value.info, std::vector<std::byte>(value.data, value.data + value.info.sizeInBytes()));
-    }
-    try {
-      node.outputs = evaluateNode(node.op_type, node.domain, node.attributes, node.output_count, node.values, opsets,
-                                  compileOptions());
-    } catch (const Error& e) {
-      throw UsageError(fmt::format("cannot run model '{}' with inputs {}: {}", model_name, signatureString(infos),
-                                   e.what()));
-    }
-    stage_output = [&](size_t k) { return TensorRef{node.outputs.at(k)->info, node.outputs.at(k)->bytes.data()}; };
+    const auto stage_output = [&](size_t k) {
+      return specialize::StageOutput{&loop.outputs.at(k).info, loop.outputs.at(k).bytes.data()};
+    };
+    return runRest(plan, infos, data, stage_output, allocate, trace);
   }
-  for (size_t i = 0; i < plan.rest_infos.size(); ++i) {
-    if (plan.rest_from_model[i] != kNotFrom) {
-      plan.rest_infos[i] = infos[plan.rest_from_model[i]];
-      plan.rest_data[i] = data[plan.rest_from_model[i]];
-    } else {
-      const TensorRef output = stage_output(plan.rest_from_stage[i]);
-      plan.rest_infos[i] = output.info;
-      plan.rest_data[i] = output.data;
-    }
+  EagerNodePlan& node = *plan.eager_node;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (!node.inputs[i]) continue;
+    const TensorRef value = ref(*node.inputs[i]);
+    node.values[i] = node.inputs[i]->constant
+                         ? node.inputs[i]->constant
+                         : makeConstant(value.info, std::vector<std::byte>(value.data, value.data + value.info.sizeInBytes()));
   }
-  plan.rest->runCall(plan.rest_infos, plan.rest_data, allocate, trace);
+  try {
+    node.outputs = evaluateNode(node.op_type, node.domain, node.attributes, node.output_count, node.values, opsets,
+                                compileOptions());
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("cannot run model '{}' with inputs {}: {}", model_name, signatureString(infos),
+                                 e.what()));
+  }
+  const auto stage_output = [&](size_t k) {
+    return specialize::StageOutput{&node.outputs.at(k)->info, node.outputs.at(k)->bytes.data()};
+  };
+  runRest(plan, infos, data, stage_output, allocate, trace);
 }
 
 }  // namespace kiln
