@@ -60,10 +60,15 @@ struct CompileOptions {
   // onnxruntime does on CPUs; off keeps the f16 kernels (rounding to f16
   // after every operator, and slower).
   bool float16_in_float32 = true;
+  // The device kind the package is for: "cpu" (also runs on sim) or
+  // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored)
+  // and needs static shapes.
+  std::string target = "cpu";
 };
 
 struct CompileReport {
   size_t steps = 0;           // kernels run per inference
+  std::map<std::string, size_t> step_kernels;  // steps per kernel name
   size_t views = 0;           // nodes that became aliases (no work)
   size_t constants = 0;
   uint64_t constant_bytes = 0;

@@ -10,7 +10,11 @@
 //         latency and bandwidth, kernels run on its own worker thread, and
 //         injectable faults of every error class (error.h). Attached
 //         exclusively, also across processes (a lock file per device).
-//   cuda  reserved; not built yet.
+//   cuda  an NVIDIA GPU (builds with KILN_CUDA): device memory from
+//         cudaMalloc, copies on a copy stream, kernels on a compute stream
+//         (replayed as CUDA graphs), CUDA errors mapped onto the error
+//         classes of error.h (runtime/cuda_device.h). Attached exclusively
+//         like sim.
 //
 // Work is submitted as DeviceJobs: copies run in submission order on the
 // transfer thread, computes in submission order on the compute worker, and
@@ -124,6 +128,10 @@ class Device {
   virtual DeviceBuffer allocate(uint64_t bytes) = 0;
   virtual uint64_t memoryInUse() const = 0;
 
+  // What the device's kernels launch on, handed to them with each step
+  // (cuda: its kernels/cuda/cuda_queue.h CudaQueue); null for cpu and sim.
+  virtual void* kernelQueue() const { return nullptr; }
+
   // Queues `job` (see DeviceJob). Never blocks for long: the queues hold
   // at least kMinQueuedJobs jobs before a submit waits for room.
   static constexpr size_t kMinQueuedJobs = 256;
@@ -171,14 +179,11 @@ struct ScriptedFault {
   FaultKind kind = FaultKind::kApplicationError;
 };
 
-// Until reset(), a device that failed with kApplicationError,
-// kRecoverableReset or kUnknown fails every later compute job with the same
-// error class ("sim:0 needs a reset after: ...").
-struct SimDeviceConfig {
-  uint64_t memory_bytes = 256ull << 20;
-  uint64_t transfer_latency_ns = 0;
-  double transfer_bytes_per_second = 0;  // 0: unlimited
-  uint32_t compute_threads = 1;
+// Faults injected into a device's compute jobs (sim always; cuda when the
+// test configuration asks). Until reset(), a device that failed with
+// kApplicationError, kRecoverableReset or kUnknown fails every later compute
+// job with the same error class ("sim:0 needs a reset after: ...").
+struct FaultConfig {
   // Probability that a compute job fails, per fault kind, drawn from a
   // generator seeded with fault_seed (so runs repeat).
   double fault_rates[kFaultKinds] = {0, 0, 0, 0};
@@ -186,9 +191,24 @@ struct SimDeviceConfig {
   std::vector<ScriptedFault> fault_script;
 };
 
+struct SimDeviceConfig : FaultConfig {
+  uint64_t memory_bytes = 256ull << 20;
+  uint64_t transfer_latency_ns = 0;
+  double transfer_bytes_per_second = 0;  // 0: unlimited
+  uint32_t compute_threads = 1;
+};
+
+// cuda devices (built with CUDA, on a machine with an NVIDIA GPU).
+struct CudaDeviceConfig : FaultConfig {
+  // Replay the main program as one CUDA graph (captured on the first run
+  // with a given set of buffers) instead of launching its kernels one by one.
+  bool graphs = true;
+};
+
 struct DeviceManagerOptions {
   uint32_t sim_devices = 0;
   SimDeviceConfig sim;  // for every sim device
+  CudaDeviceConfig cuda;  // for every cuda device
   // Where the per-device lock files live.
   std::filesystem::path lock_dir;
 
@@ -202,6 +222,8 @@ struct DeviceManagerOptions {
   //   KILN_SIM_FAULT_RATE=reset=0.01,app=0.001             fault rates
   //   KILN_SIM_FAULT_SEED=1
   //   KILN_DEVICE_LOCK_DIR=/path    (default /tmp/kiln-devices-<uid>)
+  //   KILN_CUDA_GRAPHS=0            launch kernels one by one (default 1)
+  //   KILN_CUDA_FAULTS=...          scripted faults on cuda devices, as KILN_SIM_FAULTS
   // Throws UsageError naming the variable on a malformed value.
   static DeviceManagerOptions fromEnvironment();
 };

@@ -33,6 +33,8 @@ class PackageReader;
 struct ExecutableOptions {
   // Kernel threads; 0: the device's compute_threads.
   int threads = 0;
+  // cuda: replay the main program as CUDA graphs (ExecutorOptions).
+  bool cuda_graphs = true;
 };
 
 // The host bytes a load anchor takes its value from; they must outlive the

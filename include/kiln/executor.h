@@ -33,6 +33,10 @@ struct TensorSlot {
   TensorInfo info;
 };
 
+// Gives the bytes of an in-memory executable's constant by name; they must
+// outlive the executor.
+using ConstantBytes = std::function<std::span<const std::byte>(const std::string& name)>;
+
 struct ExecutorOptions {
   // Threads each kernel may use; 0: the process default (OMP_NUM_THREADS, or
   // one per core). Applies to the threads that load and run this executor.
@@ -42,11 +46,21 @@ struct ExecutorOptions {
   // share one arena; see DynamicExecutor). Off: the executor allocates its
   // own at load.
   bool external_arena = false;
+  // Run the steps as cuda kernels (Executable sets these for a cuda device;
+  // builds with KILN_CUDA). Then the constants, inputs, outputs and arena
+  // are device addresses, `queue` is the device's Device::kernelQueue(),
+  // and `host_constants` gives each constant's bytes on the host, for the
+  // kernels' prepare (needed only while the executor is built). A step with
+  // no cuda kernel runs its CPU kernel on the host, its tensors copied
+  // across (slow: `kiln compile --target cuda` reports such steps).
+  // Control flow (If, Loop, Scan) is not run on cuda yet.
+  bool cuda = false;
+  void* queue = nullptr;
+  ConstantBytes host_constants{};
+  // cuda: replay the whole program as one CUDA graph per set of call
+  // buffers (up to 8 sets cached), captured on its first run.
+  bool cuda_graphs = true;
 };
-
-// Gives the bytes of an in-memory executable's constant by name; they must
-// outlive the executor.
-using ConstantBytes = std::function<std::span<const std::byte>(const std::string& name)>;
 
 class Executor {
  public:

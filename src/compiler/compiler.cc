@@ -226,6 +226,7 @@ class Lowering {
     bindOutputs();
     planArena(report);
     report.steps = spec_.steps.size();
+    for (const StepSpec& step : spec_.steps) ++report.step_kernels[step.kernel];
     constants = std::move(constant_data_);
     return std::move(spec_);
   }
@@ -691,6 +692,7 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
                                 const std::filesystem::path& output, const CompileOptions& options) {
   auto external = [](const Value& value) { return value.initializer->bytes.size() >= kExternalInitializerBytes; };
   Metadata metadata;
+  metadata.target.device_kind = options.target;
   metadata.executable = options.model_name;
   metadata.programs = {{0, "load"}, {1, "main"}};
   metadata.program_flow = {.load = {0}, .main = {1}, .save = {}};
@@ -801,13 +803,25 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
   if (options.float16_in_float32) computeFloat16InFloat32(graph);
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
+  if (runtime.dynamic && options.target == "cuda") {
+    throw UsageError("the cuda target needs static shapes, and " + runtime.reason +
+                     ": fix the input shapes with --shape or --batch");
+  }
   if (runtime.dynamic) {
     progress("writing package", 0.2);
     CompileReport report = writeGraphPackage(graph, opsets, runtime, output_names, output, options);
     progress("done", 1.0);
     return report;
   }
-  CompiledProgram program = compileProgram(graph, opsets, options);
+  if (options.target != "cpu" && options.target != "cuda") {
+    throw UsageError("unknown compile target '" + options.target + "': expected cpu or cuda");
+  }
+  CompileOptions effective = options;
+  if (options.target == "cuda") {
+    // cuDNN and the cuda kernels take the model's own NCHW layout.
+    effective.channels_last = false;
+  }
+  CompiledProgram program = compileProgram(graph, opsets, effective);
   progress("planning memory", 0.1);
   CompileReport report = program.report;
   const ExecutableSpec& spec = program.spec;
@@ -815,6 +829,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   constexpr uint32_t kLoadProgram = 0;
   constexpr uint32_t kMainProgram = 1;
   Metadata metadata;
+  metadata.target.device_kind = options.target;
   metadata.executable = options.model_name;
   metadata.programs = {{kLoadProgram, "load"}, {kMainProgram, "main"}};
   metadata.program_flow = {.load = {kLoadProgram}, .main = {kMainProgram}, .save = {}};

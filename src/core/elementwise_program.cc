@@ -1,5 +1,8 @@
 #include "core/elementwise_program.h"
 
+#include "core/param_map.h"
+#include "kiln/error.h"
+
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -26,6 +29,28 @@ std::optional<std::vector<ElementwiseOp>> parseElementwiseOps(std::string_view t
     if (comma == std::string_view::npos) return ops;
     start = comma + 1;
   }
+}
+
+ElementwiseProgram readElementwiseProgram(const ParamMap& params, size_t input_count) {
+  constexpr std::string_view kOp = "kiln.FusedElementwise";
+  ElementwiseProgram program;
+  program.input_count = input_count;
+  const std::string ops = params.getString(std::string(kProgramOpsAttribute), "");
+  const auto parsed = parseElementwiseOps(ops);
+  if (!parsed) throw UsageError(fmt::format("{}: ops '{}' names an op that is not in the list", kOp, ops));
+  program.ops = *parsed;
+  program.operands = params.getInts(std::string(kProgramOperandsAttribute), {});
+  auto floats = [&](std::string_view key) {
+    const std::vector<double> values = params.getFloats(std::string(key), {});
+    return std::vector<float>(values.begin(), values.end());
+  };
+  program.alpha = floats(kProgramAlphaAttribute);
+  program.beta = floats(kProgramBetaAttribute);
+  program.immediates = floats(kProgramImmediatesAttribute);
+  if (const std::string problem = checkElementwiseProgram(program); !problem.empty()) {
+    throw UsageError(fmt::format("{}: {}", kOp, problem));
+  }
+  return program;
 }
 
 std::string checkElementwiseProgram(const ElementwiseProgram& program) {

@@ -119,6 +119,12 @@ struct ElementwiseProgram {
 std::string joinElementwiseOps(const std::vector<ElementwiseOp>& ops);
 std::optional<std::vector<ElementwiseOp>> parseElementwiseOps(std::string_view text);
 
+// The program of a kiln.FusedElementwise step with `input_count` inputs,
+// from its attributes (above). Throws UsageError naming what is wrong when
+// the program is not well formed.
+class ParamMap;
+ElementwiseProgram readElementwiseProgram(const ParamMap& params, size_t input_count);
+
 // What is wrong with `program`, or "" when it is well formed: at least one
 // instruction, list lengths as above, every operand a slot defined before
 // it is read (-1 exactly where an op has no second operand).

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/param_map.h"
+#include "kiln/error.h"
 #include "kiln/tensor_info.h"
 
 namespace kiln {
@@ -66,8 +67,12 @@ struct KernelSetup {
   std::span<const TensorInfo> inputs;   // an omitted optional input has dtype kUndefined
   std::span<const TensorInfo> outputs;
   // For each input, its bytes when it is a constant of the executable, else
-  // nullptr.
+  // nullptr. Always host memory the kernel may read, also on a device
+  // whose views point at device memory.
   std::span<const std::byte* const> constants;
+  // What the kernel will launch on: null for cpu kernels; for cuda ones the
+  // device's cuda::CudaQueue (kernels/cuda/cuda_queue.h).
+  void* queue = nullptr;
 };
 
 struct KernelCall {
@@ -76,6 +81,15 @@ struct KernelCall {
   TensorView* outputs;
   uint32_t output_count;
   const KernelState* state;
+  void* queue = nullptr;  // as KernelSetup::queue
+};
+
+// Thrown by a device kernel's prepare for a variant it does not run (a
+// dtype, an attribute): the executor then runs the CPU kernel on the host
+// for that step instead.
+class KernelUnsupported : public UsageError {
+ public:
+  using UsageError::UsageError;
 };
 
 using PrepareKernel = std::unique_ptr<KernelState> (*)(const KernelSetup& setup);
@@ -87,10 +101,15 @@ struct KernelDef {
   RunKernel run;
 };
 
-// Kernels by name. The CPU kernels register in KernelRegistry::cpu().
+// Kernels by name. The CPU kernels register in KernelRegistry::cpu(), the
+// CUDA ones (builds with KILN_CUDA) in KernelRegistry::cuda(), which is
+// empty in other builds. A cuda kernel's run only queues work on its
+// queue's stream (it may be captured into a CUDA graph): no synchronous
+// CUDA call, no allocation.
 class KernelRegistry {
  public:
   static const KernelRegistry& cpu();
+  static const KernelRegistry& cuda();
 
   void add(KernelDef def);
   const KernelDef* find(std::string_view name) const;

@@ -44,6 +44,14 @@ const KernelRegistry& KernelRegistry::cpu() {
   return registry;
 }
 
+#if !KILN_HAVE_CUDA
+// Builds without CUDA have no cuda kernels.
+const KernelRegistry& KernelRegistry::cuda() {
+  static const KernelRegistry registry;
+  return registry;
+}
+#endif
+
 void KernelRegistry::add(KernelDef def) {
   const std::string name = def.name;
   if (!kernels_.emplace(name, std::move(def)).second) throw UsageError("kernel registered twice: " + name);

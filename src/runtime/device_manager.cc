@@ -27,6 +27,9 @@
 #include "runtime/device_internal.h"
 #include "runtime/device_lock.h"
 #include "runtime/sim_device.h"
+#if KILN_HAVE_CUDA
+#include "runtime/cuda_device.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -155,7 +158,20 @@ std::vector<DeviceKind> kindsFor(const std::string& device_kind) {
     case DeviceKind::kSim: return {DeviceKind::kSim};
     case DeviceKind::kCuda: break;
   }
-  throw UsageError("this build of kiln has no CUDA device");
+#if KILN_HAVE_CUDA
+  return {DeviceKind::kCuda};
+#else
+  throw UsageError("this build of kiln has no CUDA device (build it where the CUDA toolkit is installed)");
+#endif
+}
+
+// The GPUs of this machine (none without CUDA).
+std::vector<DeviceInfo> cudaDevices() {
+#if KILN_HAVE_CUDA
+  return CudaDevice::describeAll();
+#else
+  return {};
+#endif
 }
 
 const char* strategyName(WaitStrategy strategy) {
@@ -196,6 +212,8 @@ DeviceManagerOptions DeviceManagerOptions::fromEnvironment() {
   if (const char* v = get("KILN_SIM_FAULT_SEED")) {
     options.sim.fault_seed = unsignedVariable("KILN_SIM_FAULT_SEED", v, UINT64_MAX);
   }
+  if (const char* v = get("KILN_CUDA_GRAPHS")) options.cuda.graphs = unsignedVariable("KILN_CUDA_GRAPHS", v, 1) == 1;
+  if (const char* v = get("KILN_CUDA_FAULTS")) options.cuda.fault_script = faultScriptVariable("KILN_CUDA_FAULTS", v);
   options.lock_dir = DeviceLock::defaultDirectory();  // reads KILN_DEVICE_LOCK_DIR
   return options;
 }
@@ -210,21 +228,34 @@ std::vector<DeviceInfo> DeviceManager::devices() const {
   std::vector<DeviceInfo> all;
   all.push_back(CpuDevice::describe());
   for (uint32_t i = 0; i < options_.sim_devices; ++i) all.push_back(SimDevice::describe(i, options_.sim));
+  for (DeviceInfo& gpu : cudaDevices()) all.push_back(std::move(gpu));
   return all;
 }
 
 namespace {
 
-// Tries each sim device of `indices` in order, waiting as `wait` says.
-// `what` names the request in the busy message ("sim device", "sim:1").
-std::shared_ptr<Device> attachSim(const DeviceManagerOptions& options, const std::vector<uint32_t>& indices,
-                                  const std::string& what, const DeviceWaitConfig& wait) {
+// Makes device `index` of `kind` (sim or cuda), owning `lock`.
+std::shared_ptr<Device> makeLockedDevice(const DeviceManagerOptions& options, DeviceKind kind, uint32_t index,
+                                         std::unique_ptr<DeviceLock> lock) {
+#if KILN_HAVE_CUDA
+  if (kind == DeviceKind::kCuda) return std::make_shared<CudaDevice>(index, options.cuda, std::move(lock));
+#endif
+  (void)kind;
+  return std::make_shared<SimDevice>(index, options.sim, std::move(lock));
+}
+
+// Tries each device of `kind` (sim or cuda) in `indices` in order, waiting
+// as `wait` says. `what` names the request in the busy message ("sim
+// device", "sim:1").
+std::shared_ptr<Device> attachLocked(const DeviceManagerOptions& options, DeviceKind kind,
+                                     const std::vector<uint32_t>& indices, const std::string& what,
+                                     const DeviceWaitConfig& wait) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     for (uint32_t index : indices) {
-      const std::string id = fmt::format("sim:{}", index);
+      const std::string id = fmt::format("{}:{}", deviceKindName(kind), index);
       if (std::unique_ptr<DeviceLock> lock = DeviceLock::tryAcquire(options.lock_dir, id)) {
-        return std::make_shared<SimDevice>(index, options.sim, std::move(lock));
+        return makeLockedDevice(options, kind, index, std::move(lock));
       }
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
@@ -240,7 +271,7 @@ std::shared_ptr<Device> attachSim(const DeviceManagerOptions& options, const std
     if (give_up) {
       std::vector<std::string> holders;
       for (uint32_t index : indices) {
-        const std::string id = fmt::format("sim:{}", index);
+        const std::string id = fmt::format("{}:{}", deviceKindName(kind), index);
         holders.push_back(fmt::format("{} is attached by {}", id, DeviceLock::describeHolder(options.lock_dir, id)));
       }
       const std::string waiting = wait.strategy == WaitStrategy::kNoWait
@@ -258,7 +289,6 @@ std::shared_ptr<Device> DeviceManager::getDevice(const Target& target, const Dev
                                                  const DeviceWaitConfig& wait) {
   const std::vector<DeviceKind> runnable = kindsFor(target.device_kind);
   const DeviceKind kind = constraints.kind.value_or(runnable.front());
-  if (kind == DeviceKind::kCuda) throw UsageError("this build of kiln has no CUDA device");
   if (std::find(runnable.begin(), runnable.end(), kind) == runnable.end()) {
     throw UsageError(fmt::format("a '{}' package cannot run on a {} device", target.device_kind, deviceKindName(kind)));
   }
@@ -267,8 +297,13 @@ std::shared_ptr<Device> DeviceManager::getDevice(const Target& target, const Dev
                                  target.num_devices));
   }
 
-  const DeviceInfo info =
-      kind == DeviceKind::kCpu ? CpuDevice::describe(constraints.cpu_threads) : SimDevice::describe(0, options_.sim);
+  const std::vector<DeviceInfo> gpus = kind == DeviceKind::kCuda ? cudaDevices() : std::vector<DeviceInfo>{};
+  if (kind == DeviceKind::kCuda && gpus.empty()) {
+    throw UsageError("no cuda device on this machine: CUDA sees no GPU (is the NVIDIA driver loaded?)");
+  }
+  const DeviceInfo info = kind == DeviceKind::kCpu   ? CpuDevice::describe(constraints.cpu_threads)
+                          : kind == DeviceKind::kSim ? SimDevice::describe(0, options_.sim)
+                                                     : gpus.front();
   if (kind == DeviceKind::kSim && options_.sim_devices == 0) {
     throw UsageError("no sim device on this machine: set KILN_SIM_DEVICES or DeviceManagerOptions::sim_devices");
   }
@@ -290,9 +325,10 @@ std::shared_ptr<Device> DeviceManager::getDevice(const Target& target, const Dev
   }
 
   if (kind == DeviceKind::kCpu) return std::make_shared<CpuDevice>(constraints.cpu_threads);
-  std::vector<uint32_t> indices(options_.sim_devices);
-  for (uint32_t i = 0; i < options_.sim_devices; ++i) indices[i] = i;
-  return attachSim(options_, indices, "sim device", wait);
+  const size_t count = kind == DeviceKind::kSim ? options_.sim_devices : gpus.size();
+  std::vector<uint32_t> indices(count);
+  for (uint32_t i = 0; i < count; ++i) indices[i] = i;
+  return attachLocked(options_, kind, indices, fmt::format("{} device", deviceKindName(kind)), wait);
 }
 
 std::shared_ptr<Device> DeviceManager::getSpecificDevice(const std::string& id, const DeviceWaitConfig& wait) {
@@ -300,7 +336,11 @@ std::shared_ptr<Device> DeviceManager::getSpecificDevice(const std::string& id, 
   uint64_t index = 0;
   if (id.rfind("sim:", 0) == 0 && parseUnsigned(std::string_view(id).substr(4), &index) &&
       index < options_.sim_devices && id == fmt::format("sim:{}", index)) {
-    return attachSim(options_, {static_cast<uint32_t>(index)}, id, wait);
+    return attachLocked(options_, DeviceKind::kSim, {static_cast<uint32_t>(index)}, id, wait);
+  }
+  if (id.rfind("cuda:", 0) == 0 && parseUnsigned(std::string_view(id).substr(5), &index) &&
+      index < cudaDevices().size() && id == fmt::format("cuda:{}", index)) {
+    return attachLocked(options_, DeviceKind::kCuda, {static_cast<uint32_t>(index)}, id, wait);
   }
   std::vector<std::string> ids;
   for (const DeviceInfo& info : devices()) ids.push_back(info.id);

@@ -10,6 +10,9 @@
 #include "kiln/executor.h"
 #include "kiln/package_reader.h"
 #include "runtime/device_sync.h"
+#if KILN_HAVE_CUDA
+#include "runtime/cuda_device.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -26,6 +29,7 @@ struct Executable::Impl {
   std::string source;  // for messages
   ExecutableSpec spec;
   int threads = 0;
+  bool cuda_graphs = true;
   std::vector<Anchor> load_anchors;
   std::vector<Anchor> main_inputs;
   std::vector<Anchor> main_outputs;
@@ -59,10 +63,17 @@ Executable::Executable(std::shared_ptr<const PackageReader> package, const std::
                                  m.name));
   }
   const std::string& kind = m.metadata.target.device_kind;
-  if (kind != "cpu" && kind != "sim") {
+  if (kind != "cpu" && kind != "sim" && kind != "cuda") {
     throw UsageError(fmt::format("model '{}' targets device kind '{}', which this runtime cannot run", m.name, kind));
   }
+  // cuda packages hold cuda steps; cpu and sim ones hold CPU steps.
+  if ((kind == "cuda") != (m.device->info().kind == DeviceKind::kCuda)) {
+    throw UsageError(fmt::format("model '{}' was compiled for '{}' devices and cannot run on {} (compile it with "
+                                 "--target {})",
+                                 m.name, kind, m.device->id(), deviceKindName(m.device->info().kind)));
+  }
   m.threads = options.threads > 0 ? options.threads : static_cast<int>(m.device->info().compute_threads);
+  m.cuda_graphs = options.cuda_graphs;
 
   const ExecutableBlob* blob = m.package->findExecutable(m.metadata.executable);
   m.spec = decodeExecutable(blob->read(), m.source + " (executable '" + blob->name() + "')");
@@ -134,8 +145,11 @@ void Executable::runLoad(const LoadSource& source) {
   Impl& m = *impl_;
   m.executor.reset();
   std::vector<DeviceJob> copies;
+  // The weights' host bytes, which cuda kernels read while they prepare.
+  std::map<std::string, std::span<const std::byte>> host_weights;
   for (const Anchor& anchor : m.load_anchors) {
     const std::span<const std::byte> bytes = source(anchor);
+    host_weights[anchor.name] = bytes;
     if (bytes.size() != anchor.info.sizeInBytes()) {
       throw UsageError(fmt::format("load anchor '{}' is {}; its source holds {} bytes", anchor.name,
                                    anchor.info.toString(), bytes.size()));
@@ -162,7 +176,20 @@ void Executable::runLoad(const LoadSource& source) {
     if (found == m.weights.end()) throw FormatError(m.source, 0, "constant '" + constant + "' has no load anchor");
     return found->second;
   };
-  auto executor = std::make_unique<Executor>(m.spec, constants, ExecutorOptions{.threads = m.threads, .external_arena = true});
+  ExecutorOptions options;
+  options.threads = m.threads;
+  options.external_arena = true;
+  if (m.device->info().kind == DeviceKind::kCuda) {
+    options.cuda = true;
+    options.queue = m.device->kernelQueue();
+    options.host_constants = [&](const std::string& constant) { return host_weights.at(constant); };
+    options.cuda_graphs = m.cuda_graphs;
+#if KILN_HAVE_CUDA
+    // KILN_CUDA_GRAPHS=0 turns graphs off for every executable on the device.
+    if (const auto* gpu = dynamic_cast<const CudaDevice*>(m.device.get())) options.cuda_graphs &= gpu->config().graphs;
+#endif
+  }
+  auto executor = std::make_unique<Executor>(m.spec, constants, options);
   executor->setArena(m.arena.data());
   m.executor = std::move(executor);
 }

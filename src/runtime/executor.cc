@@ -15,6 +15,9 @@
 #include "kiln/step_trace.h"
 #include "format/graph_package.h"
 #include "runtime/program.h"
+#if KILN_HAVE_CUDA
+#include "kernels/cuda/cuda_steps.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -72,6 +75,15 @@ struct Executor::Impl {
   std::vector<std::pair<uint32_t, uint64_t>> arena_views;  // (view, offset in the arena)
 
   int threads = 0;
+  // cuda: where steps launch, the host bytes of constants for prepare, and
+  // the captured graphs of the main program with the current call's key.
+  bool cuda = false;
+  void* queue = nullptr;
+  ConstantBytes host_constants;
+#if KILN_HAVE_CUDA
+  std::unique_ptr<cuda::ProgramGraphs> graphs;
+#endif
+  std::vector<const void*> graph_key;
 
   // The kernels (oneDNN's and ours) parallelise with OpenMP, whose thread
   // count is a setting of the calling thread: set it on the threads that
@@ -150,6 +162,19 @@ struct Executor::Impl {
 
   void finishLoad(const ExecutorOptions& options) {
     for (uint32_t value : spec.inputs) inputs.push_back({spec.values[value].name, spec.values[value].info});
+    cuda = options.cuda;
+    queue = options.queue;
+    host_constants = options.host_constants;
+    if (cuda) {
+#if KILN_HAVE_CUDA
+      if (!options.external_arena) throw UsageError("a cuda executor takes its arena from its device (external_arena)");
+      if (!host_constants) throw UsageError("a cuda executor needs the host bytes of its constants");
+      if (options.cuda_graphs) graphs = std::make_unique<cuda::ProgramGraphs>(queue, 8);
+      graph_key.resize(inputs.size() + outputs.size());
+#else
+      throw UsageError("this build of kiln has no CUDA kernels");
+#endif
+    }
     if (!options.external_arena) {
       const uint64_t arena_bytes = std::max<uint64_t>(spec.arena_bytes, 64);
       own_arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
@@ -170,7 +195,13 @@ struct Executor::Impl {
     std::set<std::string> missing;
     auto check = [&](const std::vector<StepSpec>& list) {
       for (const StepSpec& step : list) {
-        if (!isControlFlowKernel(step.kernel) && kernels.find(step.kernel) == nullptr) missing.insert(step.kernel);
+        if (cuda && isControlFlowKernel(step.kernel)) {
+          throw UsageError(fmt::format("{}: control flow ({}) does not run on cuda devices yet", source, step.kernel));
+        }
+        if (!isControlFlowKernel(step.kernel) && kernels.find(step.kernel) == nullptr &&
+            (!cuda || KernelRegistry::cuda().find(step.kernel) == nullptr)) {
+          missing.insert(step.kernel);
+        }
       }
     };
     check(spec.steps);
@@ -191,8 +222,32 @@ struct Executor::Impl {
     steps = prepareSteps(spec.steps);
   }
 
+  // Picks step's kernel: the cpu one, or on cuda the cuda one when there is
+  // one and the cpu one as a host step otherwise.
+  void prepareKernel(const std::string& name, const KernelSetup& setup, Step& step) const {
+    const KernelDef* cpu_kernel = KernelRegistry::cpu().find(name);
+#if KILN_HAVE_CUDA
+    if (cuda) {
+      if (const KernelDef* kernel = KernelRegistry::cuda().find(name)) {
+        try {
+          step.state = kernel->prepare(setup);
+          step.run = kernel->run;
+          return;
+        } catch (const KernelUnsupported&) {
+          // This variant runs on the host below.
+        }
+      }
+      if (cpu_kernel == nullptr) throw UsageError("no cuda kernel for this step, and no CPU kernel to run on the host");
+      step.run = cuda::runOnHost;
+      step.state = cuda::prepareOnHost(*cpu_kernel, setup);
+      return;
+    }
+#endif
+    step.run = cpu_kernel->run;
+    step.state = cpu_kernel->prepare(setup);
+  }
+
   std::vector<Step> prepareSteps(const std::vector<StepSpec>& list) {
-    const KernelRegistry& kernels = KernelRegistry::cpu();
     std::vector<Step> prepared;
     for (const StepSpec& step_spec : list) {
       Step step;
@@ -210,8 +265,14 @@ struct Executor::Impl {
         }
         addView(input);
         input_infos.push_back(spec.values[input].info);
-        const bool constant = spec.values[rootOf(input).first].storage == ValueStorage::kConstant;
-        constants.push_back(constant ? views.back().data : nullptr);
+        const auto [root, offset] = rootOf(input);
+        const bool constant = spec.values[root].storage == ValueStorage::kConstant;
+        if (constant && cuda) {
+          // Kernels read constants on the host at prepare time.
+          constants.push_back(host_constants(spec.constants[spec.values[root].index]).data() + offset);
+        } else {
+          constants.push_back(constant ? views.back().data : nullptr);
+        }
       }
       step.first_output = static_cast<uint32_t>(views.size());
       std::vector<TensorInfo> output_infos;
@@ -227,9 +288,8 @@ struct Executor::Impl {
                                             &views[step.first_input], step.input_count, &views[step.first_output],
                                             step.output_count);
         } else {
-          const KernelDef* kernel = kernels.find(step_spec.kernel);
-          step.run = kernel->run;
-          step.state = kernel->prepare(KernelSetup{step_spec.params, input_infos, output_infos, constants});
+          const KernelSetup setup{step_spec.params, input_infos, output_infos, constants, queue};
+          prepareKernel(step_spec.kernel, setup, step);
         }
       } catch (const Error& e) {
         throw UsageError(fmt::format("step {} ({}): {}", prepared.size(), step_spec.kernel, e.what()));
@@ -306,9 +366,26 @@ uint64_t Executor::stepsRun() const { return impl_->steps_run; }
 size_t Executor::stepCount() const { return impl_->steps.size(); }
 
 void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs) {
-  impl_->bind(inputs, outputs);
-  impl_->useThreads();
-  ProgramRunner(impl_->views, impl_->steps_run).run(impl_->steps);
+  Impl& m = *impl_;
+  m.bind(inputs, outputs);
+  m.useThreads();
+#if KILN_HAVE_CUDA
+  if (m.graphs) {
+    // One graph per set of call buffers: the captured kernels hold them.
+    for (size_t i = 0; i < inputs.size(); ++i) m.graph_key[i] = inputs[i];
+    for (size_t i = 0; i < outputs.size(); ++i) m.graph_key[inputs.size() + i] = outputs[i];
+    const bool captured = m.graphs->run(
+        m.graph_key,
+        [](void* context) {
+          Impl& self = *static_cast<Impl*>(context);
+          ProgramRunner(self.views, self.steps_run, self.queue).run(self.steps);
+        },
+        &m);
+    if (!captured) m.steps_run += m.steps.size();
+    return;
+  }
+#endif
+  ProgramRunner(m.views, m.steps_run, m.queue).run(m.steps);
 }
 
 void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
@@ -319,10 +396,13 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
   }
   m.bind(inputs, outputs);
   m.useThreads();
-  ProgramRunner runner(m.views, m.steps_run);
+  ProgramRunner runner(m.views, m.steps_run, m.queue);
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     runner.runStep(m.steps[i]);
+#if KILN_HAVE_CUDA
+    if (m.cuda) cuda::synchronizeQueue(m.queue);
+#endif
     step_ns[i] += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }
@@ -336,12 +416,15 @@ void Executor::runTraced(std::span<const std::byte* const> inputs, std::span<std
   }
   m.bind(inputs, outputs);
   m.useThreads();
-  ProgramRunner runner(m.views, m.steps_run);
+  ProgramRunner runner(m.views, m.steps_run, m.queue);
   const uint64_t run = trace.nextRun();
   const uint64_t run_start = trace.now();
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const uint64_t start = trace.now();
     runner.runStep(m.steps[i]);
+#if KILN_HAVE_CUDA
+    if (m.cuda) cuda::synchronizeQueue(m.queue);
+#endif
     trace.add(TraceEvent{m.spec.steps[i].kernel, "step", start, trace.now() - start, m.step_trace_args[i]});
   }
   trace.add(TraceEvent{fmt::format("run {}", run), "run", run_start, trace.now() - run_start,

@@ -53,7 +53,8 @@ struct ControlFlow {
 // before the number of iterations its scan outputs were planned for.
 class ProgramRunner {
  public:
-  ProgramRunner(std::vector<TensorView>& views, uint64_t& steps_run) : views_(views), steps_run_(steps_run) {}
+  ProgramRunner(std::vector<TensorView>& views, uint64_t& steps_run, void* queue = nullptr)
+      : views_(views), steps_run_(steps_run), queue_(queue) {}
 
   void run(const std::vector<Step>& steps) {
     for (const Step& step : steps) runStep(step);
@@ -62,7 +63,7 @@ class ProgramRunner {
   void runStep(const Step& step) {
     if (step.run != nullptr) {
       step.run(KernelCall{&views_[step.first_input], step.input_count, &views_[step.first_output], step.output_count,
-                          step.state.get()});
+                          step.state.get(), queue_});
     } else {
       runControlFlow(step);
     }
@@ -77,6 +78,7 @@ class ProgramRunner {
 
   std::vector<TensorView>& views_;
   uint64_t& steps_run_;
+  void* queue_;  // KernelCall::queue
 };
 
 // The ControlFlow of a kiln.If / kiln.Loop / kiln.Scan step, checked

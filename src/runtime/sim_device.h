@@ -15,39 +15,27 @@
 // Features: the host CPU's (it runs the CPU kernels), so a cpu package that
 // asks for "avx2" runs on sim exactly where it runs on cpu.
 //
-// Queues are fixed-size rings of DeviceJob pointers (kQueueCapacity each),
-// so submitting allocates nothing. A submit to a full queue waits for room;
-// a `done` callback must therefore not fill the queue of the thread it runs
-// on (that submit throws UsageError instead of waiting forever).
+// The queues, worker threads, sticky failure state and fault injection are
+// QueuedDevice's (queued_device.h).
 //
-// Thread safety: as Device. `done` and compute run on the device threads
-// without any device lock held, so `done` may submit to this device; it
-// must not throw, and must not call synchronize() or reset().
-// The destructor waits for every submitted job, then stops the threads;
-// every DeviceBuffer must be destroyed before the device.
+// Thread safety: as Device. Every DeviceBuffer must be destroyed before the
+// device.
 #pragma once
 
-#include <array>
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <random>
-#include <string>
-#include <thread>
 #include <unordered_map>
-#include <vector>
 
 #include "kiln/device.h"
 #include "runtime/device_lock.h"
+#include "runtime/queued_device.h"
 
 namespace kiln {
 
-class SimDevice final : public Device {
+class SimDevice final : public QueuedDevice {
  public:
-  static constexpr size_t kQueueCapacity = 1024;
-  static_assert(kQueueCapacity >= Device::kMinQueuedJobs);
-
   // Device "sim:<index>". `lock` is the attachment (DeviceManager's); it is
   // released when the device is destroyed. Tests may pass null to make a
   // device that no lock guards.
@@ -60,54 +48,15 @@ class SimDevice final : public Device {
   bool usesHostMemory() const override { return false; }
   DeviceBuffer allocate(uint64_t bytes) override;
   uint64_t memoryInUse() const override;
-  void submit(DeviceJob& job) override;
-  void synchronize() override;
-  void reset() override;
 
  protected:
   void release(std::byte* data, uint64_t bytes) noexcept override;
+  std::exception_ptr runCopy(const DeviceJob& job) override;
+  void onWorkerStart(bool compute) override;
+  // Overwrites every buffer with 0xCD.
+  void loseMemory() override;
 
  private:
-  // A FIFO of job pointers with a fixed capacity. Guarded by mutex_.
-  class JobRing {
-   public:
-    bool empty() const { return count_ == 0; }
-    bool full() const { return count_ == slots_.size(); }
-    void push(DeviceJob* job) {
-      slots_[(head_ + count_) % slots_.size()] = job;
-      ++count_;
-    }
-    DeviceJob* pop() {
-      DeviceJob* job = slots_[head_];
-      head_ = (head_ + 1) % slots_.size();
-      --count_;
-      return job;
-    }
-
-   private:
-    std::array<DeviceJob*, kQueueCapacity> slots_{};
-    size_t head_ = 0;   // oldest job
-    size_t count_ = 0;  // jobs queued
-  };
-
-  // One queue and the thread that serves it.
-  struct Queue {
-    explicit Queue(const char* queue_name) : name(queue_name) {}
-    const char* name;  // for messages: "copy", "compute"
-    JobRing ring;
-    std::condition_variable has_work;  // the worker waits on it
-    std::condition_variable has_room;  // submitters wait on it when full
-    std::thread thread;
-  };
-
-  void serve(Queue& queue, bool compute);
-  std::exception_ptr runCopy(const DeviceJob& job);
-  std::exception_ptr runCompute(const DeviceJob& job);
-  // The fault (if any) that compute job `job_number` gets; compute worker only.
-  bool drawFault(uint64_t job_number, FaultKind* kind);
-  std::exception_ptr failureOf(FaultKind kind, const std::string& message) const;
-  void refuseOnWorker(const char* what) const;
-
   const SimDeviceConfig config_;
   const std::unique_ptr<DeviceLock> lock_;
 
@@ -116,27 +65,6 @@ class SimDevice final : public Device {
   mutable std::mutex memory_mutex_;
   std::unordered_map<std::byte*, uint64_t> allocations_;
   std::atomic<uint64_t> in_use_{0};
-
-  // Work. Invariant: submitted_ - completed_ jobs are queued or running;
-  // synchronize() waits for them to be equal.
-  std::mutex mutex_;
-  Queue copies_{"copy"};
-  Queue computes_{"compute"};
-  std::condition_variable idle_;  // signalled when completed_ reaches submitted_
-  uint64_t submitted_ = 0;
-  uint64_t completed_ = 0;
-  bool stopping_ = false;
-  // The sticky failure: set by a fault of a reset class, cleared by reset().
-  bool failed_ = false;
-  FaultKind failure_kind_ = FaultKind::kApplicationError;
-  std::string failure_message_;
-
-  // Fault injection state, touched only by the compute worker.
-  std::vector<ScriptedFault> script_;  // sorted by at_job
-  size_t script_next_ = 0;             // first entry not yet passed
-  std::mt19937_64 random_;
-  bool random_faults_ = false;  // any fault rate above 0
-  uint64_t next_compute_job_ = 0;
 };
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
 // The device conformance suite: every device kind (cpu, sim with and without
-// transfer costs, later cuda) must pass these tests unchanged. Devices are
-// attached through DeviceManager, as a runtime would.
+// transfer costs, cuda where the build has CUDA and the machine a GPU) must
+// pass these tests unchanged. Devices are attached through DeviceManager, as
+// a runtime would. The one kernel the tests run (doubling floats) runs as
+// host code on cpu and sim and as a CUDA kernel on cuda.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,13 +11,19 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "core/elementwise_program.h"
 #include "kiln/device.h"
 #include "kiln/error.h"
 #include "tests/device/device_test_util.h"
 #include "tests/support/allocation_counter.h"
+#if KILN_HAVE_CUDA
+#include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/elementwise_launch.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -40,6 +48,11 @@ class DeviceConformance : public ::testing::TestWithParam<DeviceParam> {
     options.sim.transfer_bytes_per_second = GetParam().bytes_per_second;
     options.lock_dir = lock_dir_.path();
     manager_ = std::make_unique<DeviceManager>(options);
+    if (std::string_view(GetParam().id).starts_with("cuda")) {
+      bool present = false;
+      for (const DeviceInfo& info : manager_->devices()) present |= info.id == GetParam().id;
+      if (!present) GTEST_SKIP() << "no GPU on this machine (or kiln built without CUDA)";
+    }
     device_ = manager_->getSpecificDevice(GetParam().id);
     ASSERT_EQ(device_->id(), GetParam().id);
   }
@@ -109,6 +122,25 @@ struct Chain {
 
   static void doubleAll(void* context) {
     auto* chain = static_cast<Chain*>(context);
+#if KILN_HAVE_CUDA
+    if (chain->device->info().kind == DeviceKind::kCuda) {
+      // Device memory: a kernel does it (x * 2 as a one-instruction program).
+      cuda::DeviceProgram program;
+      program.ops = 1;
+      program.inputs = 1;
+      program.immediates = 1;
+      program.op[0] = static_cast<uint8_t>(ElementwiseOp::kMul);
+      program.a[0] = 0;
+      program.b[0] = 1;
+      program.immediate[0] = 2.0f;
+      cuda::Pointers pointers;
+      pointers.in[0] = chain->device_floats;
+      pointers.out = chain->device_floats;
+      cuda::launchElementwise(program, cuda::Indexing{}, pointers, chain->count,
+                              cuda::queueOf(chain->device->kernelQueue()).stream);
+      return;
+    }
+#endif
     for (size_t i = 0; i < chain->count; ++i) chain->device_floats[i] *= 2;
   }
   static void next(DeviceJob& job, std::exception_ptr error) {
@@ -270,7 +302,8 @@ TEST_P(DeviceConformance, ResetCounts) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceConformance,
                          ::testing::Values(DeviceParam{"cpu", "cpu", 0, 0}, DeviceParam{"sim", "sim:0", 0, 0},
-                                           DeviceParam{"sim_200us_1GBps", "sim:0", 200'000, 1e9}),
+                                           DeviceParam{"sim_200us_1GBps", "sim:0", 200'000, 1e9},
+                                           DeviceParam{"cuda", "cuda:0", 0, 0}),
                          [](const ::testing::TestParamInfo<DeviceParam>& param) { return param.param.name; });
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "kiln/executor.h"
 #include "kiln/step_trace.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/device_runner.h"
 #include "tools/kiln/model_inputs.h"
 
 namespace kiln::cli {
@@ -37,11 +38,21 @@ double peakResidentMib() {
 
 // The model under test on one set of inputs: a package of fixed shapes runs
 // on an Executor, one with run-time shapes on a DynamicExecutor (whose first
-// call compiles the inputs' specialization: the warm-up pays for it).
+// call compiles the inputs' specialization: the warm-up pays for it), and
+// one for a device (cuda, or --device) on a ModelRunner, host memory in and
+// out.
 class BenchTarget {
  public:
   BenchTarget(const std::string& package, const std::string& model, int threads,
-              const std::vector<std::string>& input_files) {
+              const std::vector<std::string>& input_files, std::optional<DeviceKind> device) {
+    if (device) {
+      device_ = std::make_unique<DeviceRunner>(package, model, *device);
+      inputs_ = loadInputs(device_->inputs(), input_files, /*random_missing=*/true);
+      for (const NpyArray& array : inputs_) in_.push_back(array.bytes.data());
+      for (const TensorSlot& slot : device_->outputs()) output_data_.emplace_back(slot.info.sizeInBytes());
+      for (auto& data : output_data_) out_.push_back(data.data());
+      return;
+    }
     if (hasRuntimeShapes(package, model)) {
       dynamic_ = std::make_unique<DynamicExecutor>(package, model, DynamicExecutorOptions{.threads = threads});
     } else {
@@ -68,7 +79,13 @@ class BenchTarget {
 
   bool runtimeShapes() const { return dynamic_ != nullptr; }
 
+  bool onDevice() const { return device_ != nullptr; }
+
   void run(StepTrace* trace = nullptr) {
+    if (device_) {
+      device_->run(in_, out_);
+      return;
+    }
     if (fixed_) {
       if (trace != nullptr) {
         fixed_->runTraced(in_, out_, *trace);
@@ -80,11 +97,15 @@ class BenchTarget {
     }
   }
 
-  uint64_t arenaBytes() const { return fixed_ ? fixed_->arenaBytes() : dynamic_->memoryStats().arena_bytes; }
+  uint64_t arenaBytes() const {
+    if (device_) return 0;
+    return fixed_ ? fixed_->arenaBytes() : dynamic_->memoryStats().arena_bytes;
+  }
 
  private:
   std::unique_ptr<Executor> fixed_;
   std::unique_ptr<DynamicExecutor> dynamic_;
+  std::unique_ptr<DeviceRunner> device_;
   std::vector<NpyArray> inputs_;
   std::vector<TensorInfo> infos_;
   std::vector<const std::byte*> in_;
@@ -159,6 +180,7 @@ Command addBenchCommand(CLI::App& app) {
     std::string trace;
     int threads = 0;
     std::vector<std::string> inputs;
+    std::string device;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a compiled model on random inputs");
@@ -170,13 +192,22 @@ Command addBenchCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
   cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_option("--device", args->device,
+                  "Run on a device through a ModelRunner, host memory in and out: cpu, sim or cuda (default: the "
+                  "package's target; cpu packages run on the host executor)")
+      ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
   cmd->add_flag("--profile", args->profile, "Also time each step and print the time per kernel and the slowest steps");
   cmd->add_option("--trace", args->trace,
                   "Also write a Chrome trace (chrome://tracing, Perfetto) of up to 20 runs, one event per step, to FILE");
 
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
-    BenchTarget target(args->package, args->model, args->threads, args->inputs);
+    const std::optional<DeviceKind> device = deviceFor(args->package, args->model, args->device);
+    if (device && (args->profile || !args->trace.empty())) {
+      throw UsageError("--profile and --trace time the steps of the host executor; they are not available with a "
+                       "device yet");
+    }
+    BenchTarget target(args->package, args->model, args->threads, args->inputs, device);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
 
     for (int i = 0; i < args->warmup; ++i) target.run();
@@ -188,9 +219,12 @@ Command addBenchCommand(CLI::App& app) {
     }
     // The step count comes from one traced run (a DynamicExecutor's
     // specialization decides it).
-    StepTrace one_run;
-    target.run(&one_run);
-    size_t steps = stepsPerRun(one_run).front().size();
+    size_t steps = 0;
+    if (!target.onDevice()) {
+      StepTrace one_run;
+      target.run(&one_run);
+      steps = stepsPerRun(one_run).front().size();
+    }
     if (args->profile) {
       StepTrace trace;
       for (int i = 0; i < args->iterations; ++i) target.run(&trace);

@@ -13,6 +13,26 @@
 #include "tools/kiln/commands.h"
 
 namespace kiln::cli {
+namespace {
+
+// Steps of a cuda package whose kernel has no cuda version run on the host,
+// their tensors copied across: say which, so that nobody is surprised by
+// the time they take.
+void reportHostSteps(const CompileReport& report) {
+  std::string host;
+  size_t count = 0;
+  for (const auto& [kernel, steps] : report.step_kernels) {
+    if (KernelRegistry::cuda().find(kernel) != nullptr) continue;
+    host += (host.empty() ? "" : ", ") + kernel + " x" + std::to_string(steps);
+    count += steps;
+  }
+  if (count > 0) {
+    std::fprintf(stderr, "notice: %zu of %zu steps have no cuda kernel in this build and run on the host: %s\n", count,
+                 report.steps, host.c_str());
+  }
+}
+
+}  // namespace
 
 Command addCompileCommand(CLI::App& app) {
   struct Args {
@@ -25,6 +45,7 @@ Command addCompileCommand(CLI::App& app) {
     bool no_channels_last = false;
     bool keep_float16 = false;
     bool dynamic = false;
+    std::string target = "cpu";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
@@ -38,6 +59,8 @@ Command addCompileCommand(CLI::App& app) {
                 "Keep convolutions and pooling in the model's NCHW layout (slower; for comparisons)");
   cmd->add_flag("--keep-float16", args->keep_float16,
                 "Compute float16 models in float16 (rounding after every operator; slower) rather than float32");
+  cmd->add_option("--target", args->target, "Device kind to compile for: cpu (default; also runs on sim) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--dynamic", args->dynamic,
                 "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
@@ -70,6 +93,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.progress = show;
     compile_options.channels_last = !args->no_channels_last;
     compile_options.float16_in_float32 = !args->keep_float16;
+    compile_options.target = args->target;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     compile_options.evaluate_kernel = &evaluateOnce;
@@ -92,6 +116,7 @@ Command addCompileCommand(CLI::App& app) {
                   static_cast<unsigned long long>(report.constant_bytes), seconds);
       return 0;
     }
+    if (args->target == "cuda") reportHostSteps(report);
     std::printf("compiled %s -> %s: %zu steps, %zu views, %zu constants (%llu bytes), arena %llu bytes, %.2f s\n",
                 args->model.c_str(), args->output.c_str(), report.steps, report.views, report.constants,
                 static_cast<unsigned long long>(report.constant_bytes),

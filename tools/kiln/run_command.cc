@@ -12,6 +12,7 @@
 #include "kiln/dynamic_executor.h"
 #include "kiln/executor.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/device_runner.h"
 #include "tools/kiln/npy.h"
 #include "tools/kiln/model_inputs.h"
 
@@ -25,6 +26,33 @@ std::string fileNameFor(std::string name) {
   return name + ".npy";
 }
 
+void writeOutputs(const std::string& dir, const std::vector<TensorSlot>& outputs,
+                  const std::vector<std::vector<std::byte>>& data) {
+  std::filesystem::create_directories(dir);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorSlot& slot = outputs[i];
+    const auto path = std::filesystem::path(dir) / fileNameFor(slot.name);
+    writeNpy(path, slot.info, data[i].data());
+    std::printf("%s: %s -> %s\n", slot.name.c_str(), slot.info.toString().c_str(), path.string().c_str());
+  }
+}
+
+// A device run (a cuda package, or --device): through a ModelRunner.
+int runOnDevice(const std::string& package, const std::string& model, DeviceKind kind,
+                const std::vector<std::string>& input_files, bool random_inputs, const std::string& output_dir) {
+  DeviceRunner runner(package, model, kind);
+  const std::vector<NpyArray> input_data = loadInputs(runner.inputs(), input_files, random_inputs);
+  std::vector<const std::byte*> in;
+  for (const NpyArray& array : input_data) in.push_back(array.bytes.data());
+  std::vector<std::vector<std::byte>> output_data;
+  std::vector<std::byte*> out;
+  for (const TensorSlot& slot : runner.outputs()) output_data.emplace_back(slot.info.sizeInBytes());
+  for (auto& data : output_data) out.push_back(data.data());
+  runner.run(in, out);
+  writeOutputs(output_dir, runner.outputs(), output_data);
+  return 0;
+}
+
 
 }  // namespace
 
@@ -36,6 +64,7 @@ Command addRunCommand(CLI::App& app) {
     std::string output_dir = ".";
     std::string model;
     int threads = 0;
+    std::string device;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run a compiled model once on .npy inputs");
@@ -47,7 +76,15 @@ Command addRunCommand(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
       ->check(CLI::PositiveNumber);
 
+  cmd->add_option("--device", args->device,
+                  "Run on a device through a ModelRunner: cpu, sim or cuda (default: the package's target; cpu "
+                  "packages run on the host executor)")
+      ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
+
   return [args]() {
+    if (const std::optional<DeviceKind> device = deviceFor(args->package, args->model, args->device)) {
+      return runOnDevice(args->package, args->model, *device, args->inputs, args->random_inputs, args->output_dir);
+    }
     // Packages with run-time shapes take their shapes from the inputs given.
     const bool dynamic = hasRuntimeShapes(args->package, args->model);
     std::unique_ptr<Executor> executor;
@@ -85,13 +122,7 @@ Command addRunCommand(CLI::App& app) {
       executor->run(in, out);
     }
 
-    std::filesystem::create_directories(args->output_dir);
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const TensorSlot& slot = outputs[i];
-      const auto path = std::filesystem::path(args->output_dir) / fileNameFor(slot.name);
-      writeNpy(path, slot.info, output_data[i].data());
-      std::printf("%s: %s -> %s\n", slot.name.c_str(), slot.info.toString().c_str(), path.string().c_str());
-    }
+    writeOutputs(args->output_dir, outputs, output_data);
     return 0;
   };
 }

@@ -124,28 +124,7 @@ VectorOp vectorOp(ElementwiseOp op) {
     case E::kMin: return {std::nullopt, B::kMin};
     case E::kCount: break;
   }
-  return {};  // not reached: readProgram admits only the ops above
-}
-
-ElementwiseProgram readProgram(const KernelSetup& setup) {
-  ElementwiseProgram program;
-  program.input_count = setup.inputs.size();
-  const std::string ops = setup.params.getString(std::string(kProgramOpsAttribute), "");
-  const auto parsed = parseElementwiseOps(ops);
-  if (!parsed) throw UsageError(fmt::format("{}: ops '{}' names an op that is not in the list", kOp, ops));
-  program.ops = *parsed;
-  program.operands = setup.params.getInts(std::string(kProgramOperandsAttribute), {});
-  auto floats = [&](std::string_view key) {
-    const std::vector<double> values = setup.params.getFloats(std::string(key), {});
-    return std::vector<float>(values.begin(), values.end());
-  };
-  program.alpha = floats(kProgramAlphaAttribute);
-  program.beta = floats(kProgramBetaAttribute);
-  program.immediates = floats(kProgramImmediatesAttribute);
-  if (const std::string problem = checkElementwiseProgram(program); !problem.empty()) {
-    throw UsageError(fmt::format("{}: {}", kOp, problem));
-  }
-  return program;
+  return {};  // not reached: readElementwiseProgram admits only the ops above
 }
 
 std::vector<int64_t> checkTypes(const KernelSetup& setup) {
@@ -203,7 +182,7 @@ std::vector<std::vector<int64_t>> tileShortRows(const KernelSetup& setup, const 
 
 std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
   const std::vector<int64_t> out = checkTypes(setup);
-  const ElementwiseProgram program = readProgram(setup);
+  const ElementwiseProgram program = readElementwiseProgram(setup.params, setup.inputs.size());
   const RegisterAssignment registers = assignRegisters(program);
   if (registers.count > kMaxProgramRegisters) {
     throw UsageError(fmt::format("{}: the program needs {} registers; the kernel has {}", kOp, registers.count,

@@ -28,6 +28,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/setup_helpers.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -37,7 +38,8 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-std::string typeString(const TensorInfo& info) { return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString()); }
+using setup_helpers::reduceAxes;
+using setup_helpers::typeString;
 
 template <typename T>
 T wrapAdd(T a, T b) {
@@ -317,33 +319,6 @@ void reduceBoolLoop(const ReducePlan& plan, const std::byte* x, std::byte* y_byt
 
 // The reduced axes, normalised and sorted; from the attribute `axes` or a
 // constant input 1.
-std::vector<int64_t> reduceAxes(std::string_view op, const KernelSetup& setup, size_t rank) {
-  std::vector<int64_t> axes;
-  if (setup.inputs.size() >= 2 && setup.inputs[1].dtype != DType::kUndefined) {
-    const TensorInfo& info = setup.inputs[1];
-    if (info.dtype != DType::kI64 || info.shape.size() > 1 || !info.isStatic()) {
-      throw UsageError(fmt::format("{}: axes must be a 1-D i64 tensor, got {}", op, typeString(info)));
-    }
-    const std::byte* bytes = setup.constants.size() > 1 ? setup.constants[1] : nullptr;
-    // An empty axes tensor needs no bytes (its data may even be null).
-    if (bytes == nullptr && info.numElements() != 0) throw UsageError(fmt::format("{}: axes must be a constant", op));
-    axes.resize(info.numElements());
-    if (!axes.empty()) std::memcpy(axes.data(), bytes, axes.size() * sizeof(int64_t));
-  } else {
-    axes = setup.params.getInts("axes", {});
-  }
-  const int64_t r = static_cast<int64_t>(rank);
-  for (int64_t& axis : axes) {
-    if (axis < -r || axis >= r) throw UsageError(fmt::format("{}: axis {} is out of range for rank {}", op, axis, rank));
-    if (axis < 0) axis += r;
-  }
-  std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) {
-    throw UsageError(fmt::format("{}: axes [{}] repeat an axis", op, fmt::join(axes, ", ")));
-  }
-  return axes;
-}
-
 template <typename Op>
 std::unique_ptr<KernelState> prepareReduce(const KernelSetup& setup) {
   constexpr std::string_view op = Op::kName;

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +66,35 @@ inline int64_t readInt(const std::byte* data, DType dtype, uint64_t i) {
   int64_t v;
   std::memcpy(&v, data + i * sizeof v, sizeof v);
   return v;
+}
+
+// A Reduce* step's axes (input 1, a constant, or the attribute of older
+// opsets), each in [0, rank), sorted; UsageError for a bad or repeated axis.
+inline std::vector<int64_t> reduceAxes(std::string_view op, const KernelSetup& setup, size_t rank) {
+  std::vector<int64_t> axes;
+  if (setup.inputs.size() >= 2 && setup.inputs[1].dtype != DType::kUndefined) {
+    const TensorInfo& info = setup.inputs[1];
+    if (info.dtype != DType::kI64 || info.shape.size() > 1 || !info.isStatic()) {
+      throw UsageError(fmt::format("{}: axes must be a 1-D i64 tensor, got {}", op, typeString(info)));
+    }
+    const std::byte* bytes = setup.constants.size() > 1 ? setup.constants[1] : nullptr;
+    // An empty axes tensor needs no bytes (its data may even be null).
+    if (bytes == nullptr && info.numElements() != 0) throw UsageError(fmt::format("{}: axes must be a constant", op));
+    axes.resize(info.numElements());
+    if (!axes.empty()) std::memcpy(axes.data(), bytes, axes.size() * sizeof(int64_t));
+  } else {
+    axes = setup.params.getInts("axes", {});
+  }
+  const int64_t r = static_cast<int64_t>(rank);
+  for (int64_t& axis : axes) {
+    if (axis < -r || axis >= r) throw UsageError(fmt::format("{}: axis {} is out of range for rank {}", op, axis, rank));
+    if (axis < 0) axis += r;
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) {
+    throw UsageError(fmt::format("{}: axes [{}] repeat an axis", op, fmt::join(axes, ", ")));
+  }
+  return axes;
 }
 
 // Kernels that only move elements handle them by size: 1, 2, 4 or 8 bytes.

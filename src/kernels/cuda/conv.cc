@@ -1,0 +1,715 @@
+// Conv and ConvTranspose (ONNX) on cuda devices, in f32 NCHW, through cuDNN's
+// convolution API (cudnnConvolutionForward; ConvTranspose is the backward-data
+// pass of the convolution it transposes, cudnnConvolutionBackwardData).
+//
+// prepare reads the attributes (kernel_shape, strides, dilations, pads or
+// auto_pad, group; ConvTranspose's output_padding and output_shape), checks
+// them against the static shapes of the inputs and of the output that
+// inference fixed, and builds what cuDNN needs once: the tensor, filter and
+// convolution descriptors and the algorithm (the first of cuDNN's heuristic
+// ranking that succeeds in plain f32 within the shared workspace). run only
+// queues work on the queue's stream: it may be captured into a CUDA graph.
+//
+// cuDNN's geometry differs from ONNX's in three ways:
+//   - it needs 2 or 3 spatial axes: a 1-D convolution runs as a 2-D one whose
+//     first spatial axis has size 1 (kernel 1, stride 1, no padding);
+//   - its padding is symmetric (one value per axis for both ends). ONNX pads
+//     [x1_begin, x2_begin, ..., x1_end, x2_end, ...] may differ per end, as
+//     auto_pad SAME_* gives whenever the total padding is odd.
+//       Conv: the windows start at `begin` in both, so cuDNN pads `begin`
+//     whenever that gives ONNX's output size (the windows then never reach
+//     the end padding, where the two differ). Otherwise run first copies the
+//     input into the workspace with the missing zeros around it and cuDNN
+//     pads the smaller of the two.
+//       ConvTranspose: cuDNN pads `begin` and is given the output size, which
+//     it accepts while 0 <= begin - end < stride (end net of output_padding:
+//     symmetric pads, SAME_LOWER, output_shape mostly). Otherwise cuDNN pads
+//     the smaller of the two (at least 0) into the workspace and run copies
+//     ONNX's part of that out (zero-filled past it, as ONNX's output is).
+//     The copies (cudaMemset + cudaMemcpy3D, both graph-capturable) cover the
+//     last two spatial axes: a 3-D op whose depth pads differ per end is
+//     refused;
+//   - its f32 math may use TF32 tensor cores: the descriptors ask for
+//     CUDNN_FMA_MATH, plain f32 as the CPU kernels compute.
+// The bias (input 2) is added after the convolution by cudnnAddTensor.
+//
+// Declined in prepare (KernelUnsupported: the step then runs on the host): dtypes other than f32, dynamic shapes,
+// more than 3 spatial axes, the depth pads above, copies larger than the
+// workspace, and shapes that do not fit cuDNN's int dimensions.
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cuda/cuda_queue.h"
+#include "kernels/kernel.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+using Ints = std::vector<int64_t>;
+using CudnnInts = std::vector<int>;
+
+// cuDNN wants its workspace pointers aligned: the copies' buffers in the
+// workspace end on this boundary.
+constexpr size_t kWorkspaceAlignment = 256;
+
+// ---------------------------------------------------------------- descriptors
+
+// Owns one cuDNN descriptor: created on construction, destroyed with the
+// owner (the kernel state).
+template <typename Handle, cudnnStatus_t (*create)(Handle*), cudnnStatus_t (*destroy)(Handle)>
+class Descriptor {
+ public:
+  Descriptor() { check(create(&handle_), "cuDNN: creating a descriptor"); }
+  ~Descriptor() {
+    if (handle_ != nullptr) destroy(handle_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  Handle get() const { return handle_; }
+
+ private:
+  Handle handle_ = nullptr;
+};
+
+using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor =
+    Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+
+// ------------------------------------------------------------------ attributes
+
+std::string typeString(const TensorInfo& info) {
+  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
+}
+
+// The int list attribute `name` with `size` values, each at least `minimum`;
+// `fallback` when absent.
+Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& name, size_t size, int64_t minimum,
+               const Ints& fallback) {
+  Ints values = params.getInts(name, fallback);
+  if (values.size() != size) {
+    throw KernelUnsupported(
+        fmt::format("{} on cuda: attribute '{}' has {} values, {} expected", op, name, values.size(), size));
+  }
+  for (int64_t value : values) {
+    if (value < minimum) {
+      throw KernelUnsupported(fmt::format("{} on cuda: attribute '{}' [{}] has the value {}; at least {} expected", op, name,
+                                   fmt::join(values, ", "), value, minimum));
+    }
+  }
+  return values;
+}
+
+enum class AutoPad { kNotSet, kValid, kSameUpper, kSameLower };
+
+AutoPad autoPad(std::string_view op, const ParamMap& params) {
+  const std::string text = params.getString("auto_pad", "NOTSET");
+  if (text == "NOTSET" || text.empty()) return AutoPad::kNotSet;
+  if (text == "VALID") return AutoPad::kValid;
+  if (text == "SAME_UPPER") return AutoPad::kSameUpper;
+  if (text == "SAME_LOWER") return AutoPad::kSameLower;
+  throw KernelUnsupported(fmt::format("{} on cuda: auto_pad is '{}', not NOTSET, VALID, SAME_UPPER or SAME_LOWER", op, text));
+}
+
+bool isSame(AutoPad auto_pad) { return auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower; }
+
+// ----------------------------------------------------------- ONNX geometry
+
+// One Conv or ConvTranspose as ONNX defines it, per spatial axis.
+struct ConvGeometry {
+  bool transposed = false;
+  int64_t batch = 0;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t group = 1;
+  Ints in;  // spatial sizes
+  Ints out;
+  Ints kernel;
+  Ints strides;
+  Ints dilations;
+  Ints pad_begin;
+  Ints pad_end;  // ConvTranspose: the end pad minus output_padding (negative when output_shape asks for more)
+
+  size_t spatial() const { return in.size(); }
+  int64_t extent(size_t axis) const { return (kernel[axis] - 1) * dilations[axis] + 1; }
+};
+
+bool hasBias(const KernelSetup& setup) { return setup.inputs.size() > 2 && setup.inputs[2].dtype != DType::kUndefined; }
+
+void checkTensors(std::string_view op, const KernelSetup& setup) {
+  if (setup.queue == nullptr) throw KernelUnsupported(fmt::format("{} on cuda: prepared without a cuda queue", op));
+  if (setup.inputs.size() < 2 || setup.inputs.size() > 3) {
+    throw KernelUnsupported(fmt::format("{} on cuda: expects 2 or 3 inputs, got {}", op, setup.inputs.size()));
+  }
+  if (setup.outputs.size() != 1) {
+    throw KernelUnsupported(fmt::format("{} on cuda: expects 1 output, got {}", op, setup.outputs.size()));
+  }
+  const size_t count = hasBias(setup) ? 3 : 2;
+  for (size_t i = 0; i < count; ++i) {
+    const TensorInfo& input = setup.inputs[i];
+    if (input.dtype != DType::kF32) {
+      throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32 only); input {} is {}", op,
+                                   dtypeName(input.dtype), i, typeString(input)));
+    }
+    if (!input.isStatic()) {
+      throw KernelUnsupported(fmt::format("{} on cuda: needs static shapes, input {} is {}", op, i, typeString(input)));
+    }
+  }
+  const TensorInfo& x = setup.inputs[0];
+  if (x.shape.size() < 3 || x.shape.size() > 5) {
+    throw KernelUnsupported(fmt::format("{} on cuda: needs an input [N, C, spatial...] with 1 to 3 spatial axes, got {}", op,
+                                 typeString(x)));
+  }
+  if (setup.inputs[1].shape.size() != x.shape.size()) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the weights {} must have the rank of the input {}", op,
+                                 typeString(setup.inputs[1]), typeString(x)));
+  }
+}
+
+void checkBias(std::string_view op, const KernelSetup& setup, int64_t out_channels) {
+  if (!hasBias(setup)) return;
+  const TensorInfo& bias = setup.inputs[2];
+  if (bias.shape != Ints{out_channels}) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the bias is {}, expected one value per output channel ([{}])", op,
+                                 typeString(bias), out_channels));
+  }
+}
+
+void checkOutput(std::string_view op, const KernelSetup& setup, const ConvGeometry& g) {
+  Ints expected{g.batch, g.out_channels};
+  expected.insert(expected.end(), g.out.begin(), g.out.end());
+  const TensorInfo& y = setup.outputs[0];
+  if (y.dtype != DType::kF32 || y.shape != expected) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the output is {} but the inputs and attributes give f32{}", op,
+                                 typeString(y), TensorInfo{DType::kF32, expected}.shapeString()));
+  }
+}
+
+// kernel_shape, when present, must repeat the weights' spatial sizes.
+Ints kernelShape(std::string_view op, const KernelSetup& setup, size_t spatial) {
+  const Ints& w = setup.inputs[1].shape;
+  const Ints from_weights(w.begin() + 2, w.end());
+  const Ints kernel = sizedInts(op, setup.params, "kernel_shape", spatial, 1, from_weights);
+  if (kernel != from_weights) {
+    throw KernelUnsupported(fmt::format("{} on cuda: kernel_shape [{}] differs from the weights {}", op,
+                                 fmt::join(kernel, ", "), typeString(setup.inputs[1])));
+  }
+  return kernel;
+}
+
+// The parts both ops read the same way: strides, dilations, the kernel.
+void readWindow(std::string_view op, const KernelSetup& setup, ConvGeometry& g) {
+  const Ints& x = setup.inputs[0].shape;
+  const size_t n = x.size() - 2;
+  g.batch = x[0];
+  g.in_channels = x[1];
+  g.group = setup.params.getInt("group", 1);
+  if (g.group < 1) throw KernelUnsupported(fmt::format("{} on cuda: group must be positive, got {}", op, g.group));
+  g.in.assign(x.begin() + 2, x.end());
+  g.kernel = kernelShape(op, setup, n);
+  g.strides = sizedInts(op, setup.params, "strides", n, 1, Ints(n, 1));
+  g.dilations = sizedInts(op, setup.params, "dilations", n, 1, Ints(n, 1));
+  g.out.assign(n, 0);
+  g.pad_begin.assign(n, 0);
+  g.pad_end.assign(n, 0);
+}
+
+void checkChannels(std::string_view op, const KernelSetup& setup, const ConvGeometry& g, int64_t weight_channels) {
+  const Ints& w = setup.inputs[1].shape;
+  if (g.in_channels != weight_channels || g.in_channels % g.group != 0 || g.out_channels % g.group != 0) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the input {}, the weights {} and group {} do not fit together", op,
+                                 typeString(setup.inputs[0]), typeString(setup.inputs[1]), g.group));
+  }
+  if (w[0] == 0 || w[1] == 0) {
+    throw KernelUnsupported(fmt::format("{} on cuda: no kernel for empty weights {}", op, typeString(setup.inputs[1])));
+  }
+}
+
+ConvGeometry convGeometry(const KernelSetup& setup) {
+  constexpr std::string_view op = "Conv";
+  ConvGeometry g;
+  readWindow(op, setup, g);
+  const Ints& w = setup.inputs[1].shape;
+  g.out_channels = w[0];
+  checkChannels(op, setup, g, w[1] * g.group);
+  checkBias(op, setup, g.out_channels);
+  const size_t n = g.spatial();
+  const Ints pads = sizedInts(op, setup.params, "pads", 2 * n, 0, Ints(2 * n, 0));
+  const AutoPad auto_pad = autoPad(op, setup.params);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t extent = g.extent(i);
+    const int64_t stride = g.strides[i];
+    if (isSame(auto_pad)) {
+      g.out[i] = (g.in[i] + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * stride + extent - g.in[i]);
+      g.pad_begin[i] = auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+      g.pad_end[i] = total - g.pad_begin[i];
+      continue;
+    }
+    g.pad_begin[i] = auto_pad == AutoPad::kValid ? 0 : pads[i];
+    g.pad_end[i] = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
+    const int64_t room = g.in[i] + g.pad_begin[i] + g.pad_end[i] - extent;
+    if (room < 0) {
+      throw KernelUnsupported(fmt::format("Conv on cuda: spatial axis {}: the kernel spans {} elements (dilations included) "
+                                   "but the padded input has {}",
+                                   i, extent, g.in[i] + g.pad_begin[i] + g.pad_end[i]));
+    }
+    g.out[i] = room / stride + 1;
+  }
+  checkOutput(op, setup, g);
+  return g;
+}
+
+// output_shape, when present, as one size per spatial axis (ONNX also
+// allows the full [N, C, spatial...]).
+Ints outputShapeAttribute(const KernelSetup& setup, size_t spatial) {
+  if (!setup.params.has("output_shape")) return {};
+  Ints shape = setup.params.getInts("output_shape", {});
+  if (shape.size() == spatial + 2) shape.erase(shape.begin(), shape.begin() + 2);
+  if (shape.size() != spatial) {
+    throw KernelUnsupported(fmt::format("ConvTranspose on cuda: output_shape [{}] must have one size per spatial axis ({})",
+                                 fmt::join(shape, ", "), spatial));
+  }
+  return shape;
+}
+
+ConvGeometry convTransposeGeometry(const KernelSetup& setup) {
+  constexpr std::string_view op = "ConvTranspose";
+  ConvGeometry g;
+  g.transposed = true;
+  readWindow(op, setup, g);
+  const Ints& w = setup.inputs[1].shape;  // [C_in, C_out / group, k...]
+  g.out_channels = w[1] * g.group;
+  checkChannels(op, setup, g, w[0]);
+  checkBias(op, setup, g.out_channels);
+  const size_t n = g.spatial();
+  const Ints pads = sizedInts(op, setup.params, "pads", 2 * n, 0, Ints(2 * n, 0));
+  const Ints output_padding = sizedInts(op, setup.params, "output_padding", n, 0, Ints(n, 0));
+  const Ints output_shape = outputShapeAttribute(setup, n);
+  const AutoPad auto_pad = autoPad(op, setup.params);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t full = g.strides[i] * (g.in[i] - 1) + output_padding[i] + g.extent(i);  // before any padding
+    int64_t begin = auto_pad == AutoPad::kValid ? 0 : pads[i];
+    int64_t end = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
+    if (!output_shape.empty() || isSame(auto_pad)) {
+      g.out[i] = output_shape.empty() ? g.in[i] * g.strides[i] : output_shape[i];
+      // As the CPU kernel (and ONNX's reference): the total splits with floor
+      // division, SAME_UPPER putting the smaller half first.
+      const int64_t total = full - g.out[i];
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      begin = auto_pad == AutoPad::kSameUpper ? half : total - half;
+      end = total - begin;
+      if (begin < 0) {
+        throw KernelUnsupported(fmt::format("ConvTranspose on cuda: spatial axis {}: output size {} is larger than the {} "
+                                     "the input, kernel and strides give by more than the end padding can take",
+                                     i, g.out[i], full));
+      }
+    } else {
+      g.out[i] = full - begin - end;
+      if (g.out[i] < 1) {
+        throw KernelUnsupported(
+            fmt::format("ConvTranspose on cuda: spatial axis {}: the output size {} is not positive", i, g.out[i]));
+      }
+    }
+    g.pad_begin[i] = begin;
+    g.pad_end[i] = end - output_padding[i];
+  }
+  checkOutput(op, setup, g);
+  return g;
+}
+
+// ----------------------------------------------------------- cuDNN geometry
+
+// What cuDNN computes: 2 or 3 spatial axes, symmetric pads. `x` and `y` are
+// the tensors cuDNN reads and writes; they differ from the op's own (`op_x`,
+// `op_y`) where a copy in the workspace bridges the two: a Conv's input with
+// the zeros around it that cuDNN's symmetric pads cannot give (op_x sits at
+// `x_offset` inside x), or a ConvTranspose's output computed with other pads,
+// op_y's part of it (from `y_offset`) copied out.
+struct CudnnGeometry {
+  CudnnInts x;  // [N, C, spatial...]
+  CudnnInts w;
+  CudnnInts y;
+  CudnnInts op_x;
+  CudnnInts op_y;
+  CudnnInts x_offset;  // per spatial axis
+  CudnnInts y_offset;
+  CudnnInts pads;
+  CudnnInts strides;
+  CudnnInts dilations;
+};
+
+int toInt(std::string_view op, int64_t value) {
+  if (value < 0 || value > INT_MAX) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the size {} does not fit cuDNN's int dimensions", op, value));
+  }
+  return static_cast<int>(value);
+}
+
+// The output size cuDNN's forward convolution gives for one axis.
+int64_t cudnnOutputSize(int64_t in, int64_t pad, int64_t extent, int64_t stride) {
+  const int64_t room = in + 2 * pad - extent;
+  return room < 0 ? 0 : room / stride + 1;
+}
+
+// Conv: padding `begin` when that gives ONNX's output size; otherwise the
+// smaller pad, the input copy adding the rest.
+void addConvAxis(std::string_view op, const ConvGeometry& g, size_t i, CudnnGeometry& c) {
+  const int64_t begin = g.pad_begin[i];
+  const int64_t end = g.pad_end[i];
+  int64_t pad = begin;
+  if (cudnnOutputSize(g.in[i], begin, g.extent(i), g.strides[i]) != g.out[i]) pad = std::min(begin, end);
+  c.x.push_back(toInt(op, g.in[i] + (begin - pad) + (end - pad)));
+  c.op_x.push_back(toInt(op, g.in[i]));
+  c.x_offset.push_back(toInt(op, begin - pad));
+  c.y_offset.push_back(0);
+  c.y.push_back(toInt(op, g.out[i]));
+  c.op_y.push_back(toInt(op, g.out[i]));
+  c.pads.push_back(toInt(op, pad));
+}
+
+// ConvTranspose: cuDNN's backward data with padding `begin` and the output
+// size given, which cuDNN accepts while 0 <= begin - end < stride (end net of
+// output_padding). Otherwise cuDNN pads max(0, min(begin, end)) and computes
+// stride * (in - 1) + extent - 2 * pad outputs, which hold ONNX's from
+// begin - pad on (ONNX's outputs past them, if any, are zeros).
+void addConvTransposeAxis(std::string_view op, const ConvGeometry& g, size_t i, CudnnGeometry& c) {
+  const int64_t begin = g.pad_begin[i];
+  const int64_t end = g.pad_end[i];
+  int64_t pad = begin;
+  int64_t computed = g.out[i];
+  if (begin - end < 0 || begin - end >= g.strides[i]) {
+    pad = std::max<int64_t>(0, std::min(begin, end));
+    computed = g.strides[i] * (g.in[i] - 1) + g.extent(i) - 2 * pad;
+  }
+  c.x.push_back(toInt(op, g.in[i]));
+  c.op_x.push_back(toInt(op, g.in[i]));
+  c.x_offset.push_back(0);
+  c.y.push_back(toInt(op, computed));
+  c.op_y.push_back(toInt(op, g.out[i]));
+  c.y_offset.push_back(toInt(op, begin - pad));
+  c.pads.push_back(toInt(op, pad));
+}
+
+// A 1-D convolution's leading axis of size 1.
+void addUnitAxis(CudnnGeometry& c) {
+  for (CudnnInts* dims : {&c.x, &c.w, &c.y, &c.op_x, &c.op_y, &c.strides, &c.dilations}) dims->push_back(1);
+  c.x_offset.push_back(0);
+  c.y_offset.push_back(0);
+  c.pads.push_back(0);
+}
+
+CudnnGeometry cudnnGeometry(std::string_view op, const KernelSetup& setup, const ConvGeometry& g) {
+  CudnnGeometry c;
+  const int batch = toInt(op, g.batch);
+  c.x = {batch, toInt(op, g.in_channels)};
+  c.op_x = c.x;
+  c.y = {batch, toInt(op, g.out_channels)};
+  c.op_y = c.y;
+  for (int64_t dim : std::span(setup.inputs[1].shape).first(2)) c.w.push_back(toInt(op, dim));
+  if (g.spatial() == 1) addUnitAxis(c);
+  for (size_t i = 0; i < g.spatial(); ++i) {
+    if (g.transposed) {
+      addConvTransposeAxis(op, g, i, c);
+    } else {
+      addConvAxis(op, g, i, c);
+    }
+    c.w.push_back(toInt(op, g.kernel[i]));
+    c.strides.push_back(toInt(op, g.strides[i]));
+    c.dilations.push_back(toInt(op, g.dilations[i]));
+  }
+  return c;
+}
+
+// ------------------------------------------------------------- plane copies
+
+// A copy of f32 tensor `from` into `to`, both [planes, rows, columns] (a
+// plane is one (n, c) pair, or for 3-D convolutions one (n, c, depth)
+// triple): each plane's rows x columns block at `from_at` lands at `to_at`,
+// `to` zeroed first when the block does not cover it. One cudaMemset and one
+// cudaMemcpy3D, both graph-capturable.
+struct PlaneCopy {
+  bool enabled = false;
+  size_t planes = 0;
+  size_t from_rows = 0;
+  size_t from_columns = 0;
+  size_t to_rows = 0;
+  size_t to_columns = 0;
+  size_t rows = 0;  // the block
+  size_t columns = 0;
+  cudaPos from_at{};  // in bytes, rows, planes as cudaMemcpy3D takes it
+  cudaPos to_at{};
+  bool zero_first = false;
+  size_t buffer_bytes = 0;  // of the workspace, for the side in it (aligned)
+};
+
+size_t product(std::span<const int> values) {
+  size_t result = 1;
+  for (int v : values) result *= static_cast<size_t>(v);
+  return result;
+}
+
+size_t alignedBytes(std::span<const int> dims) {
+  const size_t bytes = product(dims) * sizeof(float);
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// Where `offset` (per spatial axis) is in the last two axes, for cudaMemcpy3D.
+cudaPos lastTwoAxes(const CudnnInts& offset) {
+  const size_t n = offset.size();
+  return make_cudaPos(static_cast<size_t>(offset[n - 1]) * sizeof(float), static_cast<size_t>(offset[n - 2]), 0);
+}
+
+// The copy from `from` (its part from `from_offset`) to `to` (at
+// `to_offset`); disabled when there is nothing to copy. Only the last two
+// spatial axes may differ.
+PlaneCopy planeCopy(std::string_view op, const CudnnInts& from, const CudnnInts& from_offset, const CudnnInts& to,
+                    const CudnnInts& to_offset) {
+  PlaneCopy copy;
+  const bool offsets = std::any_of(from_offset.begin(), from_offset.end(), [](int v) { return v != 0; }) ||
+                       std::any_of(to_offset.begin(), to_offset.end(), [](int v) { return v != 0; });
+  if (from == to && !offsets) return copy;
+  const size_t row_axis = to.size() - 2;
+  const bool depth_moves = to.size() == 5 && (from_offset[0] != 0 || to_offset[0] != 0);
+  if (depth_moves || !std::equal(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(row_axis), to.begin())) {
+    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN pads both ends alike; pads that differ per end on the depth axis "
+                                 "of a 3-D convolution are not supported",
+                                 op));
+  }
+  copy.enabled = true;
+  copy.planes = product(std::span(to).first(row_axis));
+  copy.from_rows = static_cast<size_t>(from[row_axis]);
+  copy.from_columns = static_cast<size_t>(from[row_axis + 1]);
+  copy.to_rows = static_cast<size_t>(to[row_axis]);
+  copy.to_columns = static_cast<size_t>(to[row_axis + 1]);
+  copy.from_at = lastTwoAxes(from_offset);
+  copy.to_at = lastTwoAxes(to_offset);
+  copy.rows = std::min(copy.from_rows - copy.from_at.y, copy.to_rows - copy.to_at.y);
+  copy.columns = std::min(copy.from_columns - copy.from_at.x / sizeof(float),
+                          copy.to_columns - copy.to_at.x / sizeof(float));
+  copy.zero_first = copy.rows < copy.to_rows || copy.columns < copy.to_columns;
+  return copy;
+}
+
+void queuePlaneCopy(const PlaneCopy& copy, const void* from, void* to, cudaStream_t stream) {
+  if (copy.zero_first) cudaMemsetAsync(to, 0, copy.planes * copy.to_rows * copy.to_columns * sizeof(float), stream);
+  cudaMemcpy3DParms params{};
+  params.srcPtr = make_cudaPitchedPtr(const_cast<void*>(from), copy.from_columns * sizeof(float), copy.from_columns,
+                                      copy.from_rows);
+  params.srcPos = copy.from_at;
+  params.dstPtr = make_cudaPitchedPtr(to, copy.to_columns * sizeof(float), copy.to_columns, copy.to_rows);
+  params.dstPos = copy.to_at;
+  params.extent = make_cudaExtent(copy.columns * sizeof(float), copy.rows, copy.planes);
+  params.kind = cudaMemcpyDeviceToDevice;
+  cudaMemcpy3DAsync(&params, stream);
+}
+
+// ------------------------------------------------------------------- state
+
+struct ConvState final : KernelState {
+  bool transposed = false;
+  bool empty = false;  // the output has no elements: nothing to do
+  bool has_bias = false;
+  TensorDescriptor x;  // what cuDNN reads (ConvTranspose: the "dy" of the backward pass)
+  TensorDescriptor y;  // what cuDNN writes (ConvTranspose: its "dx")
+  TensorDescriptor output;  // the op's output, for the bias
+  TensorDescriptor bias;
+  FilterDescriptor w;
+  ConvolutionDescriptor conv;
+  cudnnConvolutionFwdAlgo_t forward_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnConvolutionBwdDataAlgo_t backward_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  size_t algo_workspace_bytes = 0;
+  PlaneCopy input_copy;   // Conv: the input into the padded x, at the front of the workspace
+  PlaneCopy output_copy;  // ConvTranspose: y, after any input copy in the workspace, into the output
+};
+
+void setTensor(const TensorDescriptor& descriptor, const CudnnInts& dims) {
+  check(cudnnSetTensorNdDescriptorEx(descriptor.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                     static_cast<int>(dims.size()), dims.data()),
+        "cudnnSetTensorNdDescriptorEx");
+}
+
+void setDescriptors(ConvState& state, const CudnnGeometry& c, int64_t group, bool has_bias) {
+  setTensor(state.x, c.x);
+  setTensor(state.y, c.y);
+  setTensor(state.output, c.op_y);
+  check(cudnnSetFilterNdDescriptor(state.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(c.w.size()),
+                                   c.w.data()),
+        "cudnnSetFilterNdDescriptor");
+  check(cudnnSetConvolutionNdDescriptor(state.conv.get(), static_cast<int>(c.pads.size()), c.pads.data(),
+                                        c.strides.data(), c.dilations.data(), CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT),
+        "cudnnSetConvolutionNdDescriptor");
+  check(cudnnSetConvolutionGroupCount(state.conv.get(), static_cast<int>(group)), "cudnnSetConvolutionGroupCount");
+  check(cudnnSetConvolutionMathType(state.conv.get(), CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  state.has_bias = has_bias;
+  if (has_bias) {
+    CudnnInts bias_dims(c.y.size(), 1);
+    bias_dims[1] = c.y[1];
+    setTensor(state.bias, bias_dims);
+  }
+}
+
+// cuDNN's own idea of the forward output (for ConvTranspose: of the
+// convolution it transposes) must be what we computed.
+void checkCudnnOutput(std::string_view op, const ConvState& state, const CudnnGeometry& c) {
+  const TensorDescriptor& in = state.transposed ? state.y : state.x;
+  const CudnnInts& expected = state.transposed ? c.x : c.y;
+  CudnnInts dims(expected.size());
+  check(cudnnGetConvolutionNdForwardOutputDim(state.conv.get(), in.get(), state.w.get(), static_cast<int>(dims.size()),
+                                              dims.data()),
+        "cudnnGetConvolutionNdForwardOutputDim");
+  if (dims != expected) {
+    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN computes a convolution output [{}] where [{}] is expected", op,
+                                 fmt::join(dims, ", "), fmt::join(expected, ", ")));
+  }
+}
+
+// Whether a ranked algorithm fits: it runs, in plain f32, within `budget`.
+template <typename Perf>
+bool fits(const Perf& perf, size_t budget) {
+  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= budget && perf.mathType == CUDNN_FMA_MATH;
+}
+
+std::string noAlgorithmMessage(std::string_view op, const KernelSetup& setup, size_t budget) {
+  return fmt::format("{} on cuda: cuDNN has no f32 algorithm for input {}, weights {} within the {} bytes of workspace",
+                     op, typeString(setup.inputs[0]), typeString(setup.inputs[1]), budget);
+}
+
+void pickForwardAlgorithm(const KernelSetup& setup, const CudaQueue& queue, ConvState& state, size_t budget) {
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+  int returned = 0;
+  check(cudnnGetConvolutionForwardAlgorithm_v7(queue.cudnn, state.x.get(), state.w.get(), state.conv.get(),
+                                               state.y.get(), static_cast<int>(ranked.size()), &returned,
+                                               ranked.data()),
+        "cudnnGetConvolutionForwardAlgorithm_v7");
+  for (int i = 0; i < returned; ++i) {
+    if (!fits(ranked[i], budget)) continue;
+    state.forward_algo = ranked[i].algo;
+    state.algo_workspace_bytes = ranked[i].memory;
+    return;
+  }
+  throw KernelUnsupported(noAlgorithmMessage("Conv", setup, budget));
+}
+
+void pickBackwardDataAlgorithm(const KernelSetup& setup, const CudaQueue& queue, ConvState& state, size_t budget) {
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+  int returned = 0;
+  check(cudnnGetConvolutionBackwardDataAlgorithm_v7(queue.cudnn, state.w.get(), state.x.get(), state.conv.get(),
+                                                    state.y.get(), static_cast<int>(ranked.size()), &returned,
+                                                    ranked.data()),
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+  for (int i = 0; i < returned; ++i) {
+    if (!fits(ranked[i], budget)) continue;
+    state.backward_algo = ranked[i].algo;
+    state.algo_workspace_bytes = ranked[i].memory;
+    return;
+  }
+  throw KernelUnsupported(noAlgorithmMessage("ConvTranspose", setup, budget));
+}
+
+// Plans the copies; returns the workspace left for cuDNN's algorithm.
+size_t planCopies(std::string_view op, const CudaQueue& queue, const CudnnGeometry& c, ConvState& state) {
+  const CudnnInts origin(c.pads.size(), 0);
+  state.input_copy = planeCopy(op, c.op_x, origin, c.x, c.x_offset);
+  if (state.input_copy.enabled) state.input_copy.buffer_bytes = alignedBytes(c.x);
+  state.output_copy = planeCopy(op, c.y, c.y_offset, c.op_y, origin);
+  if (state.output_copy.enabled) state.output_copy.buffer_bytes = alignedBytes(c.y);
+  const size_t copies = state.input_copy.buffer_bytes + state.output_copy.buffer_bytes;
+  if (copies > queue.workspace_bytes) {
+    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN pads both ends alike; these asymmetric pads need a copy of {} "
+                                 "bytes, more than the {} bytes of workspace",
+                                 op, copies, queue.workspace_bytes));
+  }
+  return queue.workspace_bytes - copies;
+}
+
+std::unique_ptr<KernelState> prepare(std::string_view op, const KernelSetup& setup, bool transposed) {
+  checkTensors(op, setup);
+  const ConvGeometry g = transposed ? convTransposeGeometry(setup) : convGeometry(setup);
+  auto state = std::make_unique<ConvState>();
+  state->transposed = transposed;
+  if (setup.outputs[0].numElements() == 0) {
+    state->empty = true;
+    return state;
+  }
+  if (setup.inputs[0].numElements() == 0) {
+    throw KernelUnsupported(fmt::format("{} on cuda: no kernel for the empty input {}", op, typeString(setup.inputs[0])));
+  }
+  const CudaQueue& queue = queueOf(setup.queue);
+  const CudnnGeometry c = cudnnGeometry(op, setup, g);
+  const size_t budget = planCopies(op, queue, c, *state);
+  setDescriptors(*state, c, g.group, hasBias(setup));
+  checkCudnnOutput(op, *state, c);
+  if (transposed) {
+    pickBackwardDataAlgorithm(setup, queue, *state, budget);
+  } else {
+    pickForwardAlgorithm(setup, queue, *state, budget);
+  }
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) { return prepare("Conv", setup, false); }
+std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
+  return prepare("ConvTranspose", setup, true);
+}
+
+// --------------------------------------------------------------------- run
+
+// Queues the convolution (with its copies and bias). run cannot report
+// errors: a call that fails here leaves the output as it was.
+void runConv(const KernelCall& call) {
+  const auto& state = static_cast<const ConvState&>(*call.state);
+  if (state.empty) return;
+  const CudaQueue& queue = queueOf(call.queue);
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  const void* x = call.inputs[0].data;
+  const void* w = call.inputs[1].data;
+  void* output = call.outputs[0].data;
+  void* y = output;
+  auto* workspace = static_cast<std::byte*>(queue.workspace);
+  if (state.input_copy.enabled) {
+    queuePlaneCopy(state.input_copy, x, workspace, queue.stream);
+    x = workspace;
+    workspace += state.input_copy.buffer_bytes;
+  }
+  if (state.output_copy.enabled) {
+    y = workspace;
+    workspace += state.output_copy.buffer_bytes;
+  }
+  if (state.transposed) {
+    cudnnConvolutionBackwardData(queue.cudnn, &one, state.w.get(), w, state.x.get(), x, state.conv.get(),
+                                 state.backward_algo, workspace, state.algo_workspace_bytes, &zero, state.y.get(), y);
+  } else {
+    cudnnConvolutionForward(queue.cudnn, &one, state.x.get(), x, state.w.get(), w, state.conv.get(),
+                            state.forward_algo, workspace, state.algo_workspace_bytes, &zero, state.y.get(), y);
+  }
+  if (state.output_copy.enabled) queuePlaneCopy(state.output_copy, y, output, queue.stream);
+  if (state.has_bias) {
+    cudnnAddTensor(queue.cudnn, &one, state.bias.get(), call.inputs[2].data, &one, state.output.get(), output);
+  }
+}
+
+}  // namespace
+
+void registerCudaConvKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"Conv", &prepareConv, &runConv});
+  registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});
+}
+
+}  // namespace kiln::cuda

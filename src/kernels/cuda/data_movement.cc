@@ -1,0 +1,300 @@
+// Data movement on cuda: kiln.Copy and Identity (one device-to-device
+// copy), Transpose, Slice and Expand (strided copies), Gather, Cast, Where,
+// Concat and Split (one 2-D copy per piece: `outer` rows of a contiguous
+// run each). Kernels in data_movement_kernels.cu. Slice needs its positions
+// as constants (a slice computed at run time is declined, as are dtypes the
+// kernels lack): declined steps run on the host.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "kernels/cpu/setup_helpers.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/slice_positions.h"
+
+namespace kiln::cuda {
+namespace {
+
+static_assert(static_cast<int>(CastType::kF32) == static_cast<int>(DType::kF32) &&
+              static_cast<int>(CastType::kU8) == static_cast<int>(DType::kU8) &&
+              static_cast<int>(CastType::kI8) == static_cast<int>(DType::kI8) &&
+              static_cast<int>(CastType::kI32) == static_cast<int>(DType::kI32) &&
+              static_cast<int>(CastType::kI64) == static_cast<int>(DType::kI64) &&
+              static_cast<int>(CastType::kBool) == static_cast<int>(DType::kBool) &&
+              static_cast<int>(CastType::kF16) == static_cast<int>(DType::kF16) &&
+              static_cast<int>(CastType::kF64) == static_cast<int>(DType::kF64));
+
+using setup_helpers::normalizeAxis;
+using setup_helpers::present;
+using setup_helpers::product;
+using setup_helpers::readInt;
+
+[[noreturn]] void decline(std::string_view op, const std::string& why) {
+  throw KernelUnsupported(fmt::format("{} on cuda: {}", op, why));
+}
+
+int elementBytes(std::string_view op, DType dtype) {
+  const size_t size = dtypeSize(dtype);
+  if (size != 1 && size != 2 && size != 4 && size != 8) decline(op, fmt::format("{} elements", dtypeName(dtype)));
+  return static_cast<int>(size);
+}
+
+// ---------------------------------------------------------------- copies
+
+struct CopyState final : KernelState {
+  uint64_t bytes = 0;
+};
+
+std::unique_ptr<KernelState> prepareCopy(const KernelSetup& setup) {
+  auto state = std::make_unique<CopyState>();
+  state->bytes = setup.outputs[0].sizeInBytes();
+  return state;
+}
+
+void runCopy(const KernelCall& call) {
+  const auto& s = *static_cast<const CopyState*>(call.state);
+  if (s.bytes == 0 || call.inputs[0].data == call.outputs[0].data) return;
+  cudaMemcpyAsync(call.outputs[0].data, call.inputs[0].data, s.bytes, cudaMemcpyDeviceToDevice,
+                  queueOf(call.queue).stream);
+}
+
+// --------------------------------------------------- strided copies
+
+struct StridedState final : KernelState {
+  StridedCopy copy;
+  uint64_t elements = 0;
+  int element_bytes = 0;
+};
+
+// The row-major strides of `dims`.
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (size_t d = dims.size(); d-- > 1;) strides[d - 1] = strides[d] * dims[d];
+  return strides;
+}
+
+std::unique_ptr<StridedState> stridedState(std::string_view op, const KernelSetup& setup) {
+  const TensorInfo& y = setup.outputs[0];
+  if (y.shape.size() > kMaxCopyDims) decline(op, fmt::format("more than {} dimensions", kMaxCopyDims));
+  auto state = std::make_unique<StridedState>();
+  state->copy.rank = static_cast<int>(y.shape.size());
+  for (size_t d = 0; d < y.shape.size(); ++d) state->copy.dims[d] = y.shape[d];
+  state->elements = y.numElements();
+  state->element_bytes = elementBytes(op, y.dtype);
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareTranspose(const KernelSetup& setup) {
+  const std::vector<int64_t>& x = setup.inputs[0].shape;
+  std::vector<int64_t> perm = setup.params.getInts("perm", {});
+  if (perm.empty()) {
+    for (size_t d = x.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  }
+  auto state = stridedState("Transpose", setup);
+  const std::vector<int64_t> in_strides = stridesOf(x);
+  for (size_t d = 0; d < perm.size(); ++d) state->copy.strides[d] = in_strides[static_cast<size_t>(perm[d])];
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareExpand(const KernelSetup& setup) {
+  const std::vector<int64_t>& x = setup.inputs[0].shape;
+  auto state = stridedState("Expand", setup);
+  const std::vector<int64_t> in_strides = stridesOf(x);
+  const int offset = state->copy.rank - static_cast<int>(x.size());
+  for (size_t d = 0; d < x.size(); ++d) {
+    state->copy.strides[d + offset] = x[d] == 1 ? 0 : in_strides[d];
+  }
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareSlice(const KernelSetup& setup) {
+  constexpr std::string_view op = "Slice";
+  for (size_t i = 1; i < setup.inputs.size(); ++i) {
+    if (present(setup, i) && setup.constants[i] == nullptr) decline(op, "positions known only at run time");
+  }
+  const TensorInfo& x = setup.inputs[0];
+  if (x.shape.size() > kMaxCopyDims) decline(op, "too many dimensions");
+  const auto rank = static_cast<uint32_t>(x.shape.size());
+  std::array<int64_t, kMaxRank> in_dims{}, first{}, step{}, size{};
+  for (uint32_t d = 0; d < rank; ++d) in_dims[d] = x.shape[d];
+  const uint64_t count = setup.inputs[1].numElements();
+  auto get = [&](int input, uint64_t i) { return readInt(setup.constants[input], setup.inputs[input].dtype, i); };
+  if (!resolveSlice(rank, in_dims, count, present(setup, 3), present(setup, 4), get, first, step, size)) {
+    throw UsageError("Slice: an axis is out of range or repeated, or a step is 0");
+  }
+  auto state = stridedState(op, setup);
+  const std::vector<int64_t> in_strides = stridesOf(x.shape);
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (size[d] != setup.outputs[0].shape[d]) throw UsageError("Slice: the positions give another output shape");
+    state->copy.strides[d] = in_strides[d] * step[d];
+    state->copy.offset += in_strides[d] * first[d];
+  }
+  return state;
+}
+
+void runStrided(const KernelCall& call) {
+  const auto& s = *static_cast<const StridedState*>(call.state);
+  launchStridedCopy(call.inputs[0].data, call.outputs[0].data, s.copy, s.elements, s.element_bytes,
+                    queueOf(call.queue).stream);
+}
+
+// ------------------------------------------------------------------ Gather
+
+struct GatherState final : KernelState {
+  int64_t outer = 0, axis = 0, count = 0, inner = 0;
+  int element_bytes = 0;
+  bool indices_are_i64 = true;
+};
+
+std::unique_ptr<KernelState> prepareGather(const KernelSetup& setup) {
+  const TensorInfo& x = setup.inputs[0];
+  const TensorInfo& indices = setup.inputs[1];
+  if (indices.dtype != DType::kI64 && indices.dtype != DType::kI32) decline("Gather", "indices that are not i32 or i64");
+  const auto axis = static_cast<size_t>(normalizeAxis("Gather", setup.params.getInt("axis", 0), x.shape.size()));
+  auto state = std::make_unique<GatherState>();
+  state->outer = product(x.shape, 0, axis);
+  state->axis = x.shape[axis];
+  state->count = static_cast<int64_t>(indices.numElements());
+  state->inner = product(x.shape, axis + 1, x.shape.size());
+  state->element_bytes = elementBytes("Gather", x.dtype);
+  state->indices_are_i64 = indices.dtype == DType::kI64;
+  return state;
+}
+
+void runGather(const KernelCall& call) {
+  const auto& s = *static_cast<const GatherState*>(call.state);
+  launchGather(call.inputs[0].data, call.inputs[1].data, s.indices_are_i64, call.outputs[0].data, s.outer, s.axis,
+               s.count, s.inner, s.element_bytes, queueOf(call.queue).stream);
+}
+
+// -------------------------------------------------------------------- Cast
+
+struct CastState final : KernelState {
+  uint8_t from = 0, to = 0;
+  uint64_t elements = 0;
+};
+
+std::unique_ptr<KernelState> prepareCast(const KernelSetup& setup) {
+  const DType from = setup.inputs[0].dtype, to = setup.outputs[0].dtype;
+  if (!castSupported(static_cast<uint8_t>(from), static_cast<uint8_t>(to))) {
+    decline("Cast", fmt::format("{} to {}", dtypeName(from), dtypeName(to)));
+  }
+  auto state = std::make_unique<CastState>();
+  state->from = static_cast<uint8_t>(from);
+  state->to = static_cast<uint8_t>(to);
+  state->elements = setup.outputs[0].numElements();
+  return state;
+}
+
+void runCast(const KernelCall& call) {
+  const auto& s = *static_cast<const CastState*>(call.state);
+  if (s.from == s.to) {
+    cudaMemcpyAsync(call.outputs[0].data, call.inputs[0].data, s.elements * dtypeSize(DType(s.from)),
+                    cudaMemcpyDeviceToDevice, queueOf(call.queue).stream);
+    return;
+  }
+  launchCast(call.inputs[0].data, s.from, call.outputs[0].data, s.to, s.elements, queueOf(call.queue).stream);
+}
+
+// ------------------------------------------------------------------- Where
+
+struct WhereState final : KernelState {
+  WhereIndexing indexing;
+  uint64_t elements = 0;
+};
+
+std::unique_ptr<KernelState> prepareWhere(const KernelSetup& setup) {
+  const TensorInfo& y = setup.outputs[0];
+  if (y.dtype != DType::kF32 || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32 values");
+  if (y.shape.size() > kMaxCopyDims) decline("Where", "too many dimensions");
+  auto state = std::make_unique<WhereState>();
+  state->indexing.rank = static_cast<int>(y.shape.size());
+  for (size_t d = 0; d < y.shape.size(); ++d) state->indexing.dims[d] = y.shape[d];
+  for (size_t k = 0; k < 3; ++k) {
+    const std::vector<int64_t>& x = setup.inputs[k].shape;
+    const std::vector<int64_t> strides = stridesOf(x);
+    const size_t offset = y.shape.size() - x.size();
+    for (size_t d = 0; d < x.size(); ++d) state->indexing.strides[k][d + offset] = x[d] == 1 ? 0 : strides[d];
+  }
+  state->elements = y.numElements();
+  return state;
+}
+
+void runWhere(const KernelCall& call) {
+  const auto& s = *static_cast<const WhereState*>(call.state);
+  launchWhere(call.inputs[0].as<const bool>(), call.inputs[1].as<const float>(), call.inputs[2].as<const float>(),
+              call.outputs[0].as<float>(), s.indexing, s.elements, queueOf(call.queue).stream);
+}
+
+// ---------------------------------------------------------- Concat, Split
+
+// `outer` rows; in each, piece i is a contiguous run of piece_bytes[i] at
+// offset piece_offsets[i] of the whole row of whole_bytes.
+struct PiecesState final : KernelState {
+  uint64_t outer = 0;
+  uint64_t whole_bytes = 0;
+  std::vector<uint64_t> piece_bytes, piece_offsets;
+};
+
+std::unique_ptr<KernelState> preparePieces(std::string_view op, const TensorInfo& whole,
+                                           std::span<const TensorInfo> pieces, int64_t axis_attribute) {
+  const auto axis = static_cast<size_t>(normalizeAxis(op, axis_attribute, whole.shape.size()));
+  auto state = std::make_unique<PiecesState>();
+  const size_t element = dtypeSize(whole.dtype);
+  state->outer = static_cast<uint64_t>(product(whole.shape, 0, axis));
+  state->whole_bytes = static_cast<uint64_t>(product(whole.shape, axis, whole.shape.size())) * element;
+  uint64_t offset = 0;
+  for (const TensorInfo& piece : pieces) {
+    const uint64_t bytes = static_cast<uint64_t>(product(piece.shape, axis, piece.shape.size())) * element;
+    state->piece_bytes.push_back(bytes);
+    state->piece_offsets.push_back(offset);
+    offset += bytes;
+  }
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareConcat(const KernelSetup& setup) {
+  return preparePieces("Concat", setup.outputs[0], setup.inputs, setup.params.getInt("axis", 0));
+}
+
+std::unique_ptr<KernelState> prepareSplit(const KernelSetup& setup) {
+  return preparePieces("Split", setup.inputs[0], setup.outputs, setup.params.getInt("axis", 0));
+}
+
+void runConcat(const KernelCall& call) {
+  const auto& s = *static_cast<const PiecesState*>(call.state);
+  for (uint32_t i = 0; i < call.input_count; ++i) {
+    if (s.piece_bytes[i] == 0 || s.outer == 0) continue;
+    cudaMemcpy2DAsync(call.outputs[0].data + s.piece_offsets[i], s.whole_bytes, call.inputs[i].data, s.piece_bytes[i],
+                      s.piece_bytes[i], s.outer, cudaMemcpyDeviceToDevice, queueOf(call.queue).stream);
+  }
+}
+
+void runSplit(const KernelCall& call) {
+  const auto& s = *static_cast<const PiecesState*>(call.state);
+  for (uint32_t i = 0; i < call.output_count; ++i) {
+    if (s.piece_bytes[i] == 0 || s.outer == 0) continue;
+    cudaMemcpy2DAsync(call.outputs[i].data, s.piece_bytes[i], call.inputs[0].data + s.piece_offsets[i], s.whole_bytes,
+                      s.piece_bytes[i], s.outer, cudaMemcpyDeviceToDevice, queueOf(call.queue).stream);
+  }
+}
+
+}  // namespace
+
+void registerCudaDataMovementKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"kiln.Copy", &prepareCopy, &runCopy});
+  registry.add(KernelDef{"Identity", &prepareCopy, &runCopy});
+  registry.add(KernelDef{"Transpose", &prepareTranspose, &runStrided});
+  registry.add(KernelDef{"Expand", &prepareExpand, &runStrided});
+  registry.add(KernelDef{"Slice", &prepareSlice, &runStrided});
+  registry.add(KernelDef{"Gather", &prepareGather, &runGather});
+  registry.add(KernelDef{"Cast", &prepareCast, &runCast});
+  registry.add(KernelDef{"Where", &prepareWhere, &runWhere});
+  registry.add(KernelDef{"Concat", &prepareConcat, &runConcat});
+  registry.add(KernelDef{"Split", &prepareSplit, &runSplit});
+}
+
+}  // namespace kiln::cuda

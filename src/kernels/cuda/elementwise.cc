@@ -1,0 +1,192 @@
+// Elementwise work on cuda: kiln.FusedElementwise programs
+// (core/elementwise_program.h) and the single f32 ONNX ops, which run as
+// one-instruction programs of the same kernel.
+//
+// One thread per output element (grid-stride): it loads its element of
+// every input (through broadcast strides, or directly when each input is
+// either the output's full shape or a single element), runs the program in
+// its own slots, and stores the last result. The program and the indexing
+// travel as kernel parameters, so a step is one launch with nothing to set
+// up per call. Ops not in ElementwiseOp, and other dtypes, are declined
+// (KernelUnsupported): they run as host steps.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/elementwise_program.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/elementwise_launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kMaxInputs = kMaxElementwiseInputs;
+constexpr int kMaxDims = kMaxElementwiseDims;
+constexpr int kMaxOps = kMaxElementwiseOps;
+constexpr int kMaxImmediates = kMaxElementwiseImmediates;
+using E = ElementwiseOp;
+
+struct ElementwiseState final : KernelState {
+  DeviceProgram program;
+  Indexing indexing;
+  uint64_t elements = 0;
+};
+
+[[noreturn]] void decline(const std::string& op, const std::string& why) {
+  throw KernelUnsupported(fmt::format("{} on cuda: {}", op, why));
+}
+
+// The broadcast strides of every input against the output; declines what
+// the kernel's fixed limits cannot hold.
+Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
+  const TensorInfo& out = setup.outputs[0];
+  if (out.shape.size() > kMaxDims) decline(op, fmt::format("more than {} dimensions", kMaxDims));
+  if (setup.inputs.size() > kMaxInputs) decline(op, fmt::format("more than {} inputs", kMaxInputs));
+  Indexing indexing;
+  indexing.rank = static_cast<int>(out.shape.size());
+  for (int d = 0; d < indexing.rank; ++d) indexing.out_dims[d] = out.shape[d];
+  for (size_t k = 0; k < setup.inputs.size(); ++k) {
+    const TensorInfo& in = setup.inputs[k];
+    if (in.dtype != DType::kF32) decline(op, fmt::format("{} inputs", dtypeName(in.dtype)));
+    indexing.scalar[k] = in.numElements() == 1;
+    if (!indexing.scalar[k] && in.numElements() != out.numElements()) indexing.direct = false;
+    // Right-aligned (numpy) broadcasting.
+    int64_t stride = 1;
+    const int offset = indexing.rank - static_cast<int>(in.shape.size());
+    for (int d = static_cast<int>(in.shape.size()) - 1; d >= 0; --d) {
+      const int64_t size = in.shape[d];
+      indexing.strides[k][d + offset] = size == 1 ? 0 : stride;
+      stride *= size;
+    }
+  }
+  // A full-size input of another shape (a [N] input against a [1, N]
+  // output) is still read element by element in order.
+  return indexing;
+}
+
+std::unique_ptr<KernelState> finish(const std::string& op, const KernelSetup& setup, const ElementwiseProgram& program) {
+  if (setup.outputs.size() != 1 || setup.outputs[0].dtype != DType::kF32) decline(op, "a non-f32 output");
+  if (program.ops.size() > kMaxOps) decline(op, fmt::format("more than {} instructions", kMaxOps));
+  if (program.immediates.size() > kMaxImmediates) decline(op, fmt::format("more than {} immediates", kMaxImmediates));
+  auto state = std::make_unique<ElementwiseState>();
+  state->indexing = planIndexing(op, setup);
+  DeviceProgram& p = state->program;
+  p.ops = static_cast<int>(program.ops.size());
+  p.inputs = static_cast<int>(program.input_count);
+  p.immediates = static_cast<int>(program.immediates.size());
+  for (size_t j = 0; j < program.ops.size(); ++j) {
+    p.op[j] = static_cast<uint8_t>(program.ops[j]);
+    p.a[j] = static_cast<int8_t>(program.operands[2 * j]);
+    p.b[j] = static_cast<int8_t>(program.operands[2 * j + 1]);
+    p.alpha[j] = program.alpha[j];
+    p.beta[j] = program.beta[j];
+  }
+  for (size_t k = 0; k < program.immediates.size(); ++k) p.immediate[k] = program.immediates[k];
+  state->elements = setup.outputs[0].numElements();
+  return state;
+}
+
+std::unique_ptr<KernelState> prepareFused(const KernelSetup& setup) {
+  return finish("kiln.FusedElementwise", setup, readElementwiseProgram(setup.params, setup.inputs.size()));
+}
+
+// A single ONNX op as a one-instruction program over its inputs.
+ElementwiseProgram singleOp(ElementwiseOp op, size_t inputs, float alpha, float beta) {
+  ElementwiseProgram program;
+  program.input_count = inputs;
+  program.ops = {op};
+  program.operands = {0, isBinary(op) ? 1 : kNoOperand};
+  program.alpha = {alpha};
+  program.beta = {beta};
+  return program;
+}
+
+template <ElementwiseOp kOp>
+std::unique_ptr<KernelState> prepareSingle(const KernelSetup& setup) {
+  const std::string name(elementwiseOpName(kOp));
+  const size_t arity = isBinary(kOp) ? 2 : 1;
+  if (setup.inputs.size() != arity) decline(name, fmt::format("{} inputs", setup.inputs.size()));
+  float alpha = 0, beta = 0;
+  switch (kOp) {
+    case E::kLeakyRelu: alpha = static_cast<float>(setup.params.getFloat("alpha", 0.01)); break;
+    case E::kElu: alpha = static_cast<float>(setup.params.getFloat("alpha", 1.0)); break;
+    case E::kHardSigmoid:
+      alpha = static_cast<float>(setup.params.getFloat("alpha", 0.2));
+      beta = static_cast<float>(setup.params.getFloat("beta", 0.5));
+      break;
+    default: break;
+  }
+  return finish(name, setup, singleOp(kOp, arity, alpha, beta));
+}
+
+// Gelu: approximate "none" (erf) or "tanh".
+std::unique_ptr<KernelState> prepareGelu(const KernelSetup& setup) {
+  const std::string approximate = setup.params.getString("approximate", "none");
+  const E op = approximate == "tanh" ? E::kGeluTanh : E::kGelu;
+  if (setup.inputs.size() != 1) decline("Gelu", "not one input");
+  return finish("Gelu", setup, singleOp(op, 1, 0, 0));
+}
+
+// Clip: bounds from constant inputs 1 and 2 (or the attributes of old
+// opsets); a bound computed at run time is declined.
+std::unique_ptr<KernelState> prepareClip(const KernelSetup& setup) {
+  float bounds[2] = {-INFINITY, INFINITY};
+  bounds[0] = static_cast<float>(setup.params.getFloat("min", -INFINITY));
+  bounds[1] = static_cast<float>(setup.params.getFloat("max", INFINITY));
+  for (size_t k = 1; k < setup.inputs.size() && k < 3; ++k) {
+    if (setup.inputs[k].dtype == DType::kUndefined) continue;
+    if (setup.constants[k] == nullptr || setup.inputs[k].dtype != DType::kF32) decline("Clip", "bounds known only at run time");
+    std::memcpy(&bounds[k - 1], setup.constants[k], sizeof(float));
+  }
+  KernelSetup data_only{setup.params, setup.inputs.first(1), setup.outputs, setup.constants.first(1), setup.queue};
+  return finish("Clip", data_only, singleOp(E::kClip, 1, bounds[0], bounds[1]));
+}
+
+void run(const KernelCall& call) {
+  const auto& s = *static_cast<const ElementwiseState*>(call.state);
+  Pointers pointers;
+  for (int k = 0; k < s.program.inputs; ++k) pointers.in[k] = call.inputs[k].as<const float>();
+  pointers.out = call.outputs[0].as<float>();
+  launchElementwise(s.program, s.indexing, pointers, s.elements, queueOf(call.queue).stream);
+}
+
+template <ElementwiseOp kOp>
+void add(KernelRegistry& registry, const char* name) {
+  registry.add(KernelDef{name, &prepareSingle<kOp>, &run});
+}
+
+}  // namespace
+
+void registerCudaElementwiseKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"kiln.FusedElementwise", &prepareFused, &run});
+  registry.add(KernelDef{"Gelu", &prepareGelu, &run});
+  registry.add(KernelDef{"Clip", &prepareClip, &run});
+  add<E::kRelu>(registry, "Relu");
+  add<E::kLeakyRelu>(registry, "LeakyRelu");
+  add<E::kElu>(registry, "Elu");
+  add<E::kSigmoid>(registry, "Sigmoid");
+  add<E::kHardSigmoid>(registry, "HardSigmoid");
+  add<E::kHardSwish>(registry, "HardSwish");
+  add<E::kSoftplus>(registry, "Softplus");
+  add<E::kTanh>(registry, "Tanh");
+  add<E::kExp>(registry, "Exp");
+  add<E::kLog>(registry, "Log");
+  add<E::kSqrt>(registry, "Sqrt");
+  add<E::kErf>(registry, "Erf");
+  add<E::kAbs>(registry, "Abs");
+  add<E::kNeg>(registry, "Neg");
+  add<E::kReciprocal>(registry, "Reciprocal");
+  add<E::kFloor>(registry, "Floor");
+  add<E::kCeil>(registry, "Ceil");
+  add<E::kAdd>(registry, "Add");
+  add<E::kSub>(registry, "Sub");
+  add<E::kMul>(registry, "Mul");
+  add<E::kDiv>(registry, "Div");
+  add<E::kMax>(registry, "Max");
+  add<E::kMin>(registry, "Min");
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,73 @@
+// The device side of cuda steps other than elementwise programs and
+// products: each launch queues one kernel on `stream` and returns. Plain
+// types only, so that the host code (.cc, which prepares the steps) and the
+// kernels (.cu, compiled as C++17: CMake 3.25 cannot ask nvcc for C++20)
+// share nothing else. Shapes are collapsed by the host code to the few
+// numbers each kernel needs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+// Threads per block of the one-element-per-thread kernels, and the blocks
+// that cover n elements (a grid-stride loop covers the rest).
+inline constexpr int kThreadsPerBlock = 256;
+inline unsigned blocksFor(uint64_t n) {
+  const uint64_t blocks = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  return static_cast<unsigned>(blocks < 65535ull * 32 ? (blocks == 0 ? 1 : blocks) : 65535ull * 32);
+}
+
+// Softmax or LogSoftmax over rows of `axis` elements that lie `inner` apart:
+// element (o, a, i) of x at (o * axis + a) * inner + i.
+void launchSoftmax(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
+                   cudaStream_t stream);
+
+// LayerNormalization over rows of `cols` elements; scale and bias have
+// `cols` elements or one (broadcast), bias may be null.
+void launchLayerNorm(const float* x, const float* scale, bool scale_is_scalar, const float* bias,
+                     bool bias_is_scalar, float* y, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+
+enum class Reduction : uint8_t { kSum, kMean, kMax, kMin, kSumSquare, kL2, kL1, kLogSumExp };
+// Reduces element (o, r, i) over r: y[o * inner + i].
+void launchReduce(const float* x, float* y, int64_t outer, int64_t reduced, int64_t inner, Reduction reduction,
+                  cudaStream_t stream);
+
+// y[i] = x[offset + sum_d coordinate_d(i) * strides[d]] over the output's
+// dims (row-major), elements of `element_bytes` (1, 2, 4 or 8): Transpose,
+// Slice, Expand, broadcasting copies.
+inline constexpr int kMaxCopyDims = 8;
+struct StridedCopy {
+  int rank = 0;
+  int64_t dims[kMaxCopyDims] = {};
+  int64_t strides[kMaxCopyDims] = {};  // in elements of x, may be 0 or negative
+  int64_t offset = 0;                  // in elements of x
+};
+void launchStridedCopy(const void* x, void* y, const StridedCopy& copy, uint64_t elements, int element_bytes,
+                       cudaStream_t stream);
+
+// Gather along an axis: y[o, j, i] = x[o, index[j], i] (negative indices
+// count from the end; out-of-range ones give zeros), indices i64 or i32.
+void launchGather(const void* x, const void* indices, bool indices_are_i64, void* y, int64_t outer, int64_t axis,
+                  int64_t count, int64_t inner, int element_bytes, cudaStream_t stream);
+
+// Cast between the dtypes named by their DType values (kiln/dtype.h; the
+// same numbers as CastType, which data_movement.cc checks): f32, f16, f64,
+// i64, i32, i8, u8, bool. castSupported is false for a pair it lacks.
+enum class CastType : uint8_t { kF32 = 1, kU8 = 2, kI8 = 3, kI32 = 6, kI64 = 7, kBool = 9, kF16 = 10, kF64 = 11 };
+bool castSupported(uint8_t from, uint8_t to);
+void launchCast(const void* x, uint8_t from, void* y, uint8_t to, uint64_t elements, cudaStream_t stream);
+
+// Where(cond, a, b) over f32 with up to 8 dimensions of broadcast strides
+// per operand (0 along broadcast dimensions).
+struct WhereIndexing {
+  int rank = 0;
+  int64_t dims[kMaxCopyDims] = {};
+  int64_t strides[3][kMaxCopyDims] = {};
+};
+void launchWhere(const bool* condition, const float* a, const float* b, float* y, const WhereIndexing& indexing,
+                 uint64_t elements, cudaStream_t stream);
+
+}  // namespace kiln::cuda

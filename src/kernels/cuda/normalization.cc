@@ -1,0 +1,98 @@
+// Softmax, LogSoftmax and LayerNormalization on cuda (f32; kernels in
+// normalization_kernels.cu). Softmax follows opset 13 (one axis; the
+// importer rewrites older opsets' flattening form). LayerNormalization with
+// its optional Mean and InvStdDev outputs is declined (those steps run on
+// the host); its scale and bias have the normalised shape or one element.
+#include <fmt/format.h>
+
+#include "kernels/cpu/setup_helpers.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+using setup_helpers::normalizeAxis;
+using setup_helpers::present;
+using setup_helpers::product;
+
+[[noreturn]] void decline(std::string_view op, const std::string& why) {
+  throw KernelUnsupported(fmt::format("{} on cuda: {}", op, why));
+}
+
+void expectF32(std::string_view op, const KernelSetup& setup) {
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    if (present(setup, i) && setup.inputs[i].dtype != DType::kF32) decline(op, "inputs other than f32");
+  }
+}
+
+struct SoftmaxState final : KernelState {
+  int64_t outer = 1, axis = 1, inner = 1;
+  bool log = false;
+};
+
+template <bool kLog>
+std::unique_ptr<KernelState> prepareSoftmax(const KernelSetup& setup) {
+  constexpr std::string_view op = kLog ? "LogSoftmax" : "Softmax";
+  expectF32(op, setup);
+  const std::vector<int64_t>& x = setup.inputs[0].shape;
+  auto state = std::make_unique<SoftmaxState>();
+  state->log = kLog;
+  if (x.empty()) return state;
+  const auto axis = static_cast<size_t>(normalizeAxis(op, setup.params.getInt("axis", -1), x.size()));
+  state->outer = product(x, 0, axis);
+  state->axis = x[axis];
+  state->inner = product(x, axis + 1, x.size());
+  return state;
+}
+
+void runSoftmax(const KernelCall& call) {
+  const auto& s = *static_cast<const SoftmaxState*>(call.state);
+  launchSoftmax(call.inputs[0].as<const float>(), call.outputs[0].as<float>(), s.outer, s.axis, s.inner, s.log,
+                queueOf(call.queue).stream);
+}
+
+struct LayerNormState final : KernelState {
+  int64_t rows = 0, cols = 0;
+  float epsilon = 1e-5f;
+  bool scale_is_scalar = false, bias_is_scalar = false, has_bias = false;
+};
+
+std::unique_ptr<KernelState> prepareLayerNorm(const KernelSetup& setup) {
+  constexpr std::string_view op = "LayerNormalization";
+  expectF32(op, setup);
+  if (setup.outputs.size() > 1) decline(op, "the Mean and InvStdDev outputs");
+  const std::vector<int64_t>& x = setup.inputs[0].shape;
+  const auto axis = static_cast<size_t>(normalizeAxis(op, setup.params.getInt("axis", -1), x.size()));
+  auto state = std::make_unique<LayerNormState>();
+  state->rows = product(x, 0, axis);
+  state->cols = product(x, axis, x.size());
+  state->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
+  auto check = [&](size_t input, bool* scalar) {
+    const uint64_t n = setup.inputs[input].numElements();
+    if (n != 1 && n != static_cast<uint64_t>(state->cols)) decline(op, "a scale or bias that broadcasts otherwise");
+    *scalar = n == 1;
+  };
+  check(1, &state->scale_is_scalar);
+  state->has_bias = present(setup, 2);
+  if (state->has_bias) check(2, &state->bias_is_scalar);
+  return state;
+}
+
+void runLayerNorm(const KernelCall& call) {
+  const auto& s = *static_cast<const LayerNormState*>(call.state);
+  launchLayerNorm(call.inputs[0].as<const float>(), call.inputs[1].as<const float>(), s.scale_is_scalar,
+                  s.has_bias ? call.inputs[2].as<const float>() : nullptr, s.bias_is_scalar, call.outputs[0].as<float>(),
+                  s.rows, s.cols, s.epsilon, queueOf(call.queue).stream);
+}
+
+}  // namespace
+
+void registerCudaNormalizationKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"Softmax", &prepareSoftmax<false>, &runSoftmax});
+  registry.add(KernelDef{"LogSoftmax", &prepareSoftmax<true>, &runSoftmax});
+  registry.add(KernelDef{"LayerNormalization", &prepareLayerNorm, &runLayerNorm});
+}
+
+}  // namespace kiln::cuda

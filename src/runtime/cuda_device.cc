@@ -1,0 +1,173 @@
+// CudaDevice (cuda_device.h).
+#include "runtime/cuda_device.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "kernels/cuda/cuda_queue.h"
+#include "kiln/error.h"
+#include "runtime/cuda_errors.h"
+#include "runtime/device_internal.h"
+
+namespace kiln {
+namespace {
+
+namespace di = device_internal;
+namespace ce = cuda_errors;
+
+// cuda_errors.h spells the codes without CUDA's headers; they must agree.
+static_assert(ce::kMemoryAllocation == cudaErrorMemoryAllocation);
+static_assert(ce::kInvalidValue == cudaErrorInvalidValue);
+static_assert(ce::kInvalidConfiguration == cudaErrorInvalidConfiguration);
+static_assert(ce::kInvalidDeviceFunction == cudaErrorInvalidDeviceFunction);
+static_assert(ce::kNoKernelImageForDevice == cudaErrorNoKernelImageForDevice);
+static_assert(ce::kEccUncorrectable == cudaErrorECCUncorrectable);
+static_assert(ce::kIllegalAddress == cudaErrorIllegalAddress);
+static_assert(ce::kLaunchOutOfResources == cudaErrorLaunchOutOfResources);
+static_assert(ce::kLaunchTimeout == cudaErrorLaunchTimeout);
+static_assert(ce::kAssert == cudaErrorAssert);
+static_assert(ce::kHardwareStackError == cudaErrorHardwareStackError);
+static_assert(ce::kIllegalInstruction == cudaErrorIllegalInstruction);
+static_assert(ce::kMisalignedAddress == cudaErrorMisalignedAddress);
+static_assert(ce::kInvalidAddressSpace == cudaErrorInvalidAddressSpace);
+static_assert(ce::kInvalidPc == cudaErrorInvalidPc);
+static_assert(ce::kLaunchFailure == cudaErrorLaunchFailure);
+
+DeviceInfo describeGpu(int index, const cudaDeviceProp& properties) {
+  DeviceInfo info;
+  info.id = fmt::format("cuda:{}", index);
+  info.kind = DeviceKind::kCuda;
+  info.memory_bytes = properties.totalGlobalMem;
+  info.compute_threads = 1;
+  info.features = {fmt::format("sm_{}{}", properties.major, properties.minor), properties.name};
+  return info;
+}
+
+}  // namespace
+
+std::vector<DeviceInfo> CudaDevice::describeAll() {
+  int count = 0;
+  // No driver, or no GPU: no cuda devices (not an error).
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  std::vector<DeviceInfo> all;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, i) == cudaSuccess) all.push_back(describeGpu(i, properties));
+  }
+  return all;
+}
+
+CudaDevice::CudaDevice(uint32_t index, const CudaDeviceConfig& config, std::unique_ptr<DeviceLock> lock)
+    : QueuedDevice(
+          [index] {
+            cudaDeviceProp properties{};
+            cuda::check(cudaGetDeviceProperties(&properties, static_cast<int>(index)),
+                        fmt::format("cuda:{}", index).c_str());
+            return describeGpu(static_cast<int>(index), properties);
+          }(),
+          config),
+      index_(index),
+      config_(config),
+      lock_(std::move(lock)) {
+  queue_ = cuda::createQueue(static_cast<int>(index));
+  cudaStream_t copies = nullptr;
+  cuda::check(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+  copy_stream_ = copies;
+  startWorkers();
+}
+
+CudaDevice::~CudaDevice() {
+  stopWorkers();
+  queue_.reset();
+  cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+  // Buffers still alive break the contract (the device must outlive them).
+  for (const auto& [data, size] : allocations_) cudaFree(data);
+}
+
+void* CudaDevice::kernelQueue() const { return queue_.get(); }
+
+void CudaDevice::onWorkerStart(bool /*compute*/) { cudaSetDevice(static_cast<int>(index_)); }
+
+DeviceBuffer CudaDevice::allocate(uint64_t bytes) {
+  const uint64_t size = bytes == 0 ? 1 : bytes;
+  std::lock_guard lock(memory_mutex_);
+  cudaSetDevice(static_cast<int>(index_));
+  void* data = nullptr;
+  const cudaError_t status = cudaMalloc(&data, size);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // out of memory is not sticky
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    throw UsageError(fmt::format("{}: out of device memory: asked {} with {} in use by kiln and {} free of {} ({})",
+                                 id(), di::humanBytes(size), di::humanBytes(in_use_.load()),
+                                 di::humanBytes(free_bytes), di::humanBytes(total), cudaGetErrorString(status)));
+  }
+  auto* block = static_cast<std::byte*>(data);
+  try {
+    allocations_.emplace(block, size);
+  } catch (...) {
+    cudaFree(data);
+    throw;
+  }
+  in_use_.fetch_add(size, std::memory_order_relaxed);
+  return DeviceBuffer(this, block, size);
+}
+
+uint64_t CudaDevice::memoryInUse() const { return in_use_.load(std::memory_order_relaxed); }
+
+void CudaDevice::release(std::byte* data, uint64_t bytes) noexcept {
+  std::lock_guard lock(memory_mutex_);
+  allocations_.erase(data);
+  in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+  cudaSetDevice(static_cast<int>(index_));
+  cudaFree(data);
+}
+
+std::exception_ptr CudaDevice::failure(int status, const char* during) {
+  const FaultKind kind = cuda_errors::classify(status);
+  const std::string message =
+      fmt::format("{} failed: {} ({})", during, cudaGetErrorString(static_cast<cudaError_t>(status)),
+                  cudaGetErrorName(static_cast<cudaError_t>(status)));
+  if (cuda_errors::corruptsContext(status)) context_lost_ = true;
+  markFailed(kind, message);
+  return failureOf(kind, message);
+}
+
+std::exception_ptr CudaDevice::runCopy(const DeviceJob& job) {
+  if (job.bytes == 0) return nullptr;
+  auto stream = static_cast<cudaStream_t>(copy_stream_);
+  cudaError_t status = cudaMemcpyAsync(job.destination, job.source, job.bytes, cudaMemcpyDefault, stream);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  return status == cudaSuccess ? nullptr : failure(status, "copy");
+}
+
+std::exception_ptr CudaDevice::runCompute(const DeviceJob& job) {
+  std::exception_ptr error = QueuedDevice::runCompute(job);
+  // Wait for what the job launched, also when it threw after launching.
+  cudaError_t status = cudaStreamSynchronize(queue_->stream);
+  if (status == cudaSuccess) status = cudaGetLastError();
+  if (status != cudaSuccess) return failure(status, "compute job");
+  return error;
+}
+
+void CudaDevice::loseMemory() {
+  std::lock_guard lock(memory_mutex_);
+  cudaSetDevice(static_cast<int>(index_));
+  for (const auto& [data, size] : allocations_) cudaMemset(data, 0xCD, size);
+  cudaDeviceSynchronize();
+}
+
+void CudaDevice::reset() {
+  if (context_lost_) {
+    synchronize();
+    throw UnknownDeviceError(id(), "the CUDA context was lost after an error that corrupts it; kiln cannot restore "
+                                   "device memory in place: release the device (and every buffer on it) and "
+                                   "attach it again");
+  }
+  QueuedDevice::reset();
+}
+
+}  // namespace kiln

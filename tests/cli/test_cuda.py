@@ -1,0 +1,183 @@
+"""The cuda target and device, end to end through the command line:
+`kiln compile --target cuda` works on every machine (no GPU needed), and
+where the machine has a GPU, `kiln run` on cuda matches onnxruntime (CPU)
+on models that cover every cuda kernel family, a step that runs on the host
+(no cuda kernel), CUDA graphs on and off, and `kiln bench` through the
+model runner. Tests that need a GPU skip with the reason where none is."""
+
+import json
+import os
+import re
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(7)
+
+
+def weight(name, *shape, scale=0.3):
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def save(tmp_path, name, nodes, inputs, outputs, initializers, opset=17):
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def encoder_block(tmp_path):
+    """Attention and MLP of a transformer layer: Gather, MatMul (+bias, GELU),
+    batched MatMul, Transpose, Softmax, LayerNormalization, Reshape views,
+    a residual Add, Slice, Concat, Cast, Where and a reduction."""
+    d, heads, seq = 32, 4, 8
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"]),
+        helper.make_node("LayerNormalization", ["emb", "ln_s", "ln_b"], ["x"], axis=-1),
+        helper.make_node("MatMul", ["x", "Wq"], ["q0"]), helper.make_node("Add", ["q0", "bq"], ["q"]),
+        helper.make_node("MatMul", ["x", "Wk"], ["k0"]), helper.make_node("Add", ["k0", "bk"], ["k"]),
+        helper.make_node("Reshape", ["q", "heads_shape"], ["qh"]),
+        helper.make_node("Reshape", ["k", "heads_shape"], ["kh"]),
+        helper.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("MatMul", ["qt", "kt"], ["scores"]),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Cast", ["mask"], ["maskb"], to=TensorProto.BOOL),
+        helper.make_node("Where", ["maskb", "scaled", "neg"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "qt"], ["ctx"]),
+        helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ctxt", "flat_shape"], ["ctxf"]),
+        helper.make_node("Add", ["ctxf", "x"], ["res"]),
+        helper.make_node("MatMul", ["res", "W1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Gelu", ["h1"], ["h"], domain=""),
+        helper.make_node("Slice", ["h", "starts", "ends", "axes"], ["hs"]),
+        helper.make_node("Concat", ["hs", "res"], ["cat"], axis=-1),
+        helper.make_node("ReduceMean", ["cat", "rm_axes"], ["y"], keepdims=0),
+        helper.make_node("LogSoftmax", ["y"], ["z"], axis=-1),
+    ]
+    ints = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)
+    inits = [weight("table", 50, d), weight("ln_s", d), weight("ln_b", d), weight("Wq", d, d), weight("bq", d),
+             weight("Wk", d, d), weight("bk", d), weight("W1", d, 2 * d), weight("b1", 2 * d),
+             ints("heads_shape", [1, seq, heads, d // heads]), ints("flat_shape", [1, seq, d]),
+             numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+             numpy_helper.from_array(np.array(-1e4, np.float32), "neg"),
+             ints("starts", [3]), ints("ends", [3 + 16]), ints("axes", [2]), ints("rm_axes", [1])]
+    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq]),
+              helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, seq])]
+    path = save(tmp_path, "encoder", nodes, inputs, [f32("z", [1, 48])], inits, opset=20)
+    feeds = {"ids": RNG.integers(0, 50, (1, seq)).astype(np.int64),
+             "mask": np.array([[[[1, 1, 1, 1, 1, 1, 0, 0]]]], np.int64)}
+    return path, feeds
+
+
+def conv_net(tmp_path, batch=2):
+    """Conv (+bias, ReLU), grouped Conv, MaxPool, AveragePool, a residual,
+    GlobalAveragePool, Flatten and Gemm; TopK has no cuda kernel and runs on
+    the host between device steps."""
+    nodes = [
+        helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], group=4),
+        helper.make_node("Add", ["c2", "r1"], ["res"]),
+        helper.make_node("MaxPool", ["res"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["p"], ["ap"], kernel_shape=[2, 2], strides=[1, 1]),
+        helper.make_node("GlobalAveragePool", ["ap"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "Wf", "Bf"], ["logits"], transB=1),
+        helper.make_node("TopK", ["logits", "k"], ["top", "top_i"], axis=-1),
+        helper.make_node("Sigmoid", ["top"], ["y"]),
+    ]
+    inits = [weight("W1", 16, 3, 3, 3), weight("B1", 16), weight("W2", 16, 4, 3, 3), weight("Wf", 10, 16),
+             weight("Bf", 10), numpy_helper.from_array(np.array([5], np.int64), "k")]
+    path = save(tmp_path, "convnet", nodes, [f32("x", [batch, 3, 32, 32])], [f32("y", [batch, 5])], inits)
+    return path, {"x": RNG.standard_normal((batch, 3, 32, 32)).astype(np.float32)}
+
+
+def gpu_present(kiln, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env["KILN_DEVICE_LOCK_DIR"] = str(tmp_path / "locks")
+    return re.search(r"^cuda:0\s", kiln("devices", env=env).stdout, re.M) is not None
+
+
+def compile_for(kiln, path, target, tmp_path):
+    out = tmp_path / f"{path.stem}.{target}.kiln"
+    result = kiln("compile", path, "-o", out, "--target", target)
+    assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def run(kiln, package, feeds, tmp_path, tag, env=None):
+    args = []
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{tag}_{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / f'{tag}_{name}.npy'}"]
+    out = tmp_path / f"out_{tag}"
+    result = kiln("run", package, *args, "--output-dir", out, env=env)
+    assert result.returncode == 0, result.stderr
+    return {p.stem: np.load(p) for p in out.glob("*.npy")}
+
+
+def test_compile_for_cuda_needs_no_gpu(kiln, tmp_path):
+    path, _ = conv_net(tmp_path)
+    package, result = compile_for(kiln, path, "cuda", tmp_path)
+    dump = kiln("dump", package, "--all")
+    assert dump.returncode == 0, dump.stderr
+    assert re.search(r"^\s*Device: cuda$", dump.stdout, re.M), dump.stdout
+    # TopK has no cuda kernel: the compile says it will run on the host.
+    assert re.search(r"run on the host: .*TopK x1", result.stderr), result.stderr
+
+
+def test_cuda_package_without_a_gpu_is_refused_clearly(kiln, tmp_path):
+    if gpu_present(kiln, tmp_path):
+        pytest.skip("this machine has a GPU")
+    path, feeds = conv_net(tmp_path)
+    package, _ = compile_for(kiln, path, "cuda", tmp_path)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    result = kiln("run", package, "--input", f"x={tmp_path / 'x.npy'}")
+    assert result.returncode == 1
+    assert "no cuda device on this machine" in result.stderr or "no CUDA device" in result.stderr, result.stderr
+
+
+def test_dynamic_shapes_are_refused_for_cuda(kiln, tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    path = save(tmp_path, "dyn", nodes, [f32("x", ["n", 4])], [f32("y", ["n", 4])], [])
+    result = kiln("compile", path, "-o", tmp_path / "dyn.kiln", "--target", "cuda", "--dynamic")
+    assert result.returncode == 1
+    assert "the cuda target needs static shapes" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("make", [encoder_block, conv_net], ids=["encoder", "convnet"])
+@pytest.mark.parametrize("graphs", ["1", "0"], ids=["graphs", "no_graphs"])
+def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs):
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    path, feeds = make(tmp_path)
+    package, _ = compile_for(kiln, path, "cuda", tmp_path)
+    env = dict(os.environ, KILN_CUDA_GRAPHS=graphs, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    ours = run(kiln, package, feeds, tmp_path, "cuda", env=env)
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    (name,) = ours
+    np.testing.assert_allclose(ours[name], theirs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_bench_runs_a_cuda_package_through_the_runner(kiln, tmp_path):
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    path, _ = conv_net(tmp_path)
+    package, _ = compile_for(kiln, path, "cuda", tmp_path)
+    env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    result = kiln("bench", package, "--iterations", "30", "--warmup", "5", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert 0 < stats["p50_ms"] <= stats["p90_ms"]
