@@ -29,6 +29,7 @@
 namespace kiln {
 
 class PackageReader;
+class StepTrace;
 
 struct ExecutableOptions {
   // Kernel threads; 0: the device's compute_threads.
@@ -81,6 +82,10 @@ class Executable {
   // mainInputs()/mainOutputs() order, each holding the anchor's full size.
   // Makes no heap allocation.
   void runMain(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs);
+  // Like runMain, and adds one event per step to `trace` (Executor::runTraced;
+  // on cuda each step is waited for, so the events time the GPU's work).
+  void runMainTraced(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
+                     StepTrace& trace);
   // Runs the save programs (none in inference packages).
   void runSave();
 

@@ -22,6 +22,7 @@
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
 #include "passes/float16_in_float32.h"
+#include "core/elementwise_program.h"
 #include "passes/elementwise_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
@@ -775,12 +776,17 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.
-  fuseConvPostOps(graph);
+  fuseConvPostOps(graph, /*nchw=*/options.target == "cuda");
   // 3x3 convolutions move to oneDNN's blocked layout, where it has Winograd.
   if (options.channels_last) useBlockedConvs(graph);
   // What elementwise work is left, in connected groups, as single steps that
   // make one pass over memory each.
-  if (fuseElementwise(graph) > 0) inferTypes(graph, opsets);
+  ElementwiseFusionLimits limits;
+  if (options.target == "cuda") {
+    limits = {.max_inputs = kCudaMaxProgramInputs, .max_ops = kCudaMaxProgramOps,
+              .max_immediates = kCudaMaxProgramImmediates};
+  }
+  if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
   optimizeSubgraphs(graph, opsets, default_opset == opsets.end() ? 1 : default_opset->second);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);

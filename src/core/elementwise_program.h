@@ -100,6 +100,13 @@ inline constexpr int64_t kNoOperand = -1;
 // program needs more.
 inline constexpr uint32_t kMaxProgramRegisters = 32;
 
+// The cuda kernel carries a program in launch parameters of fixed size
+// (kernels/cuda/elementwise_launch.h): for the cuda target the fusion pass
+// keeps groups within these.
+inline constexpr size_t kCudaMaxProgramInputs = 8;
+inline constexpr size_t kCudaMaxProgramOps = 48;
+inline constexpr size_t kCudaMaxProgramImmediates = 16;
+
 struct ElementwiseProgram {
   size_t input_count = 0;
   std::vector<ElementwiseOp> ops;

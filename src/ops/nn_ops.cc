@@ -599,6 +599,9 @@ void registerNnOps(OpRegistry& registry) {
   registry.add(OpSchema{"kiln", "Blocked16Conv", 1, 2, 4, 1, 1,
                         [](InferenceContext& context) { inferInLayout(context, "Conv", Layout::kBlocked16); }});
   add(registry, "Conv", 1, 2, 3, conv);
+  // kiln.FusedConv: an NCHW Conv with fused post-ops (src/passes/conv_fusion.h)
+  // and their residual as input 3; made for the cuda target.
+  registry.add(OpSchema{"kiln", "FusedConv", 1, 2, 4, 1, 1, conv});
   add(registry, "ConvTranspose", 1, 2, 3, convTranspose);
   add(registry, "MaxPool", 1, 1, 1, pool);
   add(registry, "MaxPool", 8, 1, 1, pool, 2);   // the Indices output; ceil_mode and dilations from 10

@@ -166,12 +166,14 @@ std::string joined(const std::vector<std::string>& kinds) {
 
 }  // namespace
 
-size_t fuseConvPostOps(Graph& graph) {
+size_t fuseConvPostOps(Graph& graph, bool nchw) {
   const std::set<ValueId> pinned = pinnedValues(graph);
   size_t fused = 0;
   for (NodeId id : graph.nodeIds()) {
     const Node& conv = graph.node(id);
-    if (conv.removed || conv.op_type != "NhwcConv" || conv.domain != "kiln" || conv.outputs.size() != 1) continue;
+    const bool channels_last = conv.op_type == "NhwcConv" && conv.domain == "kiln";
+    const bool plain = nchw && conv.op_type == "Conv" && conv.domain.empty();
+    if (conv.removed || !(channels_last || plain) || conv.outputs.size() != 1) continue;
     if (conv.hasAttribute("post_ops")) continue;
     while (foldLinearIntoWeights(graph, pinned, id)) {
     }
@@ -188,6 +190,10 @@ size_t fuseConvPostOps(Graph& graph) {
     graph.renameValue(conv_out, name);
 
     Node& node = graph.node(id);
+    if (plain) {  // the kiln domain is where the extra attributes are defined
+      node.domain = "kiln";
+      node.op_type = "FusedConv";
+    }
     node.attributes["post_ops"] = joined(chain.kinds);
     node.attributes["post_op_alpha"] = chain.alphas;
     node.attributes["post_op_beta"] = chain.betas;

@@ -14,8 +14,9 @@
 //
 // Each fused intermediate value must have no other reader and must not be
 // pinned (pass_helpers.h); the residual has the Conv output's exact static
-// type. Only channels-last convolutions are fused: the
-// kiln domain is where extra attributes are ours to define.
+// type. Channels-last convolutions are fused; with `nchw` (the cuda target),
+// plain ONNX Convs too, which become kiln.FusedConv (NCHW): the kiln domain
+// is where extra attributes are ours to define.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,6 @@ namespace kiln {
 inline constexpr size_t kMaxPostOps = 4;
 
 // Returns the number of post-ops fused.
-size_t fuseConvPostOps(Graph& graph);
+size_t fuseConvPostOps(Graph& graph, bool nchw = false);
 
 }  // namespace kiln

@@ -109,8 +109,12 @@ std::optional<Candidate> describe(const Graph& graph, NodeId id) {
 
 class ElementwiseFusion {
  public:
-  explicit ElementwiseFusion(Graph& graph)
-      : graph_(graph), pinned_(pinnedValues(graph)), candidates_(graph.nodeCount()), group_(graph.nodeCount(), 0) {}
+  ElementwiseFusion(Graph& graph, const ElementwiseFusionLimits& limits)
+      : graph_(graph),
+        limits_(limits),
+        pinned_(pinnedValues(graph)),
+        candidates_(graph.nodeCount()),
+        group_(graph.nodeCount(), 0) {}
 
   size_t run() {
     const std::vector<NodeId> order = graph_.topologicalOrder();
@@ -134,7 +138,12 @@ class ElementwiseFusion {
   std::vector<NodeId> grow(NodeId sink);
   bool rewrite(const std::vector<NodeId>& nodes);
 
+  // Whether `producer` may join a group of `nodes` members that reads
+  // `outside` and `immediates` from outside it; if so, updates both.
+  bool fitsLimits(NodeId producer, size_t nodes, std::set<ValueId>& outside, std::set<ValueId>& immediates) const;
+
   Graph& graph_;
+  const ElementwiseFusionLimits limits_;
   const std::set<ValueId> pinned_;
   std::vector<std::optional<Candidate>> candidates_;  // by NodeId
   std::vector<size_t> group_;                         // by NodeId: the group's number, 0 for none yet
@@ -150,6 +159,8 @@ std::vector<NodeId> ElementwiseFusion::grow(NodeId sink) {
   const std::vector<Dim>& shape = shapeOf(graph_.node(sink).outputs[0]);
   std::vector<NodeId> nodes = {sink};
   group_[sink] = group;
+  std::set<ValueId> outside, immediates;  // what the group reads from outside it
+  fitsLimits(sink, 0, outside, immediates);
   for (size_t next = 0; next < nodes.size(); ++next) {
     for (ValueId operand : candidates_[nodes[next]]->operands) {
       const Value& value = graph_.value(operand);
@@ -159,13 +170,29 @@ std::vector<NodeId> ElementwiseFusion::grow(NodeId sink) {
       if (shapeOf(operand) != shape || pinned_.contains(operand)) continue;
       const bool read_inside = std::all_of(value.users.begin(), value.users.end(),
                                            [&](const Use& use) { return group_[use.node] == group; });
-      if (!read_inside) continue;
+      if (!read_inside || !fitsLimits(producer, nodes.size(), outside, immediates)) continue;
       group_[producer] = group;
       nodes.push_back(producer);
     }
   }
   std::sort(nodes.begin(), nodes.end(), [&](NodeId a, NodeId b) { return position_[a] < position_[b]; });
   return nodes;
+}
+
+bool ElementwiseFusion::fitsLimits(NodeId producer, size_t nodes, std::set<ValueId>& outside,
+                                   std::set<ValueId>& immediates) const {
+  std::set<ValueId> new_outside = outside, new_immediates = immediates;
+  new_outside.erase(graph_.node(producer).outputs[0]);
+  for (ValueId operand : candidates_[producer]->operands) {
+    (scalarConstant(graph_, operand, kAnyRank) ? new_immediates : new_outside).insert(operand);
+  }
+  if (nodes + 1 > limits_.max_ops || new_outside.size() > limits_.max_inputs ||
+      new_immediates.size() > limits_.max_immediates) {
+    return false;
+  }
+  outside = std::move(new_outside);
+  immediates = std::move(new_immediates);
+  return true;
 }
 
 // Writes the program of `nodes` (in graph order; the last is the sink) and
@@ -225,6 +252,8 @@ bool ElementwiseFusion::rewrite(const std::vector<NodeId>& nodes) {
 
 }  // namespace
 
-size_t fuseElementwise(Graph& graph) { return ElementwiseFusion(graph).run(); }
+size_t fuseElementwise(Graph& graph, const ElementwiseFusionLimits& limits) {
+  return ElementwiseFusion(graph, limits).run();
+}
 
 }  // namespace kiln

@@ -43,13 +43,24 @@
 // of the activations.
 #pragma once
 
+#include <cstdint>
+
 #include <cstddef>
 
 #include "kiln/graph.h"
 
 namespace kiln {
 
+// What a kernel for the fused node can take (the cuda kernel passes its
+// program as launch parameters of fixed size); a group grows only while it
+// stays within them. The CPU kernel has no such limits.
+struct ElementwiseFusionLimits {
+  size_t max_inputs = SIZE_MAX;
+  size_t max_ops = SIZE_MAX;
+  size_t max_immediates = SIZE_MAX;
+};
+
 // Fuses every eligible group; returns the number of fused nodes made.
-size_t fuseElementwise(Graph& graph);
+size_t fuseElementwise(Graph& graph, const ElementwiseFusionLimits& limits = {});
 
 }  // namespace kiln

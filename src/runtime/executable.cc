@@ -203,6 +203,12 @@ void Executable::runMain(std::span<const std::byte* const> inputs, std::span<std
   impl_->executor->run(inputs, outputs);
 }
 
+void Executable::runMainTraced(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
+                               StepTrace& trace) {
+  if (!impl_->executor) throw UsageError(fmt::format("model '{}': run the load programs first", impl_->name));
+  impl_->executor->runTraced(inputs, outputs, trace);
+}
+
 void Executable::runSave() {
   // kiln's inference packages list no save programs; a package that lists
   // some needs state kiln cannot hold yet.

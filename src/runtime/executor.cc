@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "core/log.h"
 #include "format/executable_spec.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -84,6 +85,7 @@ struct Executor::Impl {
   std::unique_ptr<cuda::ProgramGraphs> graphs;
 #endif
   std::vector<const void*> graph_key;
+  std::map<std::string, size_t> host_steps;  // cuda: steps run on the host, by kernel
 
   // The kernels (oneDNN's and ours) parallelise with OpenMP, whose thread
   // count is a setting of the calling thread: set it on the threads that
@@ -171,6 +173,7 @@ struct Executor::Impl {
       if (!host_constants) throw UsageError("a cuda executor needs the host bytes of its constants");
       if (options.cuda_graphs) graphs = std::make_unique<cuda::ProgramGraphs>(queue, 8);
       graph_key.resize(inputs.size() + outputs.size());
+      cuda::useQueueDevice(queue);
 #else
       throw UsageError("this build of kiln has no CUDA kernels");
 #endif
@@ -182,6 +185,11 @@ struct Executor::Impl {
       arena = own_arena.get();
     }
     prepare();
+    if (!host_steps.empty()) {
+      std::string list;
+      for (const auto& [kernel, count] : host_steps) list += fmt::format("{}{} x{}", list.empty() ? "" : ", ", kernel, count);
+      log::warning("{}: steps without a cuda kernel for their variant run on the host (slower): {}", source, list);
+    }
   }
 
   uint32_t addView(uint32_t value) {
@@ -224,7 +232,7 @@ struct Executor::Impl {
 
   // Picks step's kernel: the cpu one, or on cuda the cuda one when there is
   // one and the cpu one as a host step otherwise.
-  void prepareKernel(const std::string& name, const KernelSetup& setup, Step& step) const {
+  void prepareKernel(const std::string& name, const KernelSetup& setup, Step& step) {
     const KernelDef* cpu_kernel = KernelRegistry::cpu().find(name);
 #if KILN_HAVE_CUDA
     if (cuda) {
@@ -238,6 +246,7 @@ struct Executor::Impl {
         }
       }
       if (cpu_kernel == nullptr) throw UsageError("no cuda kernel for this step, and no CPU kernel to run on the host");
+      ++host_steps[name];
       step.run = cuda::runOnHost;
       step.state = cuda::prepareOnHost(*cpu_kernel, setup);
       return;

@@ -50,17 +50,20 @@ std::string caseName(const ::testing::TestParamInfo<ErrorCase>& info) {
 }
 
 class RunnerErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+// The same table on a GPU, where the build has CUDA and the machine a GPU.
+class CudaRunnerErrorTest : public ::testing::TestWithParam<ErrorCase> {};
 
 // Compute job 1 (the second request's batch) fails with the case's class.
-TEST_P(RunnerErrorTest, FollowsTheReferenceTable) {
-  const ErrorCase& c = GetParam();
+void followTheReferenceTable(const ErrorCase& c, DeviceKind kind) {
   TempPackage package("errors");
-  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  testing::writeAffineModel(package.path(), kBatch, kFeatures, kind == DeviceKind::kCuda ? "cuda" : "cpu");
   SimDeviceConfig sim;
   sim.fault_script = {ScriptedFault{1, c.kind}};
-  DeviceManager manager(simOptions(1, sim));
+  DeviceManagerOptions options = simOptions(1, sim);
+  options.cuda.fault_script = sim.fault_script;
+  DeviceManager manager(options);
   ModelRunnerConfig config;
-  config.device_kind = DeviceKind::kSim;
+  config.device_kind = kind;
   config.device_manager = &manager;
   config.auto_reset = c.auto_reset;
   ModelRunner runner(package.path(), config);
@@ -96,6 +99,15 @@ TEST_P(RunnerErrorTest, FollowsTheReferenceTable) {
   }
 }
 
+TEST_P(RunnerErrorTest, FollowsTheReferenceTable) { followTheReferenceTable(GetParam(), DeviceKind::kSim); }
+
+TEST_P(CudaRunnerErrorTest, FollowsTheReferenceTable) {
+  bool gpu = false;
+  for (const DeviceInfo& info : DeviceManager(DeviceManagerOptions{}).devices()) gpu |= info.kind == DeviceKind::kCuda;
+  if (!gpu) GTEST_SKIP() << "no GPU on this machine (or kiln built without CUDA)";
+  followTheReferenceTable(GetParam(), DeviceKind::kCuda);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Classes, RunnerErrorTest,
     ::testing::Values(ErrorCase{FaultKind::kApplicationError, true, true, true},
@@ -106,6 +118,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ErrorCase{FaultKind::kRecoverableRerun, false, true, false},
                       ErrorCase{FaultKind::kUnknown, true, false, false},
                       ErrorCase{FaultKind::kUnknown, false, false, false}),
+    caseName);
+INSTANTIATE_TEST_SUITE_P(
+    Classes, CudaRunnerErrorTest,
+    ::testing::Values(ErrorCase{FaultKind::kApplicationError, true, true, true},
+                      ErrorCase{FaultKind::kRecoverableReset, true, true, true},
+                      ErrorCase{FaultKind::kRecoverableReset, false, false, false},
+                      ErrorCase{FaultKind::kRecoverableRerun, true, true, false},
+                      ErrorCase{FaultKind::kUnknown, true, false, false}),
     caseName);
 
 // One request runs; then ten are queued behind slow transfers and the

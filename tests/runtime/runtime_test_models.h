@@ -70,14 +70,18 @@ inline std::vector<float> affineBias(int64_t features) {
 }
 
 // y[batch, features] = x @ w + b: weights in TensorData (load anchors).
-inline void writeAffineModel(const std::filesystem::path& path, int64_t batch, int64_t features) {
+// `target`: the compile target ("cpu", which sim runs too, or "cuda").
+inline void writeAffineModel(const std::filesystem::path& path, int64_t batch, int64_t features,
+                             const std::string& target = "cpu") {
   Graph graph;
   const ValueId x = graph.addInput("x", ValueType::tensor(DType::kF32, {batch, features}));
   const ValueId w = graph.addInitializer("w", floatConstant({features, features}, affineWeights(features)));
   const ValueId b = graph.addInitializer("b", floatConstant({features}, affineBias(features)));
   const ValueId xw = graph.node(graph.addNode("MatMul", {x, w}, {"xw"})).outputs[0];
   graph.addOutput(graph.node(graph.addNode("Add", {xw, b}, {"y"})).outputs[0]);
-  compile(graph, {{"", 17}}, path);
+  CompileOptions options;
+  options.target = target;
+  compile(graph, {{"", 17}}, path, options);
 }
 
 // The affine model's output rows for input rows `x` (any number of rows).

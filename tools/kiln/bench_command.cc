@@ -46,6 +46,7 @@ class BenchTarget {
   BenchTarget(const std::string& package, const std::string& model, int threads,
               const std::vector<std::string>& input_files, std::optional<DeviceKind> device) {
     if (device) {
+      on_device_ = true;
       device_ = std::make_unique<DeviceRunner>(package, model, *device);
       inputs_ = loadInputs(device_->inputs(), input_files, /*random_missing=*/true);
       for (const NpyArray& array : inputs_) in_.push_back(array.bytes.data());
@@ -79,7 +80,14 @@ class BenchTarget {
 
   bool runtimeShapes() const { return dynamic_ != nullptr; }
 
-  bool onDevice() const { return device_ != nullptr; }
+  bool onDevice() const { return on_device_; }
+  // Detaches the device (another user of it, the profile, may attach it).
+  void releaseDevice() { device_.reset(); }
+  std::vector<std::span<const std::byte>> inputBytes() const {
+    std::vector<std::span<const std::byte>> bytes;
+    for (const NpyArray& array : inputs_) bytes.emplace_back(array.bytes.data(), array.bytes.size());
+    return bytes;
+  }
 
   void run(StepTrace* trace = nullptr) {
     if (device_) {
@@ -98,7 +106,7 @@ class BenchTarget {
   }
 
   uint64_t arenaBytes() const {
-    if (device_) return 0;
+    if (on_device_) return 0;
     return fixed_ ? fixed_->arenaBytes() : dynamic_->memoryStats().arena_bytes;
   }
 
@@ -106,6 +114,7 @@ class BenchTarget {
   std::unique_ptr<Executor> fixed_;
   std::unique_ptr<DynamicExecutor> dynamic_;
   std::unique_ptr<DeviceRunner> device_;
+  bool on_device_ = false;
   std::vector<NpyArray> inputs_;
   std::vector<TensorInfo> infos_;
   std::vector<const std::byte*> in_;
@@ -203,9 +212,8 @@ Command addBenchCommand(CLI::App& app) {
   return [args]() {
     const auto load_start = std::chrono::steady_clock::now();
     const std::optional<DeviceKind> device = deviceFor(args->package, args->model, args->device);
-    if (device && (args->profile || !args->trace.empty())) {
-      throw UsageError("--profile and --trace time the steps of the host executor; they are not available with a "
-                       "device yet");
+    if (device && !args->trace.empty()) {
+      throw UsageError("--trace records the host executor's steps; with a device, use --profile");
     }
     BenchTarget target(args->package, args->model, args->threads, args->inputs, device);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
@@ -225,7 +233,13 @@ Command addBenchCommand(CLI::App& app) {
       target.run(&one_run);
       steps = stepsPerRun(one_run).front().size();
     }
-    if (args->profile) {
+    if (args->profile && target.onDevice()) {
+      // The steps of an Executable on the device, each waited for.
+      StepTrace trace;
+      target.releaseDevice();
+      traceOnDevice(args->package, args->model, *device, target.inputBytes(), args->iterations, trace);
+      steps = printProfile(trace);
+    } else if (args->profile) {
       StepTrace trace;
       for (int i = 0; i < args->iterations; ++i) target.run(&trace);
       steps = printProfile(trace);

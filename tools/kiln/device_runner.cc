@@ -2,7 +2,9 @@
 
 #include "kiln/dynamic_executor.h"
 #include "kiln/error.h"
+#include "kiln/executable.h"
 #include "kiln/package_reader.h"
+#include "runtime/device_sync.h"
 
 namespace kiln::cli {
 
@@ -40,6 +42,41 @@ void DeviceRunner::run(std::span<const std::byte* const> inputs, std::span<std::
     output_view_[outputs_[i].name] = {outputs[i], outputs_[i].info.sizeInBytes(), outputs_[i].info.dtype};
   }
   runner_->execute(input_view_, output_view_);
+}
+
+void traceOnDevice(const std::string& package, const std::string& model, DeviceKind kind,
+                   const std::vector<std::span<const std::byte>>& inputs, int runs, StepTrace& trace) {
+  auto reader = std::make_shared<PackageReader>(package);
+  DeviceManager manager;
+  DeviceConstraints constraints;
+  constraints.kind = kind;
+  const MetadataBlob* chosen = model.empty() ? reader->metadata().front() : reader->findMetadata(model);
+  if (chosen == nullptr) throw UsageError(package + " holds no model named '" + model + "'");
+  std::shared_ptr<Device> device = manager.getDevice(chosen->metadata().target, constraints);
+  Executable executable(reader, model, device);
+  executable.runLoad([&](const Anchor& anchor) { return reader->findTensorData(anchor.name)->data(); });
+  // Device buffers for the inputs (copied once) and the outputs.
+  std::vector<DeviceBuffer> buffers;
+  std::vector<const std::byte*> in;
+  std::vector<std::byte*> out;
+  std::vector<DeviceJob> copies;
+  for (size_t i = 0; i < executable.mainInputs().size(); ++i) {
+    buffers.push_back(device->allocate(executable.mainInputs()[i].info.sizeInBytes()));
+    DeviceJob job;
+    job.kind = DeviceJob::Kind::kCopyToDevice;
+    job.destination = buffers.back().data();
+    job.source = inputs.at(i).data();
+    job.bytes = inputs.at(i).size();
+    copies.push_back(job);
+    in.push_back(buffers.back().data());
+  }
+  runJobsAndWait(*device, copies);
+  for (const Anchor& anchor : executable.mainOutputs()) {
+    buffers.push_back(device->allocate(anchor.info.sizeInBytes()));
+    out.push_back(buffers.back().data());
+  }
+  for (int r = 0; r < runs; ++r) executable.runMainTraced(in, out, trace);
+  device->synchronize();
 }
 
 }  // namespace kiln::cli

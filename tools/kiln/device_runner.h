@@ -13,6 +13,7 @@
 #include "kiln/device.h"
 #include "kiln/executor.h"
 #include "kiln/model_runner.h"
+#include "kiln/step_trace.h"
 
 namespace kiln::cli {
 
@@ -38,5 +39,12 @@ class DeviceRunner {
   InputMemoryView input_view_;
   OutputMemoryView output_view_;
 };
+
+// Runs the package `runs` times on a device of `kind` with `inputs` (host
+// bytes, in input order), one event per step in `trace`: an Executable
+// driven directly (no ModelRunner), each step waited for, for
+// `kiln bench --profile`.
+void traceOnDevice(const std::string& package, const std::string& model, DeviceKind kind,
+                   const std::vector<std::span<const std::byte>>& inputs, int runs, StepTrace& trace);
 
 }  // namespace kiln::cli

@@ -636,6 +636,9 @@ std::unique_ptr<KernelState> prepareBlocked16Conv(const KernelSetup& setup) {
 
 void registerConvKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Conv", &prepareConv, &runConv});
+  // The NCHW Conv with fused post-ops of the cuda target (conv_fusion.h),
+  // when it runs as a host step: the same kernel, post-ops from its params.
+  registry.add(KernelDef{"kiln.FusedConv", &prepareConv, &runConv});
   registry.add(KernelDef{"kiln.NhwcConv", &prepareNhwcConv, &runConv});
   registry.add(KernelDef{"kiln.Blocked16Conv", &prepareBlocked16Conv, &runConv});
   registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});

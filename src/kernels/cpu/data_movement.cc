@@ -29,6 +29,7 @@
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/resize_general.h"
+#include "kernels/cpu/resize_tables.h"
 #include "kernels/cpu/setup_helpers.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -1390,6 +1391,31 @@ void runResize(const KernelCall& call) {
 }
 
 std::unique_ptr<KernelState> prepareNchwResize(const KernelSetup& setup) { return prepareResize(setup, false); }
+
+}  // namespace
+
+std::optional<ResizeTables> resizeTables(const KernelSetup& setup) {
+  const std::unique_ptr<KernelState> prepared = prepareResize(setup, false);
+  const auto& state = static_cast<const ResizeState&>(*prepared);
+  if (state.general || state.scales_input >= 0) return std::nullopt;
+  ResizeTables tables;
+  tables.linear = state.linear;
+  tables.dtype = state.dtype;
+  tables.planes = state.planes;
+  tables.in_h = state.in_h;
+  tables.in_w = state.in_w;
+  tables.out_h = state.out_h;
+  tables.out_w = state.out_w;
+  tables.row0 = state.row0;
+  tables.row1 = state.row1;
+  tables.col0 = state.col0;
+  tables.col1 = state.col1;
+  tables.row_w = state.row_w;
+  tables.col_w = state.col_w;
+  return tables;
+}
+
+namespace {
 
 std::unique_ptr<KernelState> prepareNhwcResize(const KernelSetup& setup) {
   const NchwSetup nchw("kiln.NhwcResize", setup);

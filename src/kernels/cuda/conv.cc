@@ -1,14 +1,29 @@
-// Conv and ConvTranspose (ONNX) on cuda devices, in f32 NCHW, through cuDNN's
-// convolution API (cudnnConvolutionForward; ConvTranspose is the backward-data
-// pass of the convolution it transposes, cudnnConvolutionBackwardData).
+// Conv and ConvTranspose (ONNX), and kiln.FusedConv (a Conv with the post-ops
+// that passes/conv_fusion.h fused into it), on cuda devices, in f32 NCHW,
+// through cuDNN's convolution API (cudnnConvolutionForward; ConvTranspose is
+// the backward-data pass of the convolution it transposes,
+// cudnnConvolutionBackwardData).
 //
 // prepare reads the attributes (kernel_shape, strides, dilations, pads or
 // auto_pad, group; ConvTranspose's output_padding and output_shape), checks
 // them against the static shapes of the inputs and of the output that
 // inference fixed, and builds what cuDNN needs once: the tensor, filter and
-// convolution descriptors and the algorithm (the first of cuDNN's heuristic
-// ranking that succeeds in plain f32 within the shared workspace). run only
-// queues work on the queue's stream: it may be captured into a CUDA graph.
+// convolution descriptors and the algorithm. run only queues work on the
+// queue's stream: it may be captured into a CUDA graph.
+//
+// The forward algorithm is measured, as onnxruntime does by default (its
+// EXHAUSTIVE search), rather than taken from cuDNN's heuristic ranking, whose
+// first choice is often not the fastest: prepare runs
+// cudnnFindConvolutionForwardAlgorithmEx on zeroed stand-ins for x, w and y
+// (cudaMalloc'd, freed before it returns) with the queue's handle and
+// workspace, and takes the fastest algorithm that runs in plain f32 within
+// the workspace. It keeps the measurements per convolution (device, sizes,
+// workspace) for the process: models repeat shapes, and Find runs every
+// algorithm. When Find fails or finds nothing that fits, the heuristic
+// ranking (cudnnGetConvolutionForwardAlgorithm_v7) decides, as it still does
+// for ConvTranspose. This makes prepare synchronize the queue's stream and
+// use its workspace: it must not overlap jobs on the same queue (as
+// cuda_queue.h requires).
 //
 // cuDNN's geometry differs from ONNX's in three ways:
 //   - it needs 2 or 3 spatial axes: a 1-D convolution runs as a 2-D one whose
@@ -33,25 +48,50 @@
 //     CUDNN_FMA_MATH, plain f32 as the CPU kernels compute.
 // The bias (input 2) is added after the convolution by cudnnAddTensor.
 //
-// Declined in prepare (KernelUnsupported: the step then runs on the host): dtypes other than f32, dynamic shapes,
-// more than 3 spatial axes, the depth pads above, copies larger than the
-// workspace, and shapes that do not fit cuDNN's int dimensions.
+// kiln.FusedConv computes y = conv(x, w) + bias, then its `post_ops` in
+// order ("Add" adds the residual, input 3; the others are activations of
+// core/fused_activation.h), in one of two ways:
+//   - one cudnnConvolutionBiasActivationForward, act(conv + z + bias) with z
+//     the residual (or y weighted 0) and act RELU or IDENTITY, when post_ops
+//     is "", "Relu", "Add" or "Add,Relu" (and not "" without a bias: that is
+//     Conv's way). cuDNN allows IDENTITY with IMPLICIT_PRECOMP_GEMM only, and
+//     declines some combinations: prepare tries the call on the stand-ins
+//     with the measured algorithms in order (as cuDNN allows them) and keeps
+//     the first that runs if it is at least as fast as the other way, both
+//     timed with CUDA events. A missing bias is a zeroed buffer of the state.
+//     Its RELU does not propagate NaN (as onnxruntime's fused Conv);
+//   - otherwise Conv's way, then one elementwise pass over y in place
+//     (post_ops.h) for the post-ops.
+//
+// Declined in prepare (KernelUnsupported: the step then runs on the host):
+// dtypes other than f32, dynamic shapes, more than 3 spatial axes, the depth
+// pads above, copies larger than the workspace, shapes that do not fit
+// cuDNN's int dimensions, unknown post-ops, and a residual that is missing or
+// not one f32 per output element.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/post_ops.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -89,6 +129,8 @@ using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDe
 using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+using ActivationDescriptor =
+    Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor, cudnnDestroyActivationDescriptor>;
 
 // ------------------------------------------------------------------ attributes
 
@@ -107,8 +149,8 @@ Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& n
   }
   for (int64_t value : values) {
     if (value < minimum) {
-      throw KernelUnsupported(fmt::format("{} on cuda: attribute '{}' [{}] has the value {}; at least {} expected", op, name,
-                                   fmt::join(values, ", "), value, minimum));
+      throw KernelUnsupported(fmt::format("{} on cuda: attribute '{}' [{}] has the value {}; at least {} expected", op,
+                                          name, fmt::join(values, ", "), value, minimum));
     }
   }
   return values;
@@ -122,7 +164,8 @@ AutoPad autoPad(std::string_view op, const ParamMap& params) {
   if (text == "VALID") return AutoPad::kValid;
   if (text == "SAME_UPPER") return AutoPad::kSameUpper;
   if (text == "SAME_LOWER") return AutoPad::kSameLower;
-  throw KernelUnsupported(fmt::format("{} on cuda: auto_pad is '{}', not NOTSET, VALID, SAME_UPPER or SAME_LOWER", op, text));
+  throw KernelUnsupported(
+      fmt::format("{} on cuda: auto_pad is '{}', not NOTSET, VALID, SAME_UPPER or SAME_LOWER", op, text));
 }
 
 bool isSame(AutoPad auto_pad) { return auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower; }
@@ -150,10 +193,13 @@ struct ConvGeometry {
 
 bool hasBias(const KernelSetup& setup) { return setup.inputs.size() > 2 && setup.inputs[2].dtype != DType::kUndefined; }
 
-void checkTensors(std::string_view op, const KernelSetup& setup) {
+// X, W and the optional bias B; `max_inputs` is 4 with kiln.FusedConv's
+// residual (checked with its post-ops).
+void checkTensors(std::string_view op, const KernelSetup& setup, size_t max_inputs) {
   if (setup.queue == nullptr) throw KernelUnsupported(fmt::format("{} on cuda: prepared without a cuda queue", op));
-  if (setup.inputs.size() < 2 || setup.inputs.size() > 3) {
-    throw KernelUnsupported(fmt::format("{} on cuda: expects 2 or 3 inputs, got {}", op, setup.inputs.size()));
+  if (setup.inputs.size() < 2 || setup.inputs.size() > max_inputs) {
+    throw KernelUnsupported(
+        fmt::format("{} on cuda: expects 2 to {} inputs, got {}", op, max_inputs, setup.inputs.size()));
   }
   if (setup.outputs.size() != 1) {
     throw KernelUnsupported(fmt::format("{} on cuda: expects 1 output, got {}", op, setup.outputs.size()));
@@ -163,7 +209,7 @@ void checkTensors(std::string_view op, const KernelSetup& setup) {
     const TensorInfo& input = setup.inputs[i];
     if (input.dtype != DType::kF32) {
       throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32 only); input {} is {}", op,
-                                   dtypeName(input.dtype), i, typeString(input)));
+                                          dtypeName(input.dtype), i, typeString(input)));
     }
     if (!input.isStatic()) {
       throw KernelUnsupported(fmt::format("{} on cuda: needs static shapes, input {} is {}", op, i, typeString(input)));
@@ -171,12 +217,12 @@ void checkTensors(std::string_view op, const KernelSetup& setup) {
   }
   const TensorInfo& x = setup.inputs[0];
   if (x.shape.size() < 3 || x.shape.size() > 5) {
-    throw KernelUnsupported(fmt::format("{} on cuda: needs an input [N, C, spatial...] with 1 to 3 spatial axes, got {}", op,
-                                 typeString(x)));
+    throw KernelUnsupported(fmt::format(
+        "{} on cuda: needs an input [N, C, spatial...] with 1 to 3 spatial axes, got {}", op, typeString(x)));
   }
   if (setup.inputs[1].shape.size() != x.shape.size()) {
     throw KernelUnsupported(fmt::format("{} on cuda: the weights {} must have the rank of the input {}", op,
-                                 typeString(setup.inputs[1]), typeString(x)));
+                                        typeString(setup.inputs[1]), typeString(x)));
   }
 }
 
@@ -185,7 +231,7 @@ void checkBias(std::string_view op, const KernelSetup& setup, int64_t out_channe
   const TensorInfo& bias = setup.inputs[2];
   if (bias.shape != Ints{out_channels}) {
     throw KernelUnsupported(fmt::format("{} on cuda: the bias is {}, expected one value per output channel ([{}])", op,
-                                 typeString(bias), out_channels));
+                                        typeString(bias), out_channels));
   }
 }
 
@@ -195,7 +241,7 @@ void checkOutput(std::string_view op, const KernelSetup& setup, const ConvGeomet
   const TensorInfo& y = setup.outputs[0];
   if (y.dtype != DType::kF32 || y.shape != expected) {
     throw KernelUnsupported(fmt::format("{} on cuda: the output is {} but the inputs and attributes give f32{}", op,
-                                 typeString(y), TensorInfo{DType::kF32, expected}.shapeString()));
+                                        typeString(y), TensorInfo{DType::kF32, expected}.shapeString()));
   }
 }
 
@@ -206,7 +252,7 @@ Ints kernelShape(std::string_view op, const KernelSetup& setup, size_t spatial) 
   const Ints kernel = sizedInts(op, setup.params, "kernel_shape", spatial, 1, from_weights);
   if (kernel != from_weights) {
     throw KernelUnsupported(fmt::format("{} on cuda: kernel_shape [{}] differs from the weights {}", op,
-                                 fmt::join(kernel, ", "), typeString(setup.inputs[1])));
+                                        fmt::join(kernel, ", "), typeString(setup.inputs[1])));
   }
   return kernel;
 }
@@ -232,7 +278,7 @@ void checkChannels(std::string_view op, const KernelSetup& setup, const ConvGeom
   const Ints& w = setup.inputs[1].shape;
   if (g.in_channels != weight_channels || g.in_channels % g.group != 0 || g.out_channels % g.group != 0) {
     throw KernelUnsupported(fmt::format("{} on cuda: the input {}, the weights {} and group {} do not fit together", op,
-                                 typeString(setup.inputs[0]), typeString(setup.inputs[1]), g.group));
+                                        typeString(setup.inputs[0]), typeString(setup.inputs[1]), g.group));
   }
   if (w[0] == 0 || w[1] == 0) {
     throw KernelUnsupported(fmt::format("{} on cuda: no kernel for empty weights {}", op, typeString(setup.inputs[1])));
@@ -264,9 +310,10 @@ ConvGeometry convGeometry(const KernelSetup& setup) {
     g.pad_end[i] = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
     const int64_t room = g.in[i] + g.pad_begin[i] + g.pad_end[i] - extent;
     if (room < 0) {
-      throw KernelUnsupported(fmt::format("Conv on cuda: spatial axis {}: the kernel spans {} elements (dilations included) "
-                                   "but the padded input has {}",
-                                   i, extent, g.in[i] + g.pad_begin[i] + g.pad_end[i]));
+      throw KernelUnsupported(
+          fmt::format("Conv on cuda: spatial axis {}: the kernel spans {} elements (dilations included) "
+                      "but the padded input has {}",
+                      i, extent, g.in[i] + g.pad_begin[i] + g.pad_end[i]));
     }
     g.out[i] = room / stride + 1;
   }
@@ -281,8 +328,9 @@ Ints outputShapeAttribute(const KernelSetup& setup, size_t spatial) {
   Ints shape = setup.params.getInts("output_shape", {});
   if (shape.size() == spatial + 2) shape.erase(shape.begin(), shape.begin() + 2);
   if (shape.size() != spatial) {
-    throw KernelUnsupported(fmt::format("ConvTranspose on cuda: output_shape [{}] must have one size per spatial axis ({})",
-                                 fmt::join(shape, ", "), spatial));
+    throw KernelUnsupported(
+        fmt::format("ConvTranspose on cuda: output_shape [{}] must have one size per spatial axis ({})",
+                    fmt::join(shape, ", "), spatial));
   }
   return shape;
 }
@@ -314,9 +362,10 @@ ConvGeometry convTransposeGeometry(const KernelSetup& setup) {
       begin = auto_pad == AutoPad::kSameUpper ? half : total - half;
       end = total - begin;
       if (begin < 0) {
-        throw KernelUnsupported(fmt::format("ConvTranspose on cuda: spatial axis {}: output size {} is larger than the {} "
-                                     "the input, kernel and strides give by more than the end padding can take",
-                                     i, g.out[i], full));
+        throw KernelUnsupported(
+            fmt::format("ConvTranspose on cuda: spatial axis {}: output size {} is larger than the {} "
+                        "the input, kernel and strides give by more than the end padding can take",
+                        i, g.out[i], full));
       }
     } else {
       g.out[i] = full - begin - end;
@@ -486,9 +535,10 @@ PlaneCopy planeCopy(std::string_view op, const CudnnInts& from, const CudnnInts&
   const size_t row_axis = to.size() - 2;
   const bool depth_moves = to.size() == 5 && (from_offset[0] != 0 || to_offset[0] != 0);
   if (depth_moves || !std::equal(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(row_axis), to.begin())) {
-    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN pads both ends alike; pads that differ per end on the depth axis "
-                                 "of a 3-D convolution are not supported",
-                                 op));
+    throw KernelUnsupported(
+        fmt::format("{} on cuda: cuDNN pads both ends alike; pads that differ per end on the depth axis "
+                    "of a 3-D convolution are not supported",
+                    op));
   }
   copy.enabled = true;
   copy.planes = product(std::span(to).first(row_axis));
@@ -520,14 +570,14 @@ void queuePlaneCopy(const PlaneCopy& copy, const void* from, void* to, cudaStrea
 
 // ------------------------------------------------------------------- state
 
-struct ConvState final : KernelState {
+struct ConvState : KernelState {
   bool transposed = false;
   bool empty = false;  // the output has no elements: nothing to do
   bool has_bias = false;
   TensorDescriptor x;  // what cuDNN reads (ConvTranspose: the "dy" of the backward pass)
   TensorDescriptor y;  // what cuDNN writes (ConvTranspose: its "dx")
   TensorDescriptor output;  // the op's output, for the bias
-  TensorDescriptor bias;
+  TensorDescriptor bias;  // [1, C, 1, ...]
   FilterDescriptor w;
   ConvolutionDescriptor conv;
   cudnnConvolutionFwdAlgo_t forward_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
@@ -557,11 +607,10 @@ void setDescriptors(ConvState& state, const CudnnGeometry& c, int64_t group, boo
   check(cudnnSetConvolutionGroupCount(state.conv.get(), static_cast<int>(group)), "cudnnSetConvolutionGroupCount");
   check(cudnnSetConvolutionMathType(state.conv.get(), CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
   state.has_bias = has_bias;
-  if (has_bias) {
-    CudnnInts bias_dims(c.y.size(), 1);
-    bias_dims[1] = c.y[1];
-    setTensor(state.bias, bias_dims);
-  }
+  // Also without a bias input: kiln.FusedConv's fused call then adds zeros.
+  CudnnInts bias_dims(c.y.size(), 1);
+  bias_dims[1] = c.y[1];
+  setTensor(state.bias, bias_dims);
 }
 
 // cuDNN's own idea of the forward output (for ConvTranspose: of the
@@ -574,9 +623,73 @@ void checkCudnnOutput(std::string_view op, const ConvState& state, const CudnnGe
                                               dims.data()),
         "cudnnGetConvolutionNdForwardOutputDim");
   if (dims != expected) {
-    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN computes a convolution output [{}] where [{}] is expected", op,
-                                 fmt::join(dims, ", "), fmt::join(expected, ", ")));
+    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN computes a convolution output [{}] where [{}] is expected",
+                                        op, fmt::join(dims, ", "), fmt::join(expected, ", ")));
   }
+}
+
+// ------------------------------------------------------------ device memory
+
+// Device memory that prepare holds for a while (the zeroed stand-ins it
+// measures on) or that a state owns (kiln.FusedConv's zero bias):
+// cudaMalloc'd, zeroed on `stream` (synchronize it before reading), freed
+// with its owner. Null when the allocation fails.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t bytes, cudaStream_t stream) {
+    if (cudaMalloc(&data_, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky: clear it
+      data_ = nullptr;
+      return;
+    }
+    cudaMemsetAsync(data_, 0, bytes, stream);
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);  // `other` frees what this held
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return data_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+size_t tensorBytes(const TensorDescriptor& tensor) {
+  size_t bytes = 0;
+  check(cudnnGetTensorSizeInBytes(tensor.get(), &bytes), "cudnnGetTensorSizeInBytes");
+  return bytes;
+}
+
+size_t filterBytes(const FilterDescriptor& filter) {
+  size_t bytes = 0;
+  check(cudnnGetFilterSizeInBytes(filter.get(), &bytes), "cudnnGetFilterSizeInBytes");
+  return bytes;
+}
+
+// --------------------------------------------------------------- algorithms
+
+using ForwardPerf = cudnnConvolutionFwdAlgoPerf_t;
+
+// What prepare settles before the algorithm: cuDNN's geometry, the group,
+// and `budget`, the workspace left to cuDNN's algorithm behind the copies.
+struct Plan {
+  CudnnGeometry cudnn;
+  int64_t group = 1;
+  size_t budget = 0;
+};
+
+// The algorithm's part of the workspace: its last `budget` bytes.
+std::byte* algorithmWorkspace(const CudaQueue& queue, size_t budget) {
+  return static_cast<std::byte*>(queue.workspace) + (queue.workspace_bytes - budget);
 }
 
 // Whether a ranked algorithm fits: it runs, in plain f32, within `budget`.
@@ -590,20 +703,82 @@ std::string noAlgorithmMessage(std::string_view op, const KernelSetup& setup, si
                      op, typeString(setup.inputs[0]), typeString(setup.inputs[1]), budget);
 }
 
-void pickForwardAlgorithm(const KernelSetup& setup, const CudaQueue& queue, ConvState& state, size_t budget) {
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+// The forward algorithms that fit, fastest first, as
+// cudnnFindConvolutionForwardAlgorithmEx times them on zeroed stand-ins for
+// x, w and y. Empty when a stand-in cannot be allocated or Find fails.
+std::vector<ForwardPerf> measureForwardAlgorithms(const CudaQueue& queue, const Plan& plan, const ConvState& state) {
+  const DeviceBuffer x(tensorBytes(state.x), queue.stream);
+  const DeviceBuffer w(filterBytes(state.w), queue.stream);
+  const DeviceBuffer y(tensorBytes(state.y), queue.stream);
+  int count = 0;
+  if (!x || !w || !y || cudnnGetConvolutionForwardAlgorithmMaxCount(queue.cudnn, &count) != CUDNN_STATUS_SUCCESS) {
+    return {};
+  }
+  // The zeros in place and the stream idle: nothing else in the timings.
+  if (cudaStreamSynchronize(queue.stream) != cudaSuccess) return {};
+  std::vector<ForwardPerf> measured(static_cast<size_t>(std::max(count, 1)));
+  int returned = 0;
+  const cudnnStatus_t status = cudnnFindConvolutionForwardAlgorithmEx(
+      queue.cudnn, state.x.get(), x.get(), state.w.get(), w.get(), state.conv.get(), state.y.get(), y.get(),
+      static_cast<int>(measured.size()), &returned, measured.data(), algorithmWorkspace(queue, plan.budget),
+      plan.budget);
+  if (status != CUDNN_STATUS_SUCCESS) return {};
+  measured.resize(static_cast<size_t>(std::clamp(returned, 0, static_cast<int>(measured.size()))));
+  std::erase_if(measured, [&](const ForwardPerf& perf) { return !fits(perf, plan.budget); });
+  std::stable_sort(measured.begin(), measured.end(),
+                   [](const ForwardPerf& a, const ForwardPerf& b) { return a.time < b.time; });
+  return measured;
+}
+
+// The convolution a measurement is for: the device, the sizes cuDNN sees
+// and the workspace.
+std::string measurementKey(const CudaQueue& queue, const Plan& plan) {
+  const CudnnGeometry& c = plan.cudnn;
+  return fmt::format("{} x[{}] w[{}] y[{}] pads[{}] strides[{}] dilations[{}] group {} budget {}", queue.device,
+                     fmt::join(c.x, ","), fmt::join(c.w, ","), fmt::join(c.y, ","), fmt::join(c.pads, ","),
+                     fmt::join(c.strides, ","), fmt::join(c.dilations, ","), plan.group, plan.budget);
+}
+
+// measureForwardAlgorithms, once per convolution and process (a failure is
+// tried again): models repeat their convolutions' shapes, and Find runs
+// every algorithm on each.
+std::vector<ForwardPerf> measuredForwardAlgorithms(const CudaQueue& queue, const Plan& plan, const ConvState& state) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<ForwardPerf>> measurements;
+  const std::string key = measurementKey(queue, plan);
+  const std::lock_guard lock(mutex);
+  if (const auto found = measurements.find(key); found != measurements.end()) return found->second;
+  std::vector<ForwardPerf> measured = measureForwardAlgorithms(queue, plan, state);
+  if (!measured.empty()) measurements.emplace(key, measured);
+  return measured;
+}
+
+// cuDNN's heuristic ranking of the forward algorithms, those that fit.
+std::vector<ForwardPerf> rankedForwardAlgorithms(const CudaQueue& queue, const ConvState& state, size_t budget) {
+  std::vector<ForwardPerf> ranked(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
   int returned = 0;
   check(cudnnGetConvolutionForwardAlgorithm_v7(queue.cudnn, state.x.get(), state.w.get(), state.conv.get(),
                                                state.y.get(), static_cast<int>(ranked.size()), &returned,
                                                ranked.data()),
         "cudnnGetConvolutionForwardAlgorithm_v7");
-  for (int i = 0; i < returned; ++i) {
-    if (!fits(ranked[i], budget)) continue;
-    state.forward_algo = ranked[i].algo;
-    state.algo_workspace_bytes = ranked[i].memory;
-    return;
-  }
-  throw KernelUnsupported(noAlgorithmMessage("Conv", setup, budget));
+  ranked.resize(static_cast<size_t>(std::clamp(returned, 0, static_cast<int>(ranked.size()))));
+  std::erase_if(ranked, [&](const ForwardPerf& perf) { return !fits(perf, budget); });
+  return ranked;
+}
+
+// The forward algorithms to choose from, best first: as measured, or
+// cuDNN's heuristic ranking when measuring gave nothing.
+std::vector<ForwardPerf> forwardAlgorithms(const CudaQueue& queue, const Plan& plan, const ConvState& state) {
+  std::vector<ForwardPerf> algorithms = measuredForwardAlgorithms(queue, plan, state);
+  if (algorithms.empty()) algorithms = rankedForwardAlgorithms(queue, state, plan.budget);
+  return algorithms;
+}
+
+void pickForwardAlgorithm(std::string_view op, const KernelSetup& setup, std::span<const ForwardPerf> algorithms,
+                          size_t budget, ConvState& state) {
+  if (algorithms.empty()) throw KernelUnsupported(noAlgorithmMessage(op, setup, budget));
+  state.forward_algo = algorithms.front().algo;
+  state.algo_workspace_bytes = algorithms.front().memory;
 }
 
 void pickBackwardDataAlgorithm(const KernelSetup& setup, const CudaQueue& queue, ConvState& state, size_t budget) {
@@ -622,6 +797,8 @@ void pickBackwardDataAlgorithm(const KernelSetup& setup, const CudaQueue& queue,
   throw KernelUnsupported(noAlgorithmMessage("ConvTranspose", setup, budget));
 }
 
+// ------------------------------------------------------------------ prepare
+
 // Plans the copies; returns the workspace left for cuDNN's algorithm.
 size_t planCopies(std::string_view op, const CudaQueue& queue, const CudnnGeometry& c, ConvState& state) {
   const CudnnInts origin(c.pads.size(), 0);
@@ -631,44 +808,65 @@ size_t planCopies(std::string_view op, const CudaQueue& queue, const CudnnGeomet
   if (state.output_copy.enabled) state.output_copy.buffer_bytes = alignedBytes(c.y);
   const size_t copies = state.input_copy.buffer_bytes + state.output_copy.buffer_bytes;
   if (copies > queue.workspace_bytes) {
-    throw KernelUnsupported(fmt::format("{} on cuda: cuDNN pads both ends alike; these asymmetric pads need a copy of {} "
-                                 "bytes, more than the {} bytes of workspace",
-                                 op, copies, queue.workspace_bytes));
+    throw KernelUnsupported(
+        fmt::format("{} on cuda: cuDNN pads both ends alike; these asymmetric pads need a copy of {} "
+                    "bytes, more than the {} bytes of workspace",
+                    op, copies, queue.workspace_bytes));
   }
   return queue.workspace_bytes - copies;
 }
 
-std::unique_ptr<KernelState> prepare(std::string_view op, const KernelSetup& setup, bool transposed) {
-  checkTensors(op, setup);
-  const ConvGeometry g = transposed ? convTransposeGeometry(setup) : convGeometry(setup);
-  auto state = std::make_unique<ConvState>();
-  state->transposed = transposed;
+// What every kernel here prepares alike: the checks, the geometry, the
+// copies and the descriptors. nullopt when the output is empty (then
+// state.empty: run does nothing).
+std::optional<Plan> planConvolution(std::string_view op, const KernelSetup& setup, size_t max_inputs,
+                                    ConvState& state) {
+  checkTensors(op, setup, max_inputs);
+  const ConvGeometry g = state.transposed ? convTransposeGeometry(setup) : convGeometry(setup);
   if (setup.outputs[0].numElements() == 0) {
-    state->empty = true;
-    return state;
+    state.empty = true;
+    return std::nullopt;
   }
   if (setup.inputs[0].numElements() == 0) {
-    throw KernelUnsupported(fmt::format("{} on cuda: no kernel for the empty input {}", op, typeString(setup.inputs[0])));
+    throw KernelUnsupported(
+        fmt::format("{} on cuda: no kernel for the empty input {}", op, typeString(setup.inputs[0])));
   }
-  const CudaQueue& queue = queueOf(setup.queue);
-  const CudnnGeometry c = cudnnGeometry(op, setup, g);
-  const size_t budget = planCopies(op, queue, c, *state);
-  setDescriptors(*state, c, g.group, hasBias(setup));
-  checkCudnnOutput(op, *state, c);
-  if (transposed) {
-    pickBackwardDataAlgorithm(setup, queue, *state, budget);
-  } else {
-    pickForwardAlgorithm(setup, queue, *state, budget);
-  }
+  Plan plan{cudnnGeometry(op, setup, g), g.group, 0};
+  plan.budget = planCopies(op, queueOf(setup.queue), plan.cudnn, state);
+  setDescriptors(state, plan.cudnn, g.group, hasBias(setup));
+  checkCudnnOutput(op, state, plan.cudnn);
+  return plan;
+}
+
+std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {
+  constexpr std::string_view op = "Conv";
+  auto state = std::make_unique<ConvState>();
+  const std::optional<Plan> plan = planConvolution(op, setup, 3, *state);
+  if (!plan) return state;
+  pickForwardAlgorithm(op, setup, forwardAlgorithms(queueOf(setup.queue), *plan, *state), plan->budget, *state);
   return state;
 }
 
-std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) { return prepare("Conv", setup, false); }
 std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
-  return prepare("ConvTranspose", setup, true);
+  auto state = std::make_unique<ConvState>();
+  state->transposed = true;
+  const std::optional<Plan> plan = planConvolution("ConvTranspose", setup, 3, *state);
+  if (!plan) return state;
+  pickBackwardDataAlgorithm(setup, queueOf(setup.queue), *state, plan->budget);
+  return state;
 }
 
 // --------------------------------------------------------------------- run
+
+// Where cuDNN reads x: the op's input, or its padded copy, queued at the
+// front of the workspace (`workspace` then moves past it).
+const void* convolutionInput(const ConvState& state, const void* x, std::byte*& workspace, cudaStream_t stream) {
+  if (!state.input_copy.enabled) return x;
+  queuePlaneCopy(state.input_copy, x, workspace, stream);
+  const void* padded = workspace;
+  workspace += state.input_copy.buffer_bytes;
+  return padded;
+}
 
 // Queues the convolution (with its copies and bias). run cannot report
 // errors: a call that fails here leaves the output as it was.
@@ -678,16 +876,11 @@ void runConv(const KernelCall& call) {
   const CudaQueue& queue = queueOf(call.queue);
   const float one = 1.0f;
   const float zero = 0.0f;
-  const void* x = call.inputs[0].data;
+  auto* workspace = static_cast<std::byte*>(queue.workspace);
+  const void* x = convolutionInput(state, call.inputs[0].data, workspace, queue.stream);
   const void* w = call.inputs[1].data;
   void* output = call.outputs[0].data;
   void* y = output;
-  auto* workspace = static_cast<std::byte*>(queue.workspace);
-  if (state.input_copy.enabled) {
-    queuePlaneCopy(state.input_copy, x, workspace, queue.stream);
-    x = workspace;
-    workspace += state.input_copy.buffer_bytes;
-  }
   if (state.output_copy.enabled) {
     y = workspace;
     workspace += state.output_copy.buffer_bytes;
@@ -705,11 +898,201 @@ void runConv(const KernelCall& call) {
   }
 }
 
+// ----------------------------------------------------------- kiln.FusedConv
+
+// The Conv above with its post-ops (passes/conv_fusion.h). Either one
+// cudnnConvolutionBiasActivationForward does it all (`in_cudnn`), or the
+// convolution runs as Conv's and, with `post_pass`, one elementwise pass
+// over y applies the post-ops in place.
+struct FusedConvState final : ConvState {
+  bool adds_residual = false;  // the post-ops add input 3
+  bool post_pass = false;
+  DeviceProgram post_ops;  // over y (input 0) and the residual (input 1)
+  uint64_t y_elements = 0;
+  bool in_cudnn = false;
+  ActivationDescriptor activation;
+  cudnnConvolutionFwdAlgo_t fused_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  size_t fused_workspace_bytes = 0;
+  DeviceBuffer zero_bias;  // the fused call's bias when the step has none
+};
+
+// The post_ops attribute ("Add,Relu") as its list of kinds.
+std::vector<std::string> postOpKinds(const ParamMap& params) {
+  const std::string list = params.getString("post_ops", "");
+  std::vector<std::string> kinds;
+  for (size_t start = 0; !list.empty() && start <= list.size();) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    kinds.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return kinds;
+}
+
+// The activation cudnnConvolutionBiasActivationForward applies, when it can
+// do these post-ops: it computes act(conv + z + bias), z the residual.
+std::optional<cudnnActivationMode_t> cudnnActivation(const std::vector<std::string>& kinds) {
+  using Kinds = std::vector<std::string>;
+  if (kinds.empty() || kinds == Kinds{"Add"}) return CUDNN_ACTIVATION_IDENTITY;
+  if (kinds == Kinds{"Relu"} || kinds == Kinds{"Add", "Relu"}) return CUDNN_ACTIVATION_RELU;
+  return std::nullopt;
+}
+
+void checkResidual(std::string_view op, const KernelSetup& setup) {
+  if (setup.inputs.size() < 4 || setup.inputs[3].dtype == DType::kUndefined) {
+    throw KernelUnsupported(fmt::format("{} on cuda: post_ops has an Add but the residual (input 3) is missing", op));
+  }
+  const TensorInfo& residual = setup.inputs[3];
+  const TensorInfo& y = setup.outputs[0];
+  if (residual.dtype != DType::kF32 || !residual.isStatic() || residual.numElements() != y.numElements()) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the residual (input 3) is {}; one f32 per output element ({}) "
+                                        "expected",
+                                        op, typeString(residual), typeString(y)));
+  }
+}
+
+void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState& state) {
+  const std::optional<ElementwiseProgram> program = postOpProgram(op, setup.params);
+  if (!program) return;
+  state.post_ops = toDeviceProgram(op, *program);
+  state.post_pass = true;
+  state.y_elements = setup.outputs[0].numElements();
+}
+
+// The whole step in one cuDNN call. Without a residual, z is y weighted 0
+// (as onnxruntime passes it).
+cudnnStatus_t queueCudnnFusion(const KernelCall& call, const FusedConvState& state) {
+  const CudaQueue& queue = queueOf(call.queue);
+  auto* workspace = static_cast<std::byte*>(queue.workspace);
+  const void* x = convolutionInput(state, call.inputs[0].data, workspace, queue.stream);
+  void* y = call.outputs[0].data;
+  const void* z = state.adds_residual ? call.inputs[3].data : y;
+  const void* bias = state.has_bias ? call.inputs[2].data : state.zero_bias.get();
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  return cudnnConvolutionBiasActivationForward(
+      queue.cudnn, &one, state.x.get(), x, state.w.get(), call.inputs[1].data, state.conv.get(), state.fused_algo,
+      workspace, state.fused_workspace_bytes, state.adds_residual ? &one : &zero, state.y.get(), z, state.bias.get(),
+      bias, state.activation.get(), state.y.get(), y);
+}
+
+void queuePostPass(const KernelCall& call, const FusedConvState& state) {
+  Pointers pointers;
+  pointers.in[0] = call.outputs[0].as<const float>();
+  if (state.adds_residual) pointers.in[1] = call.inputs[3].as<const float>();
+  pointers.out = call.outputs[0].as<float>();
+  launchElementwise(state.post_ops, Indexing{}, pointers, state.y_elements, queueOf(call.queue).stream);
+}
+
+void runFusedConv(const KernelCall& call) {
+  const auto& state = static_cast<const FusedConvState&>(*call.state);
+  if (state.empty) return;
+  if (state.in_cudnn) {
+    queueCudnnFusion(call, state);
+    return;
+  }
+  runConv(call);
+  if (state.post_pass) queuePostPass(call, state);
+}
+
+// Zeroed stand-ins for a kiln.FusedConv's tensors, and views of them as run
+// gets its own, for prepare to time the step both ways.
+struct StandIns {
+  std::array<DeviceBuffer, 4> buffers;  // x (sized as cuDNN's x, which holds the op's), w, bias, residual
+  DeviceBuffer y;
+  std::array<TensorView, 4> inputs{};
+  TensorView output{};
+};
+
+// Allocates the stand-ins of the tensors the step reads; false when one
+// allocation fails.
+bool allocateStandIns(const KernelSetup& setup, const FusedConvState& state, cudaStream_t stream, StandIns& stand_ins) {
+  const std::array<bool, 4> read = {true, true, state.has_bias, state.adds_residual};
+  const std::array<size_t, 4> bytes = {tensorBytes(state.x), filterBytes(state.w), tensorBytes(state.bias),
+                                       tensorBytes(state.output)};
+  for (size_t i = 0; i < read.size(); ++i) {
+    if (!read[i]) continue;
+    stand_ins.buffers[i] = DeviceBuffer(bytes[i], stream);
+    if (!stand_ins.buffers[i]) return false;
+    stand_ins.inputs[i] = viewOf(setup.inputs[i], static_cast<std::byte*>(stand_ins.buffers[i].get()));
+  }
+  stand_ins.y = DeviceBuffer(tensorBytes(state.output), stream);
+  stand_ins.output = viewOf(setup.outputs[0], static_cast<std::byte*>(stand_ins.y.get()));
+  return static_cast<bool>(stand_ins.y);
+}
+
+// Milliseconds per run of `queue_work` (work queued on `stream`), the mean
+// of a few after a warm-up; infinity when the events fail.
+template <typename QueueWork>
+float meanMilliseconds(cudaStream_t stream, const QueueWork& queue_work) {
+  constexpr int kRuns = 10;
+  queue_work();
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  float total = std::numeric_limits<float>::infinity();
+  if (cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess) {
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < kRuns; ++i) queue_work();
+    cudaEventRecord(stop, stream);
+    if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&total, start, stop) != cudaSuccess) {
+      total = std::numeric_limits<float>::infinity();
+    }
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  return total / kRuns;
+}
+
+// Moves the step into cudnnConvolutionBiasActivationForward (activation
+// `mode`) when cuDNN runs it with one of `algorithms` (with IDENTITY, cuDNN
+// allows only IMPLICIT_PRECOMP_GEMM) and that beats Conv's way plus the
+// elementwise pass, both timed on zeroed stand-ins.
+void fuseIntoCudnn(const KernelSetup& setup, const Plan& plan, std::span<const ForwardPerf> algorithms,
+                   cudnnActivationMode_t mode, FusedConvState& state) {
+  const CudaQueue& queue = queueOf(setup.queue);
+  // Not propagating NaN, as onnxruntime's fused Conv asks.
+  check(cudnnSetActivationDescriptor(state.activation.get(), mode, CUDNN_NOT_PROPAGATE_NAN, 0.0),
+        "cudnnSetActivationDescriptor");
+  if (!state.has_bias) state.zero_bias = DeviceBuffer(tensorBytes(state.bias), queue.stream);
+  StandIns stand_ins;
+  if ((!state.has_bias && !state.zero_bias) || !allocateStandIns(setup, state, queue.stream, stand_ins)) return;
+  if (cudaStreamSynchronize(queue.stream) != cudaSuccess) return;
+  const KernelCall call{stand_ins.inputs.data(), static_cast<uint32_t>(setup.inputs.size()), &stand_ins.output, 1,
+                        &state, setup.queue};
+  state.fused_workspace_bytes = plan.budget;
+  const float separate_ms = meanMilliseconds(queue.stream, [&] { runFusedConv(call); });
+  for (const ForwardPerf& perf : algorithms) {
+    if (mode == CUDNN_ACTIVATION_IDENTITY && perf.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) continue;
+    state.fused_algo = perf.algo;
+    if (queueCudnnFusion(call, state) != CUDNN_STATUS_SUCCESS) continue;  // not fused with this algorithm
+    state.in_cudnn = meanMilliseconds(queue.stream, [&] { queueCudnnFusion(call, state); }) <= separate_ms;
+    break;
+  }
+  cudaStreamSynchronize(queue.stream);
+  if (!state.in_cudnn) state.zero_bias = DeviceBuffer();
+}
+
+std::unique_ptr<KernelState> prepareFusedConv(const KernelSetup& setup) {
+  constexpr std::string_view op = "kiln.FusedConv";
+  auto state = std::make_unique<FusedConvState>();
+  const std::optional<Plan> plan = planConvolution(op, setup, 4, *state);
+  const std::vector<std::string> kinds = postOpKinds(setup.params);
+  state->adds_residual = std::ranges::find(kinds, "Add") != kinds.end();
+  if (state->adds_residual) checkResidual(op, setup);
+  planPostPass(op, setup, *state);
+  if (!plan) return state;
+  const std::vector<ForwardPerf> algorithms = forwardAlgorithms(queueOf(setup.queue), *plan, *state);
+  pickForwardAlgorithm(op, setup, algorithms, plan->budget, *state);
+  const std::optional<cudnnActivationMode_t> mode = cudnnActivation(kinds);
+  if (mode && (state->has_bias || !kinds.empty())) fuseIntoCudnn(setup, *plan, algorithms, *mode, *state);
+  return state;
+}
+
 }  // namespace
 
 void registerCudaConvKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Conv", &prepareConv, &runConv});
   registry.add(KernelDef{"ConvTranspose", &prepareConvTranspose, &runConv});
+  registry.add(KernelDef{"kiln.FusedConv", &prepareFusedConv, &runFusedConv});
 }
 
 }  // namespace kiln::cuda

@@ -21,6 +21,10 @@ namespace kiln::cuda {
 std::unique_ptr<KernelState> prepareOnHost(const KernelDef& cpu, const KernelSetup& setup);
 void runOnHost(const KernelCall& call);
 
+// Makes the queue's GPU current on the calling thread (before kernels are
+// prepared: some allocate device memory).
+void useQueueDevice(void* queue);
+
 // Waits for everything queued on `queue` (a CudaQueue); throws UsageError
 // with CUDA's message on an error. For per-step timing, never in run().
 void synchronizeQueue(void* queue);

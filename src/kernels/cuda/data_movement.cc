@@ -7,8 +7,11 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "kernels/cpu/resize_tables.h"
 #include "kernels/cpu/setup_helpers.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
@@ -206,21 +209,59 @@ struct WhereState final : KernelState {
   uint64_t elements = 0;
 };
 
-std::unique_ptr<KernelState> prepareWhere(const KernelSetup& setup) {
+// The broadcast strides of every input of `setup` against its output.
+WhereIndexing broadcastIndexing(std::string_view op, const KernelSetup& setup) {
   const TensorInfo& y = setup.outputs[0];
-  if (y.dtype != DType::kF32 || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32 values");
-  if (y.shape.size() > kMaxCopyDims) decline("Where", "too many dimensions");
-  auto state = std::make_unique<WhereState>();
-  state->indexing.rank = static_cast<int>(y.shape.size());
-  for (size_t d = 0; d < y.shape.size(); ++d) state->indexing.dims[d] = y.shape[d];
-  for (size_t k = 0; k < 3; ++k) {
+  if (y.shape.size() > kMaxCopyDims) decline(op, "too many dimensions");
+  WhereIndexing indexing;
+  indexing.rank = static_cast<int>(y.shape.size());
+  for (size_t d = 0; d < y.shape.size(); ++d) indexing.dims[d] = y.shape[d];
+  for (size_t k = 0; k < setup.inputs.size() && k < 3; ++k) {
     const std::vector<int64_t>& x = setup.inputs[k].shape;
     const std::vector<int64_t> strides = stridesOf(x);
     const size_t offset = y.shape.size() - x.size();
-    for (size_t d = 0; d < x.size(); ++d) state->indexing.strides[k][d + offset] = x[d] == 1 ? 0 : strides[d];
+    for (size_t d = 0; d < x.size(); ++d) indexing.strides[k][d + offset] = x[d] == 1 ? 0 : strides[d];
   }
+  return indexing;
+}
+
+std::unique_ptr<KernelState> prepareWhere(const KernelSetup& setup) {
+  const TensorInfo& y = setup.outputs[0];
+  if (y.dtype != DType::kF32 || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32 values");
+  auto state = std::make_unique<WhereState>();
+  state->indexing = broadcastIndexing("Where", setup);
   state->elements = y.numElements();
   return state;
+}
+
+// ------------------------------------------------- comparisons and logic
+
+struct CompareState final : KernelState {
+  WhereIndexing indexing;
+  Compare op = Compare::kEqual;
+  CastType element = CastType::kF32;
+  uint64_t elements = 0;
+};
+
+template <Compare kOp>
+std::unique_ptr<KernelState> prepareCompare(const KernelSetup& setup) {
+  constexpr bool kLogic = kOp == Compare::kAnd || kOp == Compare::kOr || kOp == Compare::kXor || kOp == Compare::kNot;
+  const DType type = setup.inputs[0].dtype;
+  const bool supported = kLogic ? type == DType::kBool : (type == DType::kF32 || type == DType::kI64 || type == DType::kI32);
+  if (!supported) decline("comparison", fmt::format("{} operands", dtypeName(type)));
+  auto state = std::make_unique<CompareState>();
+  state->indexing = broadcastIndexing("comparison", setup);
+  state->op = kOp;
+  state->element = static_cast<CastType>(type);
+  state->elements = setup.outputs[0].numElements();
+  return state;
+}
+
+void runCompare(const KernelCall& call) {
+  const auto& s = *static_cast<const CompareState*>(call.state);
+  const void* b = call.input_count > 1 ? call.inputs[1].data : call.inputs[0].data;
+  launchCompare(call.inputs[0].data, b, call.outputs[0].as<bool>(), s.op, s.element, s.indexing, s.elements,
+                queueOf(call.queue).stream);
 }
 
 void runWhere(const KernelCall& call) {
@@ -282,9 +323,65 @@ void runSplit(const KernelCall& call) {
   }
 }
 
+// ------------------------------------------------------------------ Resize
+
+// The CPU kernel's index tables (resize_tables.h), uploaded once.
+struct ResizeState final : KernelState {
+  ResizeGeometry geometry;
+  void* tables = nullptr;  // device memory: rows, cols (int64), then row_w, col_w (f32)
+  const int64_t* rows = nullptr;
+  const int64_t* cols = nullptr;
+  const float* row_w = nullptr;
+  const float* col_w = nullptr;
+  ~ResizeState() override {
+    if (tables != nullptr) cudaFree(tables);
+  }
+};
+
+std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup) {
+  std::optional<ResizeTables> t = resizeTables(setup);
+  if (!t) decline("Resize", "modes other than 2-D nearest and linear with constant scales");
+  if (t->linear && t->dtype != DType::kF32) decline("Resize", "linear resizing of other than f32");
+  auto state = std::make_unique<ResizeState>();
+  ResizeGeometry& g = state->geometry;
+  g = {t->planes, t->in_h, t->in_w, t->out_h, t->out_w, t->linear, elementBytes("Resize", t->dtype)};
+  std::vector<int64_t> indices = t->row0;
+  indices.insert(indices.end(), t->row1.begin(), t->row1.end());
+  indices.insert(indices.end(), t->col0.begin(), t->col0.end());
+  indices.insert(indices.end(), t->col1.begin(), t->col1.end());
+  std::vector<float> weights = t->row_w;
+  weights.insert(weights.end(), t->col_w.begin(), t->col_w.end());
+  const size_t index_bytes = indices.size() * sizeof(int64_t), weight_bytes = weights.size() * sizeof(float);
+  check(cudaMalloc(&state->tables, std::max<size_t>(index_bytes + weight_bytes, 1)), "cudaMalloc (Resize tables)");
+  auto* base = static_cast<std::byte*>(state->tables);
+  check(cudaMemcpy(base, indices.data(), index_bytes, cudaMemcpyHostToDevice), "cudaMemcpy (Resize tables)");
+  check(cudaMemcpy(base + index_bytes, weights.data(), weight_bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  state->rows = reinterpret_cast<const int64_t*>(base);
+  state->cols = state->rows + 2 * g.out_h;
+  state->row_w = reinterpret_cast<const float*>(base + index_bytes);
+  state->col_w = state->row_w + g.out_h;
+  return state;
+}
+
+void runResize(const KernelCall& call) {
+  const auto& s = *static_cast<const ResizeState*>(call.state);
+  launchResize(call.inputs[0].data, call.outputs[0].data, s.geometry, s.rows, s.cols, s.row_w, s.col_w,
+               queueOf(call.queue).stream);
+}
+
 }  // namespace
 
 void registerCudaDataMovementKernels(KernelRegistry& registry) {
+  registry.add(KernelDef{"Resize", &prepareResize, &runResize});
+  registry.add(KernelDef{"Equal", &prepareCompare<Compare::kEqual>, &runCompare});
+  registry.add(KernelDef{"Less", &prepareCompare<Compare::kLess>, &runCompare});
+  registry.add(KernelDef{"Greater", &prepareCompare<Compare::kGreater>, &runCompare});
+  registry.add(KernelDef{"LessOrEqual", &prepareCompare<Compare::kLessOrEqual>, &runCompare});
+  registry.add(KernelDef{"GreaterOrEqual", &prepareCompare<Compare::kGreaterOrEqual>, &runCompare});
+  registry.add(KernelDef{"And", &prepareCompare<Compare::kAnd>, &runCompare});
+  registry.add(KernelDef{"Or", &prepareCompare<Compare::kOr>, &runCompare});
+  registry.add(KernelDef{"Xor", &prepareCompare<Compare::kXor>, &runCompare});
+  registry.add(KernelDef{"Not", &prepareCompare<Compare::kNot>, &runCompare});
   registry.add(KernelDef{"kiln.Copy", &prepareCopy, &runCopy});
   registry.add(KernelDef{"Identity", &prepareCopy, &runCopy});
   registry.add(KernelDef{"Transpose", &prepareTranspose, &runStrided});

@@ -11,16 +11,31 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename T>
-__global__ void stridedCopy(const T* x, T* y, StridedCopy copy, uint64_t n) {
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
+// Index: uint32_t when the output has fewer than 2^31 elements (cheaper
+// division); offsets stay 64-bit (steps may be negative).
+template <typename T, typename Index>
+__global__ void stridedCopy(const T* x, T* y, StridedCopy copy, Index n) {
+  for (Index i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     int64_t offset = copy.offset;
-    uint64_t rest = i;
+    Index rest = i;
     for (int d = copy.rank - 1; d >= 0; --d) {
-      offset += static_cast<int64_t>(rest % copy.dims[d]) * copy.strides[d];
-      rest /= copy.dims[d];
+      const Index size = static_cast<Index>(copy.dims[d]);
+      offset += static_cast<int64_t>(rest % size) * copy.strides[d];
+      rest /= size;
     }
     y[i] = x[offset];
+  }
+}
+
+template <typename T>
+void stridedCopyOf(const void* x, void* y, const StridedCopy& copy, uint64_t n, cudaStream_t stream) {
+  const unsigned blocks = blocksFor(n);
+  if (n < (1ull << 31)) {
+    stridedCopy<T, uint32_t><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), copy,
+                                                                      static_cast<uint32_t>(n));
+  } else {
+    stridedCopy<T, uint64_t><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), copy,
+                                                                      n);
   }
 }
 
@@ -106,17 +121,108 @@ bool castable(CastType type) {
   }
 }
 
+template <typename T>
+__global__ void resizeNearest(const T* x, T* y, ResizeGeometry g, const int64_t* rows, const int64_t* cols,
+                              uint64_t n) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
+    const int64_t ox = static_cast<int64_t>(i % g.out_w);
+    const int64_t oy = static_cast<int64_t>((i / g.out_w) % g.out_h);
+    const int64_t p = static_cast<int64_t>(i / g.out_w / g.out_h);
+    y[i] = x[(p * g.in_h + rows[oy]) * g.in_w + cols[ox]];
+  }
+}
+
+__global__ void resizeLinear(const float* x, float* y, ResizeGeometry g, const int64_t* rows, const int64_t* cols,
+                             const float* row_w, const float* col_w, uint64_t n) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
+    const int64_t ox = static_cast<int64_t>(i % g.out_w);
+    const int64_t oy = static_cast<int64_t>((i / g.out_w) % g.out_h);
+    const int64_t p = static_cast<int64_t>(i / g.out_w / g.out_h);
+    const float* plane = x + p * g.in_h * g.in_w;
+    const float* r0 = plane + rows[oy] * g.in_w;
+    const float* r1 = plane + rows[g.out_h + oy] * g.in_w;
+    const int64_t x0 = cols[ox], x1 = cols[g.out_w + ox];
+    const float wx = col_w[ox], wy = row_w[oy];
+    // The CPU kernel's order of operations, so that both round alike.
+    const float top = r0[x0] + wx * (r0[x1] - r0[x0]);
+    const float bottom = r1[x0] + wx * (r1[x1] - r1[x0]);
+    y[i] = top + wy * (bottom - top);
+  }
+}
+
+template <typename T>
+__device__ bool compareValues(Compare op, T a, T b) {
+  switch (op) {
+    case Compare::kEqual: return a == b;
+    case Compare::kLess: return a < b;
+    case Compare::kGreater: return a > b;
+    case Compare::kLessOrEqual: return a <= b;
+    case Compare::kGreaterOrEqual: return a >= b;
+    case Compare::kAnd: return a && b;
+    case Compare::kOr: return a || b;
+    case Compare::kXor: return bool(a) != bool(b);
+    case Compare::kNot: return !a;
+  }
+  return false;
+}
+
+template <typename T>
+__global__ void compare(const T* a, const T* b, bool* y, Compare op, WhereIndexing indexing, uint64_t n) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
+    int64_t offset[2] = {0, 0};
+    uint64_t rest = i;
+    for (int d = indexing.rank - 1; d >= 0; --d) {
+      const int64_t coordinate = static_cast<int64_t>(rest % indexing.dims[d]);
+      rest /= indexing.dims[d];
+      offset[0] += coordinate * indexing.strides[0][d];
+      offset[1] += coordinate * indexing.strides[1][d];
+    }
+    y[i] = compareValues(op, a[offset[0]], op == Compare::kNot ? T{} : b[offset[1]]);
+  }
+}
+
 }  // namespace
+
+void launchCompare(const void* a, const void* b, bool* y, Compare op, CastType element, const WhereIndexing& indexing,
+                   uint64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = blocksFor(n);
+  switch (element) {
+    case CastType::kF32: compare<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const float*>(a), static_cast<const float*>(b), y, op, indexing, n); break;
+    case CastType::kI64: compare<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), y, op, indexing, n); break;
+    case CastType::kI32: compare<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), y, op, indexing, n); break;
+    case CastType::kBool: compare<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const bool*>(a), static_cast<const bool*>(b), y, op, indexing, n); break;
+    default: break;
+  }
+}
+
+void launchResize(const void* x, void* y, const ResizeGeometry& g, const int64_t* rows, const int64_t* cols,
+                  const float* row_w, const float* col_w, cudaStream_t stream) {
+  const uint64_t n = static_cast<uint64_t>(g.planes * g.out_h * g.out_w);
+  if (n == 0) return;
+  const unsigned blocks = blocksFor(n);
+  if (g.linear) {
+    resizeLinear<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), g, rows,
+                                                          cols, row_w, col_w, n);
+    return;
+  }
+  switch (g.element_bytes) {
+    case 1: resizeNearest<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), g, rows, cols, n); break;
+    case 2: resizeNearest<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), g, rows, cols, n); break;
+    case 4: resizeNearest<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), g, rows, cols, n); break;
+    case 8: resizeNearest<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), g, rows, cols, n); break;
+    default: break;
+  }
+}
 
 void launchStridedCopy(const void* x, void* y, const StridedCopy& copy, uint64_t n, int element_bytes,
                        cudaStream_t stream) {
   if (n == 0) return;
-  const unsigned blocks = blocksFor(n);
   switch (element_bytes) {
-    case 1: stridedCopy<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), copy, n); break;
-    case 2: stridedCopy<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), copy, n); break;
-    case 4: stridedCopy<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), copy, n); break;
-    case 8: stridedCopy<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), copy, n); break;
+    case 1: stridedCopyOf<uint8_t>(x, y, copy, n, stream); break;
+    case 2: stridedCopyOf<uint16_t>(x, y, copy, n, stream); break;
+    case 4: stridedCopyOf<uint32_t>(x, y, copy, n, stream); break;
+    case 8: stridedCopyOf<uint64_t>(x, y, copy, n, stream); break;
     default: break;
   }
 }

@@ -39,6 +39,29 @@ struct ElementwiseState final : KernelState {
   throw KernelUnsupported(fmt::format("{} on cuda: {}", op, why));
 }
 
+// Merges adjacent dimensions that every input walks contiguously (or
+// broadcasts along both), so that the kernel divides by fewer sizes: a bias
+// [C] over [N, T, C] becomes [N * T, C].
+void collapse(Indexing& indexing, int inputs) {
+  int rank = 0;
+  for (int d = 0; d < indexing.rank; ++d) {
+    if (indexing.out_dims[d] == 1) continue;  // size-1 dimensions move nothing
+    bool merge = rank > 0;
+    for (int k = 0; merge && k < inputs; ++k) {
+      merge = indexing.strides[k][rank - 1] == indexing.strides[k][d] * indexing.out_dims[d];
+    }
+    if (merge) {
+      indexing.out_dims[rank - 1] *= indexing.out_dims[d];
+      for (int k = 0; k < inputs; ++k) indexing.strides[k][rank - 1] = indexing.strides[k][d];
+    } else {
+      indexing.out_dims[rank] = indexing.out_dims[d];
+      for (int k = 0; k < inputs; ++k) indexing.strides[k][rank] = indexing.strides[k][d];
+      ++rank;
+    }
+  }
+  indexing.rank = rank;
+}
+
 // The broadcast strides of every input against the output; declines what
 // the kernel's fixed limits cannot hold.
 Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
@@ -64,6 +87,7 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
   }
   // A full-size input of another shape (a [N] input against a [1, N]
   // output) is still read element by element in order.
+  if (!indexing.direct) collapse(indexing, static_cast<int>(setup.inputs.size()));
   return indexing;
 }
 

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 
+#include "core/elementwise_program.h"
+
 namespace kiln::cuda {
 
-inline constexpr int kMaxElementwiseInputs = 8;
+inline constexpr int kMaxElementwiseInputs = static_cast<int>(kCudaMaxProgramInputs);
 inline constexpr int kMaxElementwiseDims = 8;
-inline constexpr int kMaxElementwiseOps = 48;
-inline constexpr int kMaxElementwiseImmediates = 16;
+inline constexpr int kMaxElementwiseOps = static_cast<int>(kCudaMaxProgramOps);
+inline constexpr int kMaxElementwiseImmediates = static_cast<int>(kCudaMaxProgramImmediates);
 
 // A program of core/elementwise_program.h in fixed arrays; op holds
 // ElementwiseOp values, a and b slot numbers (b -1 for unary ops).

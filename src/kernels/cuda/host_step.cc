@@ -99,6 +99,8 @@ void runOnHost(const KernelCall& call) {
   }
 }
 
+void useQueueDevice(void* queue) { check(cudaSetDevice(queueOf(queue).device), "cudaSetDevice"); }
+
 void synchronizeQueue(void* queue) { check(cudaStreamSynchronize(queueOf(queue).stream), "cudaStreamSynchronize"); }
 
 }  // namespace kiln::cuda

@@ -70,4 +70,24 @@ struct WhereIndexing {
 void launchWhere(const bool* condition, const float* a, const float* b, float* y, const WhereIndexing& indexing,
                  uint64_t elements, cudaStream_t stream);
 
+// Comparisons and logic with a bool result: y[i] = a OP b over broadcast
+// operands (strides as WhereIndexing's, operands 0 and 1; Not reads only a).
+enum class Compare : uint8_t { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAnd, kOr, kXor, kNot };
+// `element` is CastType::kF32, kI64 or kI32 for comparisons, kBool for logic.
+void launchCompare(const void* a, const void* b, bool* y, Compare op, CastType element, const WhereIndexing& indexing,
+                   uint64_t elements, cudaStream_t stream);
+
+// Resize of `planes` planes of in_h x in_w to out_h x out_w through index
+// tables in device memory (kernels/cpu/resize_tables.h): rows[0..out_h) the
+// first source row, rows[out_h..2 out_h) the second; cols likewise; weights
+// of the second source in row_w and col_w (linear only). Nearest moves
+// elements of `element_bytes`; linear is f32.
+struct ResizeGeometry {
+  int64_t planes = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  bool linear = false;
+  int element_bytes = 4;
+};
+void launchResize(const void* x, void* y, const ResizeGeometry& geometry, const int64_t* rows, const int64_t* cols,
+                  const float* row_w, const float* col_w, cudaStream_t stream);
+
 }  // namespace kiln::cuda

@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/post_ops.h"
 
 namespace kiln::cuda {
 namespace {
@@ -84,49 +85,16 @@ cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int64_t ba
   return result;
 }
 
-// The activation as a program over Y (input 0), or nullopt for none. Relu
-// goes to the epilogue instead.
+// The activation as a program over Y (input 0), or nullopt for none or for
+// Relu, which goes to the epilogue instead.
 std::optional<ElementwiseProgram> activationProgram(std::string_view op, const ParamMap& params) {
-  const std::string name = params.getString(std::string(kActivationAttribute), "");
-  const std::optional<FusedActivation> activation = parseFusedActivation(name);
-  if (!activation) decline(op, fmt::format("activation '{}'", name));
-  const float alpha = static_cast<float>(params.getFloat(std::string(kActivationAlphaAttribute), 0.0));
-  const float beta = static_cast<float>(params.getFloat(std::string(kActivationBetaAttribute), 0.0));
-  ElementwiseProgram p;
-  p.input_count = 1;
-  auto unary = [&](ElementwiseOp e, float a = 0, float b = 0) {
-    p.ops = {e};
-    p.operands = {0, kNoOperand};
-    p.alpha = {a};
-    p.beta = {b};
-  };
-  using F = FusedActivation;
-  using E = ElementwiseOp;
-  switch (*activation) {
-    case F::kNone:
-    case F::kRelu: return std::nullopt;
-    case F::kLeakyRelu: unary(E::kLeakyRelu, alpha); break;
-    case F::kSigmoid: unary(E::kSigmoid); break;
-    case F::kTanh: unary(E::kTanh); break;
-    case F::kClip: unary(E::kClip, alpha, beta); break;
-    case F::kGelu: unary(E::kGelu); break;
-    case F::kGeluTanh: unary(E::kGeluTanh); break;
-    case F::kHardSwish: unary(E::kHardSwish); break;
-    case F::kSwish:  // x * sigmoid(x): slot 1 is the sigmoid
-      p.ops = {E::kSigmoid, E::kMul};
-      p.operands = {0, kNoOperand, 0, 1};
-      p.alpha = {0, 0};
-      p.beta = {0, 0};
-      break;
-    case F::kLinear:  // alpha * x + beta, immediates in slots 1 and 2
-      p.immediates = {alpha, beta};
-      p.ops = {E::kMul, E::kAdd};
-      p.operands = {0, 1, 3, 2};
-      p.alpha = {0, 0};
-      p.beta = {0, 0};
-      break;
-  }
-  return p;
+  float alpha = 0, beta = 0;
+  const std::optional<FusedActivation> activation = readActivation(op, params, &alpha, &beta);
+  if (!activation || *activation == FusedActivation::kRelu) return std::nullopt;
+  ElementwiseProgram program;
+  program.input_count = 1;
+  appendActivation(program, *activation, alpha, beta);
+  return program;
 }
 
 bool reluIn(const ParamMap& params) {
@@ -178,19 +146,7 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) decline(op, "cuBLASLt has no algorithm for this product");
   state->algo = result.algo;
   if (activation) {
-    if (activation->ops.size() > kMaxElementwiseOps) decline(op, "activation too long");
-    DeviceProgram& p = state->activation;
-    p.ops = static_cast<int>(activation->ops.size());
-    p.inputs = 1;
-    p.immediates = static_cast<int>(activation->immediates.size());
-    for (size_t j = 0; j < activation->ops.size(); ++j) {
-      p.op[j] = static_cast<uint8_t>(activation->ops[j]);
-      p.a[j] = static_cast<int8_t>(activation->operands[2 * j]);
-      p.b[j] = static_cast<int8_t>(activation->operands[2 * j + 1]);
-      p.alpha[j] = activation->alpha[j];
-      p.beta[j] = activation->beta[j];
-    }
-    for (size_t i = 0; i < activation->immediates.size(); ++i) p.immediate[i] = activation->immediates[i];
+    state->activation = toDeviceProgram(op, *activation);
     state->has_activation = true;
   }
   return state;

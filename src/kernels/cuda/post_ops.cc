@@ -1,0 +1,112 @@
+#include "kernels/cuda/post_ops.h"
+
+#include <fmt/format.h>
+
+#include "kernels/kernel.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// The slot holding the value the next op reads: the last result, or input 0.
+int64_t current(const ElementwiseProgram& program) {
+  return program.ops.empty() ? 0 : program.resultSlot(program.ops.size() - 1);
+}
+
+void push(ElementwiseProgram& program, ElementwiseOp op, int64_t a, int64_t b, float alpha = 0, float beta = 0) {
+  program.ops.push_back(op);
+  program.operands.push_back(a);
+  program.operands.push_back(b);
+  program.alpha.push_back(alpha);
+  program.beta.push_back(beta);
+}
+
+}  // namespace
+
+void appendActivation(ElementwiseProgram& program, FusedActivation activation, float alpha, float beta) {
+  using F = FusedActivation;
+  using E = ElementwiseOp;
+  const int64_t x = current(program);
+  switch (activation) {
+    case F::kNone: return;
+    case F::kRelu: return push(program, E::kRelu, x, kNoOperand);
+    case F::kLeakyRelu: return push(program, E::kLeakyRelu, x, kNoOperand, alpha);
+    case F::kSigmoid: return push(program, E::kSigmoid, x, kNoOperand);
+    case F::kTanh: return push(program, E::kTanh, x, kNoOperand);
+    case F::kClip: return push(program, E::kClip, x, kNoOperand, alpha, beta);
+    case F::kGelu: return push(program, E::kGelu, x, kNoOperand);
+    case F::kGeluTanh: return push(program, E::kGeluTanh, x, kNoOperand);
+    case F::kHardSwish: return push(program, E::kHardSwish, x, kNoOperand);
+    case F::kSwish:  // x * sigmoid(x)
+      push(program, E::kSigmoid, x, kNoOperand);
+      return push(program, E::kMul, x, current(program));
+    case F::kLinear: {  // alpha * x + beta, through two immediates
+      // Immediates come before results: renumber the results read so far.
+      const auto first_result = static_cast<int64_t>(program.input_count + program.immediates.size());
+      for (int64_t& operand : program.operands) {
+        if (operand >= first_result) operand += 2;
+      }
+      program.immediates.push_back(alpha);
+      program.immediates.push_back(beta);
+      const int64_t scale = first_result, shift = first_result + 1;
+      push(program, E::kMul, current(program), scale);
+      return push(program, E::kAdd, current(program), shift);
+    }
+  }
+}
+
+std::optional<FusedActivation> readActivation(std::string_view op, const ParamMap& params, float* alpha, float* beta) {
+  const std::string name = params.getString(std::string(kActivationAttribute), "");
+  const std::optional<FusedActivation> activation = parseFusedActivation(name);
+  if (!activation) throw KernelUnsupported(fmt::format("{} on cuda: activation '{}'", op, name));
+  *alpha = static_cast<float>(params.getFloat(std::string(kActivationAlphaAttribute), 0.0));
+  *beta = static_cast<float>(params.getFloat(std::string(kActivationBetaAttribute), 0.0));
+  if (*activation == FusedActivation::kNone) return std::nullopt;
+  return activation;
+}
+
+std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params) {
+  const std::string kinds = params.getString("post_ops", "");
+  if (kinds.empty()) return std::nullopt;
+  const std::vector<double> alphas = params.getFloats("post_op_alpha", {});
+  const std::vector<double> betas = params.getFloats("post_op_beta", {});
+  ElementwiseProgram program;
+  program.input_count = kinds.find("Add") == std::string::npos ? 1 : 2;
+  size_t index = 0;
+  for (size_t start = 0; start <= kinds.size(); ++index) {
+    const size_t end = std::min(kinds.find(',', start), kinds.size());
+    const std::string kind = kinds.substr(start, end - start);
+    start = end + 1;
+    if (kind == "Add") {
+      push(program, ElementwiseOp::kAdd, current(program), 1);
+      continue;
+    }
+    const std::optional<FusedActivation> activation = parseFusedActivation(kind);
+    if (!activation) throw KernelUnsupported(fmt::format("{} on cuda: post-op '{}'", op, kind));
+    appendActivation(program, *activation, static_cast<float>(index < alphas.size() ? alphas[index] : 0.0),
+                     static_cast<float>(index < betas.size() ? betas[index] : 0.0));
+  }
+  return program;
+}
+
+DeviceProgram toDeviceProgram(std::string_view op, const ElementwiseProgram& program) {
+  if (program.ops.size() > kMaxElementwiseOps || program.immediates.size() > kMaxElementwiseImmediates ||
+      program.input_count > kMaxElementwiseInputs) {
+    throw KernelUnsupported(fmt::format("{} on cuda: a post-op program too long for the kernel", op));
+  }
+  DeviceProgram p;
+  p.ops = static_cast<int>(program.ops.size());
+  p.inputs = static_cast<int>(program.input_count);
+  p.immediates = static_cast<int>(program.immediates.size());
+  for (size_t j = 0; j < program.ops.size(); ++j) {
+    p.op[j] = static_cast<uint8_t>(program.ops[j]);
+    p.a[j] = static_cast<int8_t>(program.operands[2 * j]);
+    p.b[j] = static_cast<int8_t>(program.operands[2 * j + 1]);
+    p.alpha[j] = program.alpha[j];
+    p.beta[j] = program.beta[j];
+  }
+  for (size_t k = 0; k < program.immediates.size(); ++k) p.immediate[k] = program.immediates[k];
+  return p;
+}
+
+}  // namespace kiln::cuda
