@@ -82,14 +82,21 @@ def encoder_block(tmp_path):
 
 
 def conv_net(tmp_path, batch=2):
-    """Conv (+bias, ReLU), grouped Conv, MaxPool, AveragePool, a residual,
+    """Conv (+bias, ReLU), grouped, depthwise (+Clip) and 1x1 (+residual, ReLU)
+    Convs, MaxPool, AveragePool, a residual,
     GlobalAveragePool, Flatten and Gemm; TopK has no cuda kernel and runs on
     the host between device steps."""
     nodes = [
         helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c1"], ["r1"]),
         helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], group=4),
-        helper.make_node("Add", ["c2", "r1"], ["res"]),
+        # Depthwise (kiln's kernel, Clip fused) and 1x1 (cuBLAS, bias + residual + Relu fused).
+        helper.make_node("Conv", ["c2", "Wd", "Bd"], ["d"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+        helper.make_node("Conv", ["d6", "Wp", "Bp"], ["pw"]),
+        helper.make_node("Add", ["pw", "r1"], ["pr"]),
+        helper.make_node("Relu", ["pr"], ["pr1"]),
+        helper.make_node("Add", ["pr1", "r1"], ["res"]),
         helper.make_node("MaxPool", ["res"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
         helper.make_node("AveragePool", ["p"], ["ap"], kernel_shape=[2, 2], strides=[1, 1]),
         helper.make_node("GlobalAveragePool", ["ap"], ["g"]),
@@ -98,7 +105,10 @@ def conv_net(tmp_path, batch=2):
         helper.make_node("TopK", ["logits", "k"], ["top", "top_i"], axis=-1),
         helper.make_node("Sigmoid", ["top"], ["y"]),
     ]
-    inits = [weight("W1", 16, 3, 3, 3), weight("B1", 16), weight("W2", 16, 4, 3, 3), weight("Wf", 10, 16),
+    inits = [weight("W1", 16, 3, 3, 3), weight("B1", 16), weight("W2", 16, 4, 3, 3), weight("Wd", 16, 1, 3, 3),
+             weight("Bd", 16), weight("Wp", 16, 16, 1, 1), weight("Bp", 16),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi"), weight("Wf", 10, 16),
              weight("Bf", 10), numpy_helper.from_array(np.array([5], np.int64), "k")]
     path = save(tmp_path, "convnet", nodes, [f32("x", [batch, 3, 32, 32])], [f32("y", [batch, 5])], inits)
     return path, {"x": RNG.standard_normal((batch, 3, 32, 32)).astype(np.float32)}

@@ -89,6 +89,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/depthwise_conv.h"
+#include "kernels/cuda/pointwise_conv.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
 #include "kernels/cuda/post_ops.h"
@@ -840,6 +842,8 @@ std::optional<Plan> planConvolution(std::string_view op, const KernelSetup& setu
 
 std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {
   constexpr std::string_view op = "Conv";
+  if (std::unique_ptr<KernelState> depthwise = prepareDepthwiseConv(op, setup)) return depthwise;
+  if (std::unique_ptr<KernelState> pointwise = preparePointwiseConv(op, setup)) return pointwise;
   auto state = std::make_unique<ConvState>();
   const std::optional<Plan> plan = planConvolution(op, setup, 3, *state);
   if (!plan) return state;
@@ -871,6 +875,8 @@ const void* convolutionInput(const ConvState& state, const void* x, std::byte*& 
 // Queues the convolution (with its copies and bias). run cannot report
 // errors: a call that fails here leaves the output as it was.
 void runConv(const KernelCall& call) {
+  if (isDepthwiseConv(call.state)) return runDepthwiseConv(call);
+  if (isPointwiseConv(call.state)) return runPointwiseConv(call);
   const auto& state = static_cast<const ConvState&>(*call.state);
   if (state.empty) return;
   const CudaQueue& queue = queueOf(call.queue);
@@ -984,6 +990,8 @@ void queuePostPass(const KernelCall& call, const FusedConvState& state) {
 }
 
 void runFusedConv(const KernelCall& call) {
+  if (isDepthwiseConv(call.state)) return runDepthwiseConv(call);
+  if (isPointwiseConv(call.state)) return runPointwiseConv(call);
   const auto& state = static_cast<const FusedConvState&>(*call.state);
   if (state.empty) return;
   if (state.in_cudnn) {
@@ -1073,6 +1081,8 @@ void fuseIntoCudnn(const KernelSetup& setup, const Plan& plan, std::span<const F
 
 std::unique_ptr<KernelState> prepareFusedConv(const KernelSetup& setup) {
   constexpr std::string_view op = "kiln.FusedConv";
+  if (std::unique_ptr<KernelState> depthwise = prepareDepthwiseConv(op, setup)) return depthwise;
+  if (std::unique_ptr<KernelState> pointwise = preparePointwiseConv(op, setup)) return pointwise;
   auto state = std::make_unique<FusedConvState>();
   const std::optional<Plan> plan = planConvolution(op, setup, 4, *state);
   const std::vector<std::string> kinds = postOpKinds(setup.params);

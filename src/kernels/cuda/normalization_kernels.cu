@@ -1,6 +1,7 @@
 // Softmax, LogSoftmax, LayerNormalization and reductions on cuda
-// (launch.h): one block per row (per output element for reductions), the
-// threads striding over the row and combining through a block reduction.
+// (launch.h): one warp per row for rows of up to 2,048 contiguous elements,
+// else one block per row (per output element for reductions), the threads
+// striding over the row and combining through a warp or block reduction.
 // Rows are read again for each pass rather than held, so any row length
 // works; LayerNormalization takes the variance about the mean (two passes),
 // as the CPU kernel does, which stays exact for rows with a large mean.
@@ -58,6 +59,65 @@ __global__ void softmaxRows(const float* x, float* y, int64_t axis, int64_t inne
   } else {
     const float scale = 1.0f / sum;
     for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) y[base + a * inner] = expf(x[base + a * inner] - max) * scale;
+  }
+}
+
+// Short rows (the common case: attention scores, hidden states of a few
+// hundred) go one warp per row, eight rows per block: warp shuffles instead
+// of block barriers, and every thread busy.
+constexpr int kWarpRowsPerBlock = 8;
+constexpr int64_t kWarpRowLimit = 2048;
+
+__device__ float warpSum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+__device__ float warpMax(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) value = Max()(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+__global__ void softmaxWarpRows(const float* x, float* y, int64_t rows, int64_t axis, bool log) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const float* in = x + row * axis;
+  float* out = y + row * axis;
+  float max = -INFINITY;
+  for (int64_t a = lane; a < axis; a += 32) max = Max()(max, in[a]);
+  max = warpMax(max);
+  float sum = 0;
+  for (int64_t a = lane; a < axis; a += 32) sum += expf(in[a] - max);
+  sum = warpSum(sum);
+  if (log) {
+    const float log_sum = logf(sum);
+    for (int64_t a = lane; a < axis; a += 32) out[a] = in[a] - max - log_sum;
+  } else {
+    const float scale = 1.0f / sum;
+    for (int64_t a = lane; a < axis; a += 32) out[a] = expf(in[a] - max) * scale;
+  }
+}
+
+__global__ void layerNormWarpRows(const float* x, const float* scale, bool scale_is_scalar, const float* bias,
+                                  bool bias_is_scalar, float* y, int64_t rows, int64_t cols, float epsilon) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const float* in = x + row * cols;
+  float* out = y + row * cols;
+  float sum = 0;
+  for (int64_t c = lane; c < cols; c += 32) sum += in[c];
+  const float mean = warpSum(sum) / static_cast<float>(cols);
+  float squares = 0;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float d = in[c] - mean;
+    squares += d * d;
+  }
+  const float inv_std = 1.0f / sqrtf(warpSum(squares) / static_cast<float>(cols) + epsilon);
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float s = scale[scale_is_scalar ? 0 : c];
+    const float b = bias == nullptr ? 0.0f : bias[bias_is_scalar ? 0 : c];
+    out[c] = (in[c] - mean) * inv_std * s + b;
   }
 }
 
@@ -135,12 +195,23 @@ void launchSoftmax(const float* x, float* y, int64_t outer, int64_t axis, int64_
                    cudaStream_t stream) {
   const int64_t rows = outer * inner;
   if (rows == 0 || axis == 0) return;
+  if (inner == 1 && axis <= kWarpRowLimit) {
+    const auto blocks = static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+    softmaxWarpRows<<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, y, rows, axis, log);
+    return;
+  }
   softmaxRows<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, y, axis, inner, log);
 }
 
 void launchLayerNorm(const float* x, const float* scale, bool scale_is_scalar, const float* bias, bool bias_is_scalar,
                      float* y, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
+  if (cols <= kWarpRowLimit) {
+    const auto blocks = static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+    layerNormWarpRows<<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, scale, scale_is_scalar, bias, bias_is_scalar,
+                                                                      y, rows, cols, epsilon);
+    return;
+  }
   layerNormRows<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, scale, scale_is_scalar, bias, bias_is_scalar,
                                                                      y, cols, epsilon);
 }

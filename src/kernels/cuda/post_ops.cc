@@ -65,20 +65,24 @@ std::optional<FusedActivation> readActivation(std::string_view op, const ParamMa
   return activation;
 }
 
-std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params) {
+std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params, bool with_bias) {
   const std::string kinds = params.getString("post_ops", "");
-  if (kinds.empty()) return std::nullopt;
+  if (kinds.empty() && !with_bias) return std::nullopt;
   const std::vector<double> alphas = params.getFloats("post_op_alpha", {});
   const std::vector<double> betas = params.getFloats("post_op_beta", {});
   ElementwiseProgram program;
-  program.input_count = kinds.find("Add") == std::string::npos ? 1 : 2;
+  const bool residual = kinds.find("Add") != std::string::npos;
+  program.input_count = 1 + (with_bias ? 1 : 0) + (residual ? 1 : 0);
+  const int64_t residual_slot = with_bias ? 2 : 1;
+  if (with_bias) push(program, ElementwiseOp::kAdd, 0, 1);
+  if (kinds.empty()) return program;
   size_t index = 0;
   for (size_t start = 0; start <= kinds.size(); ++index) {
     const size_t end = std::min(kinds.find(',', start), kinds.size());
     const std::string kind = kinds.substr(start, end - start);
     start = end + 1;
     if (kind == "Add") {
-      push(program, ElementwiseOp::kAdd, current(program), 1);
+      push(program, ElementwiseOp::kAdd, current(program), residual_slot);
       continue;
     }
     const std::optional<FusedActivation> activation = parseFusedActivation(kind);

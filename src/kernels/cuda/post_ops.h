@@ -23,9 +23,10 @@ void appendActivation(ElementwiseProgram& program, FusedActivation activation, f
 std::optional<FusedActivation> readActivation(std::string_view op, const ParamMap& params, float* alpha, float* beta);
 
 // kiln.FusedConv's post_ops ("Add,Relu": see passes/conv_fusion.h) as a
-// program over input 0 (the convolution's output) and, when the list has
-// an Add, input 1 (the residual). nullopt for an empty list.
-std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params);
+// program over input 0 (the convolution's output), then with `with_bias`
+// input 1, a bias added first, then, when the list has an Add, the
+// residual. nullopt for an empty list without a bias.
+std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params, bool with_bias = false);
 
 // `program` in the fixed arrays a launch carries; KernelUnsupported when it
 // does not fit.

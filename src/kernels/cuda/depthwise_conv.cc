@@ -1,0 +1,104 @@
+#include "kernels/cuda/depthwise_conv.h"
+
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/conv_launch.h"
+#include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/post_ops.h"
+
+namespace kiln::cuda {
+namespace {
+
+struct DepthwiseState final : KernelState {
+  DepthwiseGeometry geometry;
+  DeviceProgram post;  // post.ops == 0: none
+  bool has_bias = false;
+  bool has_residual = false;
+};
+
+bool present(const KernelSetup& setup, size_t i) {
+  return i < setup.inputs.size() && setup.inputs[i].dtype != DType::kUndefined;
+}
+
+// The value of a per-axis attribute of two entries (or `fallback`), or
+// nullopt for any other length.
+std::optional<std::vector<int64_t>> pair(const ParamMap& params, const std::string& name, int64_t fallback,
+                                         size_t size = 2) {
+  std::vector<int64_t> values = params.getInts(name, std::vector<int64_t>(size, fallback));
+  if (values.size() != size) return std::nullopt;
+  return values;
+}
+
+}  // namespace
+
+std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const KernelSetup& setup) {
+  if (setup.inputs.size() < 2 || setup.outputs.size() != 1) return nullptr;
+  const TensorInfo& x = setup.inputs[0];
+  const TensorInfo& w = setup.inputs[1];
+  const TensorInfo& y = setup.outputs[0];
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    if (present(setup, i) && setup.inputs[i].dtype != DType::kF32) return nullptr;
+  }
+  if (x.shape.size() != 4 || w.shape.size() != 4 || y.shape.size() != 4) return nullptr;
+  const int64_t channels = x.shape[1];
+  // One filter per channel, one output channel per input channel.
+  if (setup.params.getInt("group", 1) != channels || w.shape[0] != channels || w.shape[1] != 1 ||
+      y.shape[1] != channels || channels == 1) {
+    return nullptr;
+  }
+  const std::string auto_pad = setup.params.getString("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && !auto_pad.empty()) return nullptr;
+  const auto strides = pair(setup.params, "strides", 1);
+  const auto dilations = pair(setup.params, "dilations", 1);
+  const auto pads = pair(setup.params, "pads", 0, 4);
+  if (!strides || !dilations || !pads) return nullptr;
+  DepthwiseGeometry g;
+  g.batch = x.shape[0];
+  g.channels = channels;
+  g.in_h = x.shape[2];
+  g.in_w = x.shape[3];
+  g.out_h = y.shape[2];
+  g.out_w = y.shape[3];
+  g.kernel_h = static_cast<int>(w.shape[2]);
+  g.kernel_w = static_cast<int>(w.shape[3]);
+  g.stride_h = static_cast<int>((*strides)[0]);
+  g.stride_w = static_cast<int>((*strides)[1]);
+  g.dilation_h = static_cast<int>((*dilations)[0]);
+  g.dilation_w = static_cast<int>((*dilations)[1]);
+  g.pad_top = static_cast<int>((*pads)[0]);
+  g.pad_left = static_cast<int>((*pads)[1]);
+  // The output the pads give must be the step's (else let cuDNN decide).
+  auto size = [](int64_t in, int64_t begin, int64_t end, int64_t kernel, int64_t dilation, int64_t stride) {
+    return (in + begin + end - ((kernel - 1) * dilation + 1)) / stride + 1;
+  };
+  if (g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 || g.dilation_w < 1 ||
+      size(g.in_h, (*pads)[0], (*pads)[2], g.kernel_h, g.dilation_h, g.stride_h) != g.out_h ||
+      size(g.in_w, (*pads)[1], (*pads)[3], g.kernel_w, g.dilation_w, g.stride_w) != g.out_w ||
+      y.numElements() >= (1ull << 31)) {
+    return nullptr;
+  }
+  auto state = std::make_unique<DepthwiseState>();
+  state->geometry = g;
+  state->has_bias = present(setup, 2);
+  if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params)) {
+    state->post = toDeviceProgram(op, *post);
+    state->has_residual = post->input_count > 1;
+    if (state->has_residual && (!present(setup, 3) || setup.inputs[3].numElements() != y.numElements())) {
+      return nullptr;
+    }
+  }
+  return state;
+}
+
+bool isDepthwiseConv(const KernelState* state) { return dynamic_cast<const DepthwiseState*>(state) != nullptr; }
+
+void runDepthwiseConv(const KernelCall& call) {
+  const auto& s = *static_cast<const DepthwiseState*>(call.state);
+  launchDepthwiseConv(call.inputs[0].as<const float>(), call.inputs[1].as<const float>(),
+                      s.has_bias ? call.inputs[2].as<const float>() : nullptr,
+                      s.has_residual ? call.inputs[3].as<const float>() : nullptr, call.outputs[0].as<float>(),
+                      s.geometry, s.post, queueOf(call.queue).stream);
+}
+
+}  // namespace kiln::cuda

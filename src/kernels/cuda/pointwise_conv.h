@@ -1,0 +1,22 @@
+// 1x1 convolutions on cuda (stride 1, no pads, group 1: the expand and
+// project convolutions of MobileNet-style blocks, ResNet's bottlenecks) as
+// what they are, a matrix product per image: y[n] = W x[n], one strided
+// batched cuBLAS SGEMM (f32, no TF32), then the bias and kiln.FusedConv's
+// post-ops in one elementwise pass. At these shapes cuBLAS is several times
+// faster than cuDNN's f32 (FMA) algorithms. conv.cc tries this after the
+// depthwise kernel.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "kernels/kernel.h"
+
+namespace kiln::cuda {
+
+// The step's state when it is such a convolution, else null.
+std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const KernelSetup& setup);
+bool isPointwiseConv(const KernelState* state);
+void runPointwiseConv(const KernelCall& call);
+
+}  // namespace kiln::cuda
