@@ -91,6 +91,7 @@
 
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/pointwise_conv.h"
+#include "kernels/cuda/step_timer.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
 #include "kernels/cuda/post_ops.h"
@@ -840,15 +841,28 @@ std::optional<Plan> planConvolution(std::string_view op, const KernelSetup& setu
   return plan;
 }
 
+void runConv(const KernelCall& call);
+
+// A 1x1 convolution runs as a cuBLAS GEMM (pointwise_conv.h) or on cuDNN,
+// whichever measures faster for this step: cuBLAS wins on small batches,
+// cuDNN where it fuses the bias, residual and ReLU into one call.
+std::unique_ptr<KernelState> fasterOf(std::unique_ptr<KernelState> cudnn, RunKernel run_cudnn,
+                                      std::unique_ptr<KernelState> pointwise, const KernelSetup& setup) {
+  if (!pointwise) return cudnn;
+  const double gemm_ms = timeStep(&runPointwiseConv, *pointwise, setup);
+  const double cudnn_ms = timeStep(run_cudnn, *cudnn, setup);
+  return gemm_ms < cudnn_ms ? std::move(pointwise) : std::move(cudnn);
+}
+
 std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {
   constexpr std::string_view op = "Conv";
   if (std::unique_ptr<KernelState> depthwise = prepareDepthwiseConv(op, setup)) return depthwise;
-  if (std::unique_ptr<KernelState> pointwise = preparePointwiseConv(op, setup)) return pointwise;
+  std::unique_ptr<KernelState> pointwise = preparePointwiseConv(op, setup);
   auto state = std::make_unique<ConvState>();
   const std::optional<Plan> plan = planConvolution(op, setup, 3, *state);
   if (!plan) return state;
   pickForwardAlgorithm(op, setup, forwardAlgorithms(queueOf(setup.queue), *plan, *state), plan->budget, *state);
-  return state;
+  return fasterOf(std::move(state), &runConv, std::move(pointwise), setup);
 }
 
 std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
@@ -1082,7 +1096,7 @@ void fuseIntoCudnn(const KernelSetup& setup, const Plan& plan, std::span<const F
 std::unique_ptr<KernelState> prepareFusedConv(const KernelSetup& setup) {
   constexpr std::string_view op = "kiln.FusedConv";
   if (std::unique_ptr<KernelState> depthwise = prepareDepthwiseConv(op, setup)) return depthwise;
-  if (std::unique_ptr<KernelState> pointwise = preparePointwiseConv(op, setup)) return pointwise;
+  std::unique_ptr<KernelState> pointwise = preparePointwiseConv(op, setup);
   auto state = std::make_unique<FusedConvState>();
   const std::optional<Plan> plan = planConvolution(op, setup, 4, *state);
   const std::vector<std::string> kinds = postOpKinds(setup.params);
@@ -1094,7 +1108,7 @@ std::unique_ptr<KernelState> prepareFusedConv(const KernelSetup& setup) {
   pickForwardAlgorithm(op, setup, algorithms, plan->budget, *state);
   const std::optional<cudnnActivationMode_t> mode = cudnnActivation(kinds);
   if (mode && (state->has_bias || !kinds.empty())) fuseIntoCudnn(setup, *plan, algorithms, *mode, *state);
-  return state;
+  return fasterOf(std::move(state), &runFusedConv, std::move(pointwise), setup);
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 // project convolutions of MobileNet-style blocks, ResNet's bottlenecks) as
 // what they are, a matrix product per image: y[n] = W x[n], one strided
 // batched cuBLAS SGEMM (f32, no TF32), then the bias and kiln.FusedConv's
-// post-ops in one elementwise pass. At these shapes cuBLAS is several times
-// faster than cuDNN's f32 (FMA) algorithms. conv.cc tries this after the
-// depthwise kernel.
+// post-ops in one elementwise pass. cuBLAS is faster than cuDNN's f32
+// (FMA) algorithms at some shapes (small batches) and slower at others (where cuDNN fuses the bias, residual and ReLU): conv.cc times both
+// at prepare and keeps the faster.
 #pragma once
 
 #include <memory>
