@@ -1,5 +1,7 @@
 #include "kernels/cpu/onednn_support.h"
 
+#include "core/fused_post_ops.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -59,26 +61,13 @@ dnnl::post_ops fusedPostOps(std::string_view op, const ParamMap& params, const d
                             int& binary_index) {
   binary_index = -1;
   dnnl::post_ops post_ops;
-  const std::string kinds = params.getString("post_ops", "");
-  if (kinds.empty()) return post_ops;
-  const std::vector<double> alphas = params.getFloats("post_op_alpha", {});
-  const std::vector<double> betas = params.getFloats("post_op_beta", {});
-  size_t index = 0;
-  for (size_t start = 0; start <= kinds.size(); ++index) {
-    const size_t end = std::min(kinds.find(',', start), kinds.size());
-    const std::string kind = kinds.substr(start, end - start);
-    start = end + 1;
-    if (kind == "Add") {
+  for (const PostOp& post : readPostOps(std::string(op), params)) {
+    if (post.add) {
       binary_index = post_ops.len();
       post_ops.append_binary(dnnl::algorithm::binary_add, dst);
-      continue;
+    } else {
+      appendActivation(post_ops, post.activation, post.alpha, post.beta);
     }
-    const std::optional<FusedActivation> activation = parseFusedActivation(kind);
-    if (!activation || *activation == FusedActivation::kNone) {
-      throw UsageError(fmt::format("{}: unknown post-op '{}' in post_ops '{}'", op, kind, kinds));
-    }
-    appendActivation(post_ops, *activation, static_cast<float>(index < alphas.size() ? alphas[index] : 0.0),
-                     static_cast<float>(index < betas.size() ? betas[index] : 0.0));
   }
   return post_ops;
 }

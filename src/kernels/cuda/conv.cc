@@ -89,6 +89,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/fused_post_ops.h"
+#include "kernels/cuda/cudnn_support.h"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/pointwise_conv.h"
 #include "kernels/cuda/step_timer.h"
@@ -101,7 +103,6 @@
 namespace kiln::cuda {
 namespace {
 
-using Ints = std::vector<int64_t>;
 using CudnnInts = std::vector<int>;
 
 // cuDNN wants its workspace pointers aligned: the copies' buffers in the
@@ -110,25 +111,6 @@ constexpr size_t kWorkspaceAlignment = 256;
 
 // ---------------------------------------------------------------- descriptors
 
-// Owns one cuDNN descriptor: created on construction, destroyed with the
-// owner (the kernel state).
-template <typename Handle, cudnnStatus_t (*create)(Handle*), cudnnStatus_t (*destroy)(Handle)>
-class Descriptor {
- public:
-  Descriptor() { check(create(&handle_), "cuDNN: creating a descriptor"); }
-  ~Descriptor() {
-    if (handle_ != nullptr) destroy(handle_);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-
-  Handle get() const { return handle_; }
-
- private:
-  Handle handle_ = nullptr;
-};
-
-using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
 using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
@@ -137,41 +119,10 @@ using ActivationDescriptor =
 
 // ------------------------------------------------------------------ attributes
 
-std::string typeString(const TensorInfo& info) {
-  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
-}
 
-// The int list attribute `name` with `size` values, each at least `minimum`;
-// `fallback` when absent.
-Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& name, size_t size, int64_t minimum,
-               const Ints& fallback) {
-  Ints values = params.getInts(name, fallback);
-  if (values.size() != size) {
-    throw KernelUnsupported(
-        fmt::format("{} on cuda: attribute '{}' has {} values, {} expected", op, name, values.size(), size));
-  }
-  for (int64_t value : values) {
-    if (value < minimum) {
-      throw KernelUnsupported(fmt::format("{} on cuda: attribute '{}' [{}] has the value {}; at least {} expected", op,
-                                          name, fmt::join(values, ", "), value, minimum));
-    }
-  }
-  return values;
-}
 
-enum class AutoPad { kNotSet, kValid, kSameUpper, kSameLower };
 
-AutoPad autoPad(std::string_view op, const ParamMap& params) {
-  const std::string text = params.getString("auto_pad", "NOTSET");
-  if (text == "NOTSET" || text.empty()) return AutoPad::kNotSet;
-  if (text == "VALID") return AutoPad::kValid;
-  if (text == "SAME_UPPER") return AutoPad::kSameUpper;
-  if (text == "SAME_LOWER") return AutoPad::kSameLower;
-  throw KernelUnsupported(
-      fmt::format("{} on cuda: auto_pad is '{}', not NOTSET, VALID, SAME_UPPER or SAME_LOWER", op, text));
-}
 
-bool isSame(AutoPad auto_pad) { return auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower; }
 
 // ----------------------------------------------------------- ONNX geometry
 
@@ -405,12 +356,6 @@ struct CudnnGeometry {
   CudnnInts dilations;
 };
 
-int toInt(std::string_view op, int64_t value) {
-  if (value < 0 || value > INT_MAX) {
-    throw KernelUnsupported(fmt::format("{} on cuda: the size {} does not fit cuDNN's int dimensions", op, value));
-  }
-  return static_cast<int>(value);
-}
 
 // The output size cuDNN's forward convolution gives for one axis.
 int64_t cudnnOutputSize(int64_t in, int64_t pad, int64_t extent, int64_t stride) {
@@ -938,13 +883,14 @@ struct FusedConvState final : ConvState {
 
 // The post_ops attribute ("Add,Relu") as its list of kinds.
 std::vector<std::string> postOpKinds(const ParamMap& params) {
-  const std::string list = params.getString("post_ops", "");
-  std::vector<std::string> kinds;
-  for (size_t start = 0; !list.empty() && start <= list.size();) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    kinds.push_back(list.substr(start, end - start));
-    start = end + 1;
+  std::vector<PostOp> list;
+  try {
+    list = readPostOps("kiln.FusedConv", params);
+  } catch (const UsageError& e) {
+    throw KernelUnsupported(e.what());
   }
+  std::vector<std::string> kinds;
+  for (const PostOp& post : list) kinds.emplace_back(post.add ? "Add" : fusedActivationName(post.activation));
   return kinds;
 }
 

@@ -1,3 +1,4 @@
+#include "kernels/cpu/setup_helpers.h"
 #include "kernels/cuda/depthwise_conv.h"
 
 #include <string>
@@ -10,6 +11,8 @@
 namespace kiln::cuda {
 namespace {
 
+using setup_helpers::present;
+
 struct DepthwiseState final : KernelState {
   DepthwiseGeometry geometry;
   DeviceProgram post;  // post.ops == 0: none
@@ -17,9 +20,6 @@ struct DepthwiseState final : KernelState {
   bool has_residual = false;
 };
 
-bool present(const KernelSetup& setup, size_t i) {
-  return i < setup.inputs.size() && setup.inputs[i].dtype != DType::kUndefined;
-}
 
 // The value of a per-axis attribute of two entries (or `fallback`), or
 // nullopt for any other length.

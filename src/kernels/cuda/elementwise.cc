@@ -19,14 +19,13 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/post_ops.h"
 
 namespace kiln::cuda {
 namespace {
 
 constexpr int kMaxInputs = kMaxElementwiseInputs;
 constexpr int kMaxDims = kMaxElementwiseDims;
-constexpr int kMaxOps = kMaxElementwiseOps;
-constexpr int kMaxImmediates = kMaxElementwiseImmediates;
 using E = ElementwiseOp;
 
 struct ElementwiseState final : KernelState {
@@ -93,22 +92,9 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
 
 std::unique_ptr<KernelState> finish(const std::string& op, const KernelSetup& setup, const ElementwiseProgram& program) {
   if (setup.outputs.size() != 1 || setup.outputs[0].dtype != DType::kF32) decline(op, "a non-f32 output");
-  if (program.ops.size() > kMaxOps) decline(op, fmt::format("more than {} instructions", kMaxOps));
-  if (program.immediates.size() > kMaxImmediates) decline(op, fmt::format("more than {} immediates", kMaxImmediates));
   auto state = std::make_unique<ElementwiseState>();
   state->indexing = planIndexing(op, setup);
-  DeviceProgram& p = state->program;
-  p.ops = static_cast<int>(program.ops.size());
-  p.inputs = static_cast<int>(program.input_count);
-  p.immediates = static_cast<int>(program.immediates.size());
-  for (size_t j = 0; j < program.ops.size(); ++j) {
-    p.op[j] = static_cast<uint8_t>(program.ops[j]);
-    p.a[j] = static_cast<int8_t>(program.operands[2 * j]);
-    p.b[j] = static_cast<int8_t>(program.operands[2 * j + 1]);
-    p.alpha[j] = program.alpha[j];
-    p.beta[j] = program.beta[j];
-  }
-  for (size_t k = 0; k < program.immediates.size(); ++k) p.immediate[k] = program.immediates[k];
+  state->program = toDeviceProgram(op, program);
   state->elements = setup.outputs[0].numElements();
   return state;
 }

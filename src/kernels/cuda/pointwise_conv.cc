@@ -1,3 +1,4 @@
+#include "kernels/cpu/setup_helpers.h"
 #include "kernels/cuda/pointwise_conv.h"
 
 #include <string>
@@ -10,6 +11,8 @@
 namespace kiln::cuda {
 namespace {
 
+using setup_helpers::present;
+
 struct PointwiseState final : KernelState {
   int64_t batch = 0, in_channels = 0, out_channels = 0, pixels = 0;
   bool has_bias = false, has_residual = false, has_post = false;
@@ -17,9 +20,6 @@ struct PointwiseState final : KernelState {
   Indexing indexing;   // y and the residual full-size, the bias per channel
 };
 
-bool present(const KernelSetup& setup, size_t i) {
-  return i < setup.inputs.size() && setup.inputs[i].dtype != DType::kUndefined;
-}
 
 bool allOnes(const std::vector<int64_t>& values) {
   for (int64_t v : values) {

@@ -45,6 +45,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cuda/cudnn_support.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -52,32 +53,12 @@
 namespace kiln::cuda {
 namespace {
 
-using Ints = std::vector<int64_t>;
 using CudnnInts = std::vector<int>;
 
 enum class PoolKind { kMax, kAverage };
 
 // ---------------------------------------------------------------- descriptors
 
-// Owns one cuDNN descriptor: created on construction, destroyed with the
-// owner (the kernel state).
-template <typename Handle, cudnnStatus_t (*create)(Handle*), cudnnStatus_t (*destroy)(Handle)>
-class Descriptor {
- public:
-  Descriptor() { check(create(&handle_), "cuDNN: creating a descriptor"); }
-  ~Descriptor() {
-    if (handle_ != nullptr) destroy(handle_);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-
-  Handle get() const { return handle_; }
-
- private:
-  Handle handle_ = nullptr;
-};
-
-using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
 using PoolingDescriptor =
     Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 
@@ -90,34 +71,8 @@ struct PoolState final : KernelState {
 
 // ------------------------------------------------------------------ attributes
 
-std::string typeString(const TensorInfo& info) {
-  return fmt::format("{}{}", dtypeName(info.dtype), info.shapeString());
-}
 
-// The int list attribute `name` with `size` values, each at least `minimum`;
-// `fallback` when absent.
-Ints sizedInts(std::string_view op, const ParamMap& params, const std::string& name, size_t size, int64_t minimum,
-               const Ints& fallback) {
-  Ints values = params.getInts(name, fallback);
-  if (values.size() != size) {
-    throw KernelUnsupported(
-        fmt::format("{} on cuda: attribute '{}' has {} values, {} expected", op, name, values.size(), size));
-  }
-  for (int64_t value : values) {
-    if (value < minimum) {
-      throw KernelUnsupported(fmt::format("{} on cuda: attribute '{}' [{}] has the value {}; at least {} expected", op, name,
-                                   fmt::join(values, ", "), value, minimum));
-    }
-  }
-  return values;
-}
 
-int toInt(std::string_view op, int64_t value) {
-  if (value < 0 || value > INT_MAX) {
-    throw KernelUnsupported(fmt::format("{} on cuda: the size {} does not fit cuDNN's int dimensions", op, value));
-  }
-  return static_cast<int>(value);
-}
 
 void checkInput(std::string_view op, const KernelSetup& setup) {
   if (setup.queue == nullptr) throw KernelUnsupported(fmt::format("{} on cuda: prepared without a cuda queue", op));

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "core/fused_post_ops.h"
+
 #include "kernels/kernel.h"
 
 namespace kiln::cuda {
@@ -66,29 +70,24 @@ std::optional<FusedActivation> readActivation(std::string_view op, const ParamMa
 }
 
 std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params, bool with_bias) {
-  const std::string kinds = params.getString("post_ops", "");
-  if (kinds.empty() && !with_bias) return std::nullopt;
-  const std::vector<double> alphas = params.getFloats("post_op_alpha", {});
-  const std::vector<double> betas = params.getFloats("post_op_beta", {});
+  std::vector<PostOp> list;
+  try {
+    list = readPostOps(std::string(op), params);
+  } catch (const UsageError& e) {
+    throw KernelUnsupported(e.what());
+  }
+  if (list.empty() && !with_bias) return std::nullopt;
   ElementwiseProgram program;
-  const bool residual = kinds.find("Add") != std::string::npos;
+  const bool residual = std::any_of(list.begin(), list.end(), [](const PostOp& post) { return post.add; });
   program.input_count = 1 + (with_bias ? 1 : 0) + (residual ? 1 : 0);
   const int64_t residual_slot = with_bias ? 2 : 1;
   if (with_bias) push(program, ElementwiseOp::kAdd, 0, 1);
-  if (kinds.empty()) return program;
-  size_t index = 0;
-  for (size_t start = 0; start <= kinds.size(); ++index) {
-    const size_t end = std::min(kinds.find(',', start), kinds.size());
-    const std::string kind = kinds.substr(start, end - start);
-    start = end + 1;
-    if (kind == "Add") {
+  for (const PostOp& post : list) {
+    if (post.add) {
       push(program, ElementwiseOp::kAdd, current(program), residual_slot);
-      continue;
+    } else {
+      appendActivation(program, post.activation, post.alpha, post.beta);
     }
-    const std::optional<FusedActivation> activation = parseFusedActivation(kind);
-    if (!activation) throw KernelUnsupported(fmt::format("{} on cuda: post-op '{}'", op, kind));
-    appendActivation(program, *activation, static_cast<float>(index < alphas.size() ? alphas[index] : 0.0),
-                     static_cast<float>(index < betas.size() ? betas[index] : 0.0));
   }
   return program;
 }
@@ -96,7 +95,7 @@ std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const Param
 DeviceProgram toDeviceProgram(std::string_view op, const ElementwiseProgram& program) {
   if (program.ops.size() > kMaxElementwiseOps || program.immediates.size() > kMaxElementwiseImmediates ||
       program.input_count > kMaxElementwiseInputs) {
-    throw KernelUnsupported(fmt::format("{} on cuda: a post-op program too long for the kernel", op));
+    throw KernelUnsupported(fmt::format("{} on cuda: a program larger than the kernel takes", op));
   }
   DeviceProgram p;
   p.ops = static_cast<int>(program.ops.size());
