@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from ._kiln import DynamicExecutor, Error, Executor, StepTrace, is_graph_package
+from ._kiln import DeviceRunner, DynamicExecutor, Error, Executor, StepTrace, is_graph_package, package_target
 from ._kiln import compile as _compile
 
 __all__ = ["Error", "Runner", "compile"]
@@ -44,7 +44,7 @@ def _as_bits(array: np.ndarray) -> np.ndarray:
 
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-            batch: Optional[int] = None, dynamic: bool = False) -> dict:
+            batch: Optional[int] = None, dynamic: bool = False, target: str = "cpu") -> dict:
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
@@ -53,13 +53,15 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     at run time (so is a model whose shapes depend on input values, always).
     Returns the compile report (steps, views, constants, arena bytes against
     the lower bound; runtime_shapes tells whether the package is specialized
-    at run time)."""
+    at run time). target="cuda" makes a package for NVIDIA GPUs (static
+    shapes only; docs/cuda.md)."""
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
-    return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic))
+    return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
+                    str(target))
 
 
 class Runner:
-    """Runs a compiled package on the CPU.
+    """Runs a compiled package: on the CPU, or on a device.
 
     run() checks each input's name, dtype and shape, passes it to the model
     without copying when it is C-contiguous (others are copied once), and the
@@ -76,13 +78,27 @@ class Runner:
     With profile=True every run() also records when each step ran: trace()
     gives the Chrome trace (the JSON that chrome://tracing and Perfetto open)
     of the runs so far, save_trace(path) writes it, clear_trace() starts
-    over. Tracing reads the clock twice per step: time the model without it."""
+    over. Tracing reads the clock twice per step: time the model without it.
+
+    device: "cpu" (the host executor), "sim" or "cuda" (a ModelRunner on that
+    device: inputs are copied to it and outputs back; static packages only,
+    no profile). Default: "cuda" for a package compiled with target="cuda",
+    else "cpu"."""
 
     def __init__(self, path, model: str = "", threads: int = 0, plan_cache_capacity: int = 16,
-                 profile: bool = False):
+                 profile: bool = False, device: Optional[str] = None):
         if threads < 0:
             raise Error(f"threads must be 0 or more, got {threads}")
         self.dynamic = is_graph_package(str(path), model)
+        self.device = device or ("cpu" if self.dynamic else package_target(str(path), model))
+        if self.device != "cpu":
+            if self.dynamic or profile:
+                raise Error(f"device='{self.device}' runs packages of static shapes, without profile=True")
+            self._executor = DeviceRunner(str(path), model, self.device)
+            self._trace = None
+            self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
+            self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]
+            return
         if self.dynamic:
             self._executor = DynamicExecutor(str(path), model, threads, plan_cache_capacity)
         else:
@@ -96,8 +112,8 @@ class Runner:
         """Kernel steps run by all calls so far, sub-programs' included (an If
         counts the branch it took, a Loop every iteration of its body); for
         static packages only."""
-        if self.dynamic:
-            raise Error("steps_run is not kept for packages with run-time shapes")
+        if self.dynamic or self.device != "cpu":
+            raise Error("steps_run is kept for static packages on the host executor only")
         return self._executor.steps_run
 
     def memory_stats(self) -> dict:
@@ -105,6 +121,8 @@ class Runner:
         misses (each one a compile), evictions and size."""
         if self.dynamic:
             return self._executor.memory_stats()
+        if self.device != "cpu":
+            raise Error("memory_stats() reports the host executor's memory; this Runner runs on " + self.device)
         return {"arena_bytes": self._executor.arena_bytes, "plan_cache_hits": 0, "plan_cache_misses": 0,
                 "plan_cache_evictions": 0, "cached_plans": 1}
 
@@ -159,6 +177,9 @@ class Runner:
                 if dtype not in _NUMPY_DTYPES:
                     raise Error(f"an output has dtype {dtype}, which numpy cannot hold")
                 outputs.append(data.view(_NUMPY_DTYPES[dtype]).reshape(tuple(shape)))
+        elif self.device != "cpu":
+            outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
+            self._executor.run(arrays, [_as_bits(output) for output in outputs])
         else:
             outputs = [np.empty(shape, dtype=_NUMPY_DTYPES[dtype]) for _, shape, dtype in self.outputs]
             self._executor.run(arrays, [_as_bits(output) for output in outputs], self._trace)

@@ -19,6 +19,8 @@
 #include "kiln/dynamic_executor.h"
 #include "kiln/error.h"
 #include "kiln/executor.h"
+#include "kiln/model_runner.h"
+#include "kiln/package_reader.h"
 #include "kiln/onnx_import.h"
 #include "kiln/step_trace.h"
 
@@ -33,7 +35,7 @@ using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
-                      bool dynamic) {
+                      bool dynamic, const std::string& target) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -43,6 +45,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.model_name = std::filesystem::path(onnx_path).stem().string();
   compile_options.has_kernel = [](const std::string& name) { return kiln::KernelRegistry::cpu().find(name) != nullptr; };
   compile_options.evaluate_kernel = &kiln::evaluateOnce;
+  compile_options.target = target;
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
@@ -182,13 +185,69 @@ nb::list runAllocating(kiln::DynamicExecutor& executor, const std::vector<ConstA
 }
 
 
+// A package run on a device (sim, cuda) through a ModelRunner: the caller's
+// arrays are copied to the device and the results back into the caller's
+// output arrays, as `kiln run --device` does.
+class DeviceRunner {
+ public:
+  DeviceRunner(const std::string& path, const std::string& model, const std::string& device) {
+    kiln::ModelRunnerConfig config;
+    config.device_kind = kiln::parseDeviceKind(device);
+    config.model = model;
+    runner_ = std::make_unique<kiln::ModelRunner>(std::filesystem::path(path), config);
+    for (const kiln::DataDesc& d : runner_->getExecuteInputs()) inputs_.push_back({d.name, {d.dtype, d.shape}});
+    for (const kiln::DataDesc& d : runner_->getExecuteOutputs()) outputs_.push_back({d.name, {d.dtype, d.shape}});
+  }
+
+  const std::vector<kiln::TensorSlot>& inputs() const { return inputs_; }
+  const std::vector<kiln::TensorSlot>& outputs() const { return outputs_; }
+
+  void run(const std::vector<ConstArray>& inputs, const std::vector<Array>& outputs) {
+    if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size()) {
+      throw kiln::UsageError("wrong number of arrays");
+    }
+    kiln::InputMemoryView in;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      in[inputs_[i].name] = {inputs[i].data(), inputs[i].nbytes(), inputs_[i].info.dtype};
+    }
+    kiln::OutputMemoryView out;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      out[outputs_[i].name] = {outputs[i].data(), outputs[i].nbytes(), outputs_[i].info.dtype};
+    }
+    nb::gil_scoped_release release;
+    runner_->execute(in, out);  // validates every size against the anchors
+  }
+
+ private:
+  std::unique_ptr<kiln::ModelRunner> runner_;
+  std::vector<kiln::TensorSlot> inputs_;
+  std::vector<kiln::TensorSlot> outputs_;
+};
+
+// The device kind a package's model targets ("cpu", "cuda", ...).
+std::string packageTarget(const std::string& path, const std::string& model) {
+  if (kiln::hasRuntimeShapes(path, model)) return "cpu";
+  kiln::PackageReader reader(path);
+  const auto all = reader.metadata();
+  const kiln::MetadataBlob* chosen = model.empty() ? (all.empty() ? nullptr : all.front()) : reader.findMetadata(model);
+  if (chosen == nullptr) throw kiln::UsageError(fmt::format("{} holds no model named '{}'", path, model));
+  return chosen->metadata().target.device_kind;
+}
+
 }  // namespace
 
 NB_MODULE(_kiln, m) {
   m.doc() = "kiln: compile neural networks ahead of time and run them";
   nb::exception<kiln::Error>(m, "Error");
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
-        nb::arg("dynamic") = false);
+        nb::arg("dynamic") = false, nb::arg("target") = "cpu");
+  m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
+  nb::class_<DeviceRunner>(m, "DeviceRunner")
+      .def(nb::init<const std::string&, const std::string&, const std::string&>(), nb::arg("path"),
+           nb::arg("model"), nb::arg("device"))
+      .def_prop_ro("inputs", [](const DeviceRunner& r) { return slots(r.inputs()); })
+      .def_prop_ro("outputs", [](const DeviceRunner& r) { return slots(r.outputs()); })
+      .def("run", &DeviceRunner::run, nb::arg("inputs"), nb::arg("outputs"));
   m.def(
       "is_graph_package", [](const std::string& path, const std::string& model) { return kiln::hasRuntimeShapes(path, model); },
       nb::arg("path"), nb::arg("model") = "");

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "kiln/graph_builder.h"
@@ -48,14 +50,14 @@ std::vector<std::string> describeOutputs(const Graph& graph) {
 
 // Builds a graph with `body`, infers types, fuses, and checks that the result
 // is well formed (acyclic, typed) with the graph outputs unchanged.
-Fused fuse(const std::function<void(GraphBuilder&)>& body) {
+Fused fuse(const std::function<void(GraphBuilder&)>& body, const ElementwiseFusionLimits& limits = {}) {
   GraphBuilder b;
   body(b);
   Fused f;
   f.graph = b.build();
   inferTypes(*f.graph, {{"", 20}});
   f.outputs_before = describeOutputs(*f.graph);
-  f.count = fuseElementwise(*f.graph);
+  f.count = fuseElementwise(*f.graph, limits);
   inferTypes(*f.graph, {{"", 20}});
   EXPECT_TRUE(findGraphProblems(*f.graph, /*require_types=*/true).empty()) << f.graph->toString();
   EXPECT_NO_THROW((void)f.graph->topologicalOrder());
@@ -237,6 +239,40 @@ TEST(ElementwiseFusion, ALongChainIsOneNode) {
   ASSERT_EQ(opsOf(*f.graph).size(), 1u);
   const Node& node = f.graph->node(f.graph->nodeIds()[0]);
   EXPECT_EQ(node.inputs.size(), 251u);  // x and each w once
+}
+
+// The cuda target's limits: the same chain becomes several groups, each
+// within them, and together they still compute the whole chain (one sink
+// reads the next group's output).
+TEST(ElementwiseFusion, LimitsSplitALongChainIntoGroupsWithinThem) {
+  const ElementwiseFusionLimits limits{.max_inputs = 8, .max_ops = 48, .max_immediates = 16};
+  const Fused f = fuse(
+      [](GraphBuilder& b) {
+        ValueId h = b.input("x", DType::kF32, {1, 64});
+        for (int i = 0; i < 250; ++i) {
+          const ValueId w = b.constant<float>("w" + std::to_string(i), {64}, filled(64, 0.5f));
+          const ValueId s = scalar(b, "s" + std::to_string(i), 0.25f + static_cast<float>(i));
+          h = b.op("Sigmoid", {b.op("Relu", {b.op("Mul", {b.op("Add", {h, w}), s})})});
+        }
+        b.output(h);
+      },
+      limits);
+  size_t ops = 0;
+  for (NodeId id : f.graph->nodeIds()) {
+    const Node& node = f.graph->node(id);
+    if (node.removed) continue;
+    ASSERT_EQ(node.op_type, "FusedElementwise");
+    EXPECT_LE(node.inputs.size(), limits.max_inputs);
+    const std::string list = node.stringAttribute("ops", "");
+    const size_t count = static_cast<size_t>(std::count(list.begin(), list.end(), ',')) + 1;
+    EXPECT_LE(count, limits.max_ops);
+    if (node.hasAttribute("immediates")) {
+      EXPECT_LE(std::get<std::vector<float>>(node.attributes.at("immediates")).size(), limits.max_immediates);
+    }
+    ops += count;
+  }
+  EXPECT_EQ(ops, 1000u);  // every op of the chain, in some group
+  EXPECT_GT(f.count, 1000u / limits.max_ops);
 }
 
 }  // namespace
