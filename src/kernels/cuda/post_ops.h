@@ -11,6 +11,7 @@
 #include "core/fused_activation.h"
 #include "core/param_map.h"
 #include "kernels/cuda/elementwise_launch.h"
+#include "kernels/kernel.h"
 
 namespace kiln::cuda {
 
