@@ -37,6 +37,14 @@ inline bool present(const KernelSetup& setup, size_t index) {
   return index < setup.inputs.size() && setup.inputs[index].dtype != DType::kUndefined;
 }
 
+// Whether every input present (omitted optional ones aside) is `dtype`.
+inline bool presentInputsAre(const KernelSetup& setup, DType dtype) {
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    if (present(setup, i) && setup.inputs[i].dtype != dtype) return false;
+  }
+  return true;
+}
+
 // The bytes of input `index` when it is a constant of the executable.
 inline const std::byte* constantInput(const KernelSetup& setup, size_t index) {
   return index < setup.constants.size() ? setup.constants[index] : nullptr;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/fused_activation.h"
+#include "core/fused_post_ops.h"
 #include "kernels/cpu/conv_geometry.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
@@ -18,12 +19,6 @@ namespace kiln {
 namespace {
 
 // One fused post-op: an Add of input 3 (the residual), or an activation.
-struct PostOp {
-  bool add = false;
-  FusedActivation activation = FusedActivation::kNone;
-  float alpha = 0, beta = 0;
-};
-
 // The vector loop of an activation, when it has one (Swish is two).
 std::optional<vec::Unary> unaryOf(FusedActivation activation) {
   switch (activation) {
@@ -43,28 +38,16 @@ std::optional<vec::Unary> unaryOf(FusedActivation activation) {
 }
 
 // The post-ops of `post_ops` (conv_fusion.h), or nullopt when one is not
-// known here.
+// known here (an activation without a vector loop).
 std::optional<std::vector<PostOp>> parsePostOps(const ParamMap& params) {
   std::vector<PostOp> ops;
-  const std::string kinds = params.getString("post_ops", "");
-  if (kinds.empty()) return ops;
-  const std::vector<double> alphas = params.getFloats("post_op_alpha", {});
-  const std::vector<double> betas = params.getFloats("post_op_beta", {});
-  for (size_t start = 0, index = 0; start <= kinds.size(); ++index) {
-    const size_t end = std::min(kinds.find(',', start), kinds.size());
-    const std::string kind = kinds.substr(start, end - start);
-    start = end + 1;
-    PostOp op;
-    if (kind == "Add") {
-      op.add = true;
-    } else {
-      const std::optional<FusedActivation> activation = parseFusedActivation(kind);
-      if (!activation || (*activation != FusedActivation::kSwish && !unaryOf(*activation))) return std::nullopt;
-      op.activation = *activation;
-      op.alpha = static_cast<float>(index < alphas.size() ? alphas[index] : 0.0);
-      op.beta = static_cast<float>(index < betas.size() ? betas[index] : 0.0);
-    }
-    ops.push_back(op);
+  try {
+    ops = readPostOps("Conv", params);
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+  for (const PostOp& op : ops) {
+    if (!op.add && op.activation != FusedActivation::kSwish && !unaryOf(op.activation)) return std::nullopt;
   }
   return ops;
 }

@@ -37,9 +37,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[1];
   const TensorInfo& y = setup.outputs[0];
-  for (size_t i = 0; i < setup.inputs.size(); ++i) {
-    if (present(setup, i) && setup.inputs[i].dtype != DType::kF32) return nullptr;
-  }
+  if (!setup_helpers::presentInputsAre(setup, DType::kF32)) return nullptr;
   if (x.shape.size() != 4 || w.shape.size() != 4 || y.shape.size() != 4) return nullptr;
   const int64_t channels = x.shape[1];
   // One filter per channel, one output channel per input channel.

@@ -42,9 +42,7 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[1];
   const TensorInfo& y = setup.outputs[0];
-  for (size_t i = 0; i < setup.inputs.size(); ++i) {
-    if (present(setup, i) && setup.inputs[i].dtype != DType::kF32) return nullptr;
-  }
+  if (!setup_helpers::presentInputsAre(setup, DType::kF32)) return nullptr;
   if (x.shape.size() < 3 || w.shape.size() != x.shape.size() || y.shape.size() != x.shape.size()) return nullptr;
   const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
   const std::string auto_pad = setup.params.getString("auto_pad", "NOTSET");
