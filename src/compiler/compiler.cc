@@ -15,6 +15,7 @@
 #include "kiln/error.h"
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
+#include "passes/attention_fusion.h"
 #include "passes/batchnorm_folding.h"
 #include "passes/blocked_conv.h"
 #include "passes/channels_last.h"
@@ -771,6 +772,13 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
   eliminateCommonSubexpressions(graph);
   const auto default_opset = opsets.find("");
+  // Attention chains first: the matmul fusion would take their scores'
+  // MatMul and the elementwise fusion their scale and mask.
+  if (options.target == "cpu" &&
+      fuseAttention(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) {
+    removeDeadNodes(graph);  // the heads' split and merge the fused nodes no longer read
+    inferTypes(graph, opsets);
+  }
   if (fuseLayerNorms(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) inferTypes(graph, opsets);
   if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);

@@ -143,6 +143,10 @@ void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_
 void registerTransformerOps(OpRegistry& registry) {
   add(registry, "Attention", 23, 3, 6, 4, attention);
   add(registry, "Attention", 24, 3, 7, 4, attention);  // nonpad_kv_seqlen
+  // kiln.Attention(Q, K, V[, attn_mask]) -> Y: what the attention fusion
+  // makes of exported attention chains (passes/attention_fusion.h), for
+  // models of any opset; Attention's attributes and kernel.
+  registry.add(OpSchema{"kiln", "Attention", 1, 3, 4, 1, 1, attention});
   add(registry, "RotaryEmbedding", 23, 3, 4, 1, rotaryEmbedding);
   add(registry, "RMSNormalization", 23, 2, 2, 1, rmsNormalization);
   add(registry, "SwiGLU", 28, 2, 2, 1, swiglu);

@@ -142,6 +142,13 @@ void checkAttention(const AttentionCase& c) {
   expectNear(outputs[0].values<float>(), want.y, 1e-5);
   expectNear(outputs[1].values<float>(), want.present_key, 0);
   expectNear(outputs[3].values<float>(), want.probabilities, 1e-5);
+  // Y alone: the blocked fast path where the case allows it (no past, no
+  // softcap), the per-row path otherwise; the same values either way.
+  std::vector<Operand> y_only = {output(DType::kF32, {c.batch, c.q_heads, c.q_seq, c.v_head})};
+  ParamMap y_params = params({{"is_causal", int64_t{c.causal}}});
+  if (c.softcap > 0) y_params.set("softcap", c.softcap);
+  PreparedKernel("Attention", inputs, y_only, y_params).run(inputs, y_only);
+  expectNear(y_only[0].values<float>(), want.y, 1e-5);
 }
 
 TEST(AttentionKernel, MultiHead) { checkAttention({}); }
@@ -161,6 +168,29 @@ TEST(AttentionKernel, SoftcapAndBoolMaskWithFullyMaskedRow) {
   c.softcap = 2.0;
   // Row 1 masks every key: its Y and probabilities are 0.
   c.mask = {true, false, true, true, false, false, false, false, true, true, false, true};
+  checkAttention(c);
+}
+
+// More queries than one task of the fast path takes (64), key counts and
+// head sizes that are not whole vectors, grouped heads, a causal frontier and
+// a mask with a fully masked row.
+TEST(AttentionKernel, LongSequencesAndOddSizes) {
+  AttentionCase c;
+  c.batch = 2;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_seq = 70;
+  c.kv_seq = 37;
+  c.head = 40;
+  c.v_head = 24;
+  checkAttention(c);
+  c.causal = true;
+  checkAttention(c);
+  c.causal = false;
+  c.q_seq = 5;
+  c.mask.assign(static_cast<size_t>(c.q_seq * c.kv_seq), true);
+  for (int64_t j = 0; j < c.kv_seq; ++j) c.mask[static_cast<size_t>(2 * c.kv_seq + j)] = false;  // row 2
+  for (int64_t j = 30; j < c.kv_seq; ++j) c.mask[static_cast<size_t>(4 * c.kv_seq + j)] = false;
   checkAttention(c);
 }
 

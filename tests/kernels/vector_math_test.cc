@@ -350,9 +350,9 @@ TEST(VectorKernels, RowHelpersMatchDoubleReferences) {
 }
 
 // matmulAccumulate against a double-precision product, over row counts that
-// take each row tile (4, 2, 1) and column counts that take wide tiles, single
-// vectors and a partial vector, with strides wider than the rows; the
-// padding beyond each row of c must stay untouched.
+// take each row tile (4, 2, 1) and column counts that take wide tiles, pairs
+// of vectors, single vectors and a partial vector, with strides wider than
+// the rows; the padding beyond each row of c must stay untouched.
 TEST(VectorKernels, MatmulAccumulateAddsTheProduct) {
   for (const VectorKernels* table : runnableTables()) {
     SCOPED_TRACE(std::string(isaName(table->isa)));

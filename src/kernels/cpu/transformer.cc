@@ -30,6 +30,7 @@
 #include "kernels/cpu/float_staging.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -327,6 +328,97 @@ void attentionRow(const AttentionState& s, const AttentionData& d, int64_t b, in
   }
 }
 
+// ------------------------------------------------- Attention, the fast path
+//
+// The attention of encoders (BERT, MiniLM, T5, ViT; what the compiler's
+// attention fusion makes, passes/attention_fusion.h): no past, softcap,
+// window, padding lengths or scores output. Per (batch, head) and block of
+// up to kFastRows queries it computes the whole score block with the small
+// GEMM of the vector kernels (Q rows times K transposed, packed once per
+// task), takes the softmax of each row with the vector exp, and multiplies
+// the block by V with the same GEMM, then scales each output row by
+// 1 / sum. The scores of a row are exact before the exponential, as the
+// reference's; only the summation order differs from attentionRow.
+constexpr int64_t kFastRows = 16;         // queries per score block
+constexpr int64_t kFastTaskRows = 64;     // queries per parallel task
+
+bool fastPathApplies(const AttentionState& s, size_t output_count) {
+  return output_count == 1 && s.past == 0 && s.softcap == 0 && !s.nonpad && s.left_window < 0 &&
+         s.right_window < 0 && s.total > 0;
+}
+
+// One task: queries [begin, end) of (batch b, q head h).
+void attentionBlockFast(const AttentionState& s, const AttentionData& d, int64_t b, int64_t h, int64_t begin,
+                        int64_t end) {
+  const vec::VectorKernels& vk = vec::vectorKernels();
+  const int64_t t = s.total;
+  const int64_t kv_h = h / (s.q_heads / s.kv_heads);
+  // Working memory of this thread: K transposed [head_size, t], the score
+  // block [kFastRows, t]. It grows to the largest call once and stays.
+  thread_local std::vector<float> scratch;
+  const auto need = static_cast<size_t>((s.head_size + kFastRows) * t);
+  if (scratch.size() < need) scratch.resize(need);
+  float* kt = scratch.data();
+  float* scores = kt + s.head_size * t;
+  const float* k = d.k + b * s.k.batch + kv_h * s.k.head;
+  for (int64_t j = 0; j < t; ++j) {
+    for (int64_t c = 0; c < s.head_size; ++c) kt[c * t + j] = k[j * s.k.seq + c];
+  }
+  const float* v = d.v + b * s.v.batch + kv_h * s.v.head;
+  const vec::BinaryFn add = vk.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth);
+  float inv_sum[kFastRows];
+  for (int64_t i0 = begin; i0 < end; i0 += kFastRows) {
+    const int64_t rows = std::min(kFastRows, end - i0);
+    std::fill(scores, scores + rows * t, 0.0f);
+    vk.matmulAccumulate(d.q + b * s.q.batch + h * s.q.head + i0 * s.q.seq, s.q.seq, kt, t, scores, t, rows, t,
+                        s.head_size);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      float* row = scores + r * t;
+      vk.affine(row, row, t, s.scale, 0.0f);
+      if (s.mask != MaskKind::kNone) {
+        const int64_t at = b * s.mask_strides[0] + h * s.mask_strides[1] + i * s.mask_strides[2];
+        if (s.mask == MaskKind::kFloat) {
+          add(row, d.float_mask + at, row, s.mask_len);
+        } else {
+          for (int64_t j = 0; j < s.mask_len; ++j) {
+            if (d.mask[at + j] == std::byte{0}) row[j] = kNegInf;
+          }
+        }
+        std::fill(row + s.mask_len, row + t, kNegInf);
+      }
+      if (s.causal && i + 1 < t) std::fill(row + i + 1, row + t, kNegInf);
+      const float max = vk.max(row, t);
+      if (max == kNegInf) {  // every key masked: the reference gives zeros
+        std::fill(row, row + t, 0.0f);
+        inv_sum[r] = 0;
+        continue;
+      }
+      const float sum = vk.expSum(row, row, t, max);
+      inv_sum[r] = sum == 0 ? 0.0f : 1.0f / sum;
+    }
+    float* y = d.y + b * s.y.batch + h * s.y.head + i0 * s.y.seq;
+    for (int64_t r = 0; r < rows; ++r) std::fill(y + r * s.y.seq, y + r * s.y.seq + s.v_head_size, 0.0f);
+    vk.matmulAccumulate(scores, t, v, s.v.seq, y, s.y.seq, rows, s.v_head_size, t);
+    for (int64_t r = 0; r < rows; ++r) vk.affine(y + r * s.y.seq, y + r * s.y.seq, s.v_head_size, inv_sum[r], 0.0f);
+  }
+}
+
+void runAttentionFast(const AttentionState& s, const AttentionData& d) {
+  const int64_t blocks = (s.q_seq + kFastTaskRows - 1) / kFastTaskRows;
+  const int64_t tasks = s.batch * s.q_heads * blocks;
+  parallelForItems(tasks, std::min(s.q_seq, kFastTaskRows) * s.total * (s.head_size + s.v_head_size),
+                   [&](int64_t first, int64_t last) {
+                     for (int64_t task = first; task < last; ++task) {
+                       const int64_t block = task % blocks;
+                       const int64_t head = task / blocks % s.q_heads;
+                       const int64_t b = task / blocks / s.q_heads;
+                       attentionBlockFast(s, d, b, head, block * kFastTaskRows,
+                                          std::min(s.q_seq, (block + 1) * kFastTaskRows));
+                     }
+                   });
+}
+
 void runAttention(const KernelCall& call) {
   const auto& s = static_cast<const AttentionState&>(*call.state);
   AttentionData d{};
@@ -344,6 +436,11 @@ void runAttention(const KernelCall& call) {
   if (call.output_count > 1) writePresent(s, d.past_key, d.k, s.k, s.head_size, s.staging.output(call, 1));
   if (call.output_count > 2) writePresent(s, d.past_value, d.v, s.v, s.v_head_size, s.staging.output(call, 2));
   if (call.output_count > 3) d.scores = s.staging.output(call, 3);
+  if (fastPathApplies(s, call.output_count)) {
+    runAttentionFast(s, d);
+    s.staging.finish(call);
+    return;
+  }
   const int64_t rows = s.batch * s.q_heads * s.q_seq;
   parallelForItems(rows, s.total * (s.head_size + s.v_head_size), [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
@@ -587,6 +684,7 @@ void runSwiglu(const KernelCall& call) {
 
 void registerTransformerKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Attention", &prepareAttention, &runAttention});
+  registry.add(KernelDef{"kiln.Attention", &prepareAttention, &runAttention});
   registry.add(KernelDef{"RotaryEmbedding", &prepareRotary, &runRotary});
   registry.add(KernelDef{"RMSNormalization", &prepareRmsNorm, &runRmsNorm});
   registry.add(KernelDef{"SwiGLU", &prepareSwiglu, &runSwiglu});

@@ -278,14 +278,19 @@ void productTile(const float* a, int64_t lda, const float* b, int64_t ldb, float
   }
 }
 
-// Columns of up to kRows rows: wide tiles, then single vectors, then the
-// partial vector at the end.
+// Columns of up to kRows rows: wide tiles, then pairs of vectors, then single
+// vectors, then the partial vector at the end.
 template <int kRows, int kWide>
 void productRows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
                  int64_t k) {
   int64_t j = 0;
   for (; j + kWide * kLanes <= n; j += kWide * kLanes) {
     productTile<kRows, kWide, false>(a, lda, b, ldb, c, ldc, k, j, 0);
+  }
+  // Two vectors at a time where a wide tile no longer fits (an attention
+  // head's 32 or 48 columns): twice the independent FMA chains of one.
+  if constexpr (kWide > 2) {
+    for (; j + 2 * kLanes <= n; j += 2 * kLanes) productTile<kRows, 2, false>(a, lda, b, ldb, c, ldc, k, j, 0);
   }
   for (; j + kLanes <= n; j += kLanes) productTile<kRows, 1, false>(a, lda, b, ldb, c, ldc, k, j, 0);
   if (j < n) productTile<kRows, 1, true>(a, lda, b, ldb, c, ldc, k, j, n - j);
