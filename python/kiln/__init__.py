@@ -51,7 +51,8 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     unknown leading input dimension. With dynamic=True, input dimensions left
     unknown stay symbolic and the package is specialized per input signature
     at run time (so is a model whose shapes depend on input values, always).
-    Returns the compile report (steps, views, constants, arena bytes against
+    Returns the compile report (steps, and step_kernels: steps per kernel,
+    which shows what the fusions made; views, constants, arena bytes against
     the lower bound; runtime_shapes tells whether the package is specialized
     at run time). target="cuda" makes a package for NVIDIA GPUs (static
     shapes only; docs/cuda.md)."""

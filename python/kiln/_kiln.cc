@@ -49,6 +49,9 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
+  nb::dict step_kernels;  // kernel name -> steps: what the fusions made
+  for (const auto& [kernel, count] : report.step_kernels) step_kernels[kernel.c_str()] = count;
+  result["step_kernels"] = step_kernels;
   result["views"] = report.views;
   result["constants"] = report.constants;
   result["constant_bytes"] = report.constant_bytes;

@@ -25,6 +25,7 @@
 #include "passes/float16_in_float32.h"
 #include "core/elementwise_program.h"
 #include "passes/elementwise_fusion.h"
+#include "passes/integer_matmul_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
 
@@ -32,10 +33,16 @@ namespace kiln {
 namespace {
 
 // Operators whose output is their first input's bytes reinterpreted: they
-// become aliases, not steps.
-bool isView(const Node& node) {
+// become aliases, not steps. A Cast to the type its input already has is one
+// (exporters leave them in: T5's norms cast f32 to f32 before every one).
+bool isView(const Graph& graph, const Node& node) {
   static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  return node.domain.empty() && kViews.contains(node.op_type);
+  if (!node.domain.empty()) return false;
+  if (node.op_type == "Cast" && node.inputs.size() == 1 && node.outputs.size() == 1) {
+    const DType from = graph.value(node.inputs[0]).type.dtype;
+    return from != DType::kUndefined && from == graph.value(node.outputs[0]).type.dtype;
+  }
+  return kViews.contains(node.op_type);
 }
 
 // The one element of `constant`, as a kernel parameter.
@@ -269,7 +276,7 @@ class Lowering {
     if (scope_->parent != nullptr) return true;  // subgraph constants: cheap, keep them all
     const auto& users = graph().value(id).users;
     return captured_.contains(graph().value(id).name) || std::any_of(users.begin(), users.end(), [&](const Use& use) {
-             return !(isView(graph().node(use.node)) && use.input_index > 0);
+             return !(isView(graph(), graph().node(use.node)) && use.input_index > 0);
            });
   }
 
@@ -318,7 +325,7 @@ class Lowering {
     std::function<void(const Graph&)> visit = [&](const Graph& graph) {
       for (NodeId id : graph.nodeIds()) {
         const Node& node = graph.node(id);
-        if (!isView(node) && !isControlFlow(node) && !options_.has_kernel(kernelName(node))) {
+        if (!isView(graph, node) && !isControlFlow(node) && !options_.has_kernel(kernelName(node))) {
           missing.insert(
               fmt::format("op '{}' (domain '{}')", node.op_type, node.domain.empty() ? "ai.onnx" : node.domain));
         }
@@ -358,15 +365,15 @@ class Lowering {
     const ValueId first_input = node.inputs.empty() ? kNoValue : node.inputs[0];
     // A view aliases its input's memory, wherever that lives; only a view
     // that is a graph output is copied, into the caller's output buffer.
-    if (isView(node) && first_input != kNoValue && !isGraphOutput(node.outputs[0])) {
+    if (isView(graph(), node) && first_input != kNoValue && !isGraphOutput(node.outputs[0])) {
       define(node.outputs[0], ValueStorage::kAlias, indexOf(first_input));
       ++report.views;
       return;
     }
     StepSpec step;
-    step.kernel = isView(node) ? "kiln.Copy" : kernelName(node);
-    if (!isView(node)) step.params = paramsOf(node);
-    const size_t input_count = isView(node) ? 1 : node.inputs.size();
+    step.kernel = isView(graph(), node) ? "kiln.Copy" : kernelName(node);
+    if (!isView(graph(), node)) step.params = paramsOf(node);
+    const size_t input_count = isView(graph(), node) ? 1 : node.inputs.size();
     for (size_t i = 0; i < input_count; ++i) {
       step.inputs.push_back(node.inputs[i] == kNoValue ? kNoValueIndex : indexOf(node.inputs[i]));
     }
@@ -780,7 +787,9 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
     inferTypes(graph, opsets);
   }
   if (fuseLayerNorms(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) inferTypes(graph, opsets);
+  if (options.target == "cpu" && fuseRmsNorms(graph) > 0) inferTypes(graph, opsets);
   if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
+  if (options.target == "cpu" && fuseIntegerMatMuls(graph) > 0) inferTypes(graph, opsets);
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.

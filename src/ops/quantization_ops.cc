@@ -210,6 +210,17 @@ void registerQuantizationOps(OpRegistry& registry) {
   add(registry, "DynamicQuantizeLinear", 11, 1, 1, dynamicQuantizeLinear, 3);
   add(registry, "MatMulInteger", 10, 2, 4, [](InferenceContext& c) { integerForm(c, "MatMul"); });
   add(registry, "ConvInteger", 10, 2, 4, [](InferenceContext& c) { integerForm(c, "Conv"); });
+  // kiln.MatMulIntegerToFloat(A, B, a_zero_point?, b_zero_point?, scale[,
+  // addend]): MatMulInteger's sums as f32 times scale (one value, or one per
+  // column), plus a bias [N] or a residual of the product's shape: what
+  // passes/integer_matmul_fusion.h makes of MatMulInteger -> Cast -> Mul -> Add.
+  registry.add(OpSchema{"kiln", "MatMulIntegerToFloat", 1, 5, 6, 1, 1, [](InferenceContext& c) {
+                          integerForm(c, "MatMul");
+                          if (c.inputType(4).dtype != DType::kF32) {
+                            c.fail("the scale (input 4) must be f32, found {}", dtypeName(c.inputType(4).dtype));
+                          }
+                          c.output(0).dtype = DType::kF32;
+                        }});
   add(registry, "QLinearMatMul", 10, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });
   add(registry, "QLinearMatMul", 21, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });  // f16 scales
   add(registry, "QLinearConv", 10, 8, 9, [](InferenceContext& c) { quantizedForm(c, "Conv"); });

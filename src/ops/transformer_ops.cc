@@ -147,6 +147,8 @@ void registerTransformerOps(OpRegistry& registry) {
   // makes of exported attention chains (passes/attention_fusion.h), for
   // models of any opset; Attention's attributes and kernel.
   registry.add(OpSchema{"kiln", "Attention", 1, 3, 4, 1, 1, attention});
+  // kiln.RMSNormalization: what the RMS norm fusion makes (passes/layernorm_fusion.h).
+  registry.add(OpSchema{"kiln", "RMSNormalization", 1, 2, 2, 1, 1, rmsNormalization});
   add(registry, "RotaryEmbedding", 23, 3, 4, 1, rotaryEmbedding);
   add(registry, "RMSNormalization", 23, 2, 2, 1, rmsNormalization);
   add(registry, "SwiGLU", 28, 2, 2, 1, swiglu);

@@ -14,6 +14,20 @@ namespace {
 
 constexpr int64_t kLayerNormOpset = 17;
 
+// Whether ReduceMean `id` reduces the last axis only, keeping it.
+bool reducesLastAxis(const Graph& graph, NodeId id, size_t rank) {
+  const Node& node = graph.node(id);
+  if (node.intAttribute("keepdims", 1) != 1) return false;
+  std::vector<int64_t> axes = node.intsAttribute("axes", {});
+  if (node.inputs.size() > 1 && node.inputs[1] != kNoValue) {  // opset 18: axes as an input
+    const ConstantPtr& c = graph.value(node.inputs[1]).initializer;
+    if (!c || c->info.dtype != DType::kI64) return false;
+    axes.resize(static_cast<size_t>(c->info.numElements()));
+    std::memcpy(axes.data(), c->bytes.data(), c->bytes.size());
+  }
+  return axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<int64_t>(rank) - 1);
+}
+
 class LayerNormFusion {
  public:
   explicit LayerNormFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}
@@ -29,19 +43,7 @@ class LayerNormFusion {
  private:
   std::optional<NodeId> reader(ValueId value, const char* op) const { return onlyReader(graph_, pinned_, value, op); }
 
-  // A ReduceMean over the last axis only, keeping it.
-  bool reducesLastAxis(NodeId id, size_t rank) const {
-    const Node& node = graph_.node(id);
-    if (node.intAttribute("keepdims", 1) != 1) return false;
-    std::vector<int64_t> axes = node.intsAttribute("axes", {});
-    if (node.inputs.size() > 1 && node.inputs[1] != kNoValue) {  // opset 18: axes as an input
-      const ConstantPtr& c = graph_.value(node.inputs[1]).initializer;
-      if (!c || c->info.dtype != DType::kI64) return false;
-      axes.resize(static_cast<size_t>(c->info.numElements()));
-      std::memcpy(axes.data(), c->bytes.data(), c->bytes.size());
-    }
-    return axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<int64_t>(rank) - 1);
-  }
+  bool reducesLastAxis(NodeId id, size_t rank) const { return kiln::reducesLastAxis(graph_, id, rank); }
 
   // An f32 initializer of shape [channels].
   bool isChannelVector(ValueId id, int64_t channels) const {
@@ -131,7 +133,107 @@ class LayerNormFusion {
   const std::set<ValueId> pinned_;
 };
 
+// RMS normalization as T5's and LLaMA's exports write it:
+//   v = ReduceMean(Pow(x, 2) | Mul(x, x), axes=[last], keepdims=1)
+//   s = Sqrt(Add(v, epsilon))
+//   n = Mul(x, Div(1, s)) | Mul(x, Reciprocal(s)) | Div(x, s)   (operands in either order)
+//   y = Mul(n, gamma)                                            (optional; either order)
+class RmsNormFusion {
+ public:
+  explicit RmsNormFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}
+
+  size_t run() {
+    size_t fused = 0;
+    for (NodeId id : graph_.topologicalOrder()) {
+      if (!graph_.node(id).removed && isOp(graph_, id, "ReduceMean") && tryFuse(id)) ++fused;
+    }
+    return fused;
+  }
+
+ private:
+  std::optional<NodeId> reader(ValueId value, const char* op) const { return onlyReader(graph_, pinned_, value, op); }
+
+  // x when `square` is Pow(x, 2) or Mul(x, x).
+  ValueId squared(NodeId square, size_t rank) const {
+    const Node& node = graph_.node(square);
+    if (isOp(graph_, square, "Pow") && scalarConstant(graph_, node.inputs[1], rank) == 2.0f) return node.inputs[0];
+    if (isOp(graph_, square, "Mul") && node.inputs[0] == node.inputs[1]) return node.inputs[0];
+    return kNoValue;
+  }
+
+  bool tryFuse(NodeId mean_id) {
+    const ValueId sq = graph_.node(mean_id).inputs[0];
+    const NodeId square = graph_.value(sq).producer;
+    if (square == kNoNode || pinned_.contains(sq) || graph_.value(sq).users.size() != 1) return false;
+    const ValueType& type = graph_.value(sq).type;
+    if (type.dtype != DType::kF32 || !type.shape || type.shape->empty() || !type.shape->back().isKnown()) return false;
+    const size_t rank = type.shape->size();
+    const int64_t channels = type.shape->back().size;
+    const ValueId x = squared(square, rank);
+    if (x == kNoValue || !reducesLastAxis(graph_, mean_id, rank)) return false;
+    const ValueId v = graph_.node(mean_id).outputs[0];
+    const auto add_eps = reader(v, "Add");
+    if (!add_eps) return false;
+    const std::optional<float> epsilon = scalarConstant(graph_, otherOperand(graph_, *add_eps, v), rank);
+    const auto sqrt = epsilon ? reader(graph_.node(*add_eps).outputs[0], "Sqrt") : std::nullopt;
+    if (!sqrt) return false;
+    std::vector<NodeId> nodes = {square, mean_id, *add_eps, *sqrt};
+    const ValueId s = graph_.node(*sqrt).outputs[0];
+    ValueId end = kNoValue;
+    if (const auto div = reader(s, "Div")) {
+      const Node& node = graph_.node(*div);
+      if (node.inputs[1] != s) return false;
+      if (node.inputs[0] == x) {  // x / s
+        nodes.push_back(*div);
+        end = node.outputs[0];
+      } else if (scalarConstant(graph_, node.inputs[0], rank) == 1.0f) {  // (1 / s), times x below
+        nodes.push_back(*div);
+      } else {
+        return false;
+      }
+    } else if (const auto reciprocal = reader(s, "Reciprocal")) {
+      nodes.push_back(*reciprocal);
+    } else {
+      return false;
+    }
+    if (end == kNoValue) {
+      const ValueId r = graph_.node(nodes.back()).outputs[0];
+      const auto mul = reader(r, "Mul");
+      if (!mul || otherOperand(graph_, *mul, r) != x) return false;
+      nodes.push_back(*mul);
+      end = graph_.node(*mul).outputs[0];
+    }
+    if (graph_.value(end).type.shape != type.shape) return false;
+    ValueId gamma = kNoValue;
+    if (const auto mul = reader(end, "Mul")) {
+      const ValueId other = otherOperand(graph_, *mul, end);
+      const ConstantPtr& c = other == kNoValue ? nullptr : graph_.value(other).initializer;
+      if (c && c->info.dtype == DType::kF32 && c->info.shape == std::vector<int64_t>{channels}) {
+        gamma = other;
+        nodes.push_back(*mul);
+      }
+    }
+    if (gamma == kNoValue) gamma = ones(end, channels);
+    replaceByFusedNode(graph_, nodes, "RMSNormalization", {{"axis", int64_t{-1}}, {"epsilon", *epsilon}},
+                       {x, gamma}, graph_.node(mean_id).name);
+    return true;
+  }
+
+  ValueId ones(ValueId near, int64_t channels) {
+    std::vector<float> values(static_cast<size_t>(channels), 1.0f);
+    std::vector<std::byte> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return graph_.addInitializer(uniqueName(graph_, graph_.value(near).name + "/ones"),
+                                 makeConstant(TensorInfo{DType::kF32, {channels}}, std::move(bytes)));
+  }
+
+  Graph& graph_;
+  const std::set<ValueId> pinned_;
+};
+
 }  // namespace
+
+size_t fuseRmsNorms(Graph& graph) { return RmsNormFusion(graph).run(); }
 
 size_t fuseLayerNorms(Graph& graph, int64_t default_opset) {
   if (default_opset < kLayerNormOpset) return 0;

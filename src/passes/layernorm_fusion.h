@@ -1,7 +1,7 @@
-// LayerNormalization written out as its arithmetic, as exporters emit it for
-// opsets before 17 (and PyTorch often still does), becomes one
-// LayerNormalization node, whose kernel makes two passes over each row
-// instead of nine steps over the whole tensor:
+// LayerNormalization (and RMS normalization, below) written out as its
+// arithmetic, as exporters emit it for opsets before 17 (and PyTorch often
+// still does), becomes one LayerNormalization node, whose kernel makes two
+// passes over each row instead of nine steps over the whole tensor:
 //
 //   m = ReduceMean(x, axes=[last], keepdims=1)
 //   d = Sub(x, m)
@@ -30,5 +30,20 @@ namespace kiln {
 
 // Returns the number of LayerNormalizations formed.
 size_t fuseLayerNorms(Graph& graph, int64_t default_opset);
+
+// RMS normalization written out (T5's and LLaMA's exports):
+//
+//   v = ReduceMean(Pow(x, 2) or Mul(x, x), axes=[last], keepdims=1)
+//   s = Sqrt(Add(v, epsilon))
+//   n = Mul(x, Div(1, s)), Mul(x, Reciprocal(s)) or Div(x, s)
+//   y = Mul(n, gamma)                                         (optional)
+//
+// becomes y = kiln.RMSNormalization(x, gamma) {axis: -1, epsilon}: ONNX
+// RMSNormalization (opset 23) for models of any opset, with its kernel; ones
+// for a missing gamma. Same conditions as above (x f32 with a known last
+// dimension, constants of one element, gamma an f32 initializer [C], the
+// intermediate values read only inside the pattern and not pinned). Returns
+// the number formed.
+size_t fuseRmsNorms(Graph& graph);
 
 }  // namespace kiln

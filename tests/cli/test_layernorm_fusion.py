@@ -80,3 +80,62 @@ def test_opset_before_17_is_left_alone(kiln, tmp_path):
     save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits, tmp_path / "m.onnx", opset=13)
     compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(SHAPE).astype(np.float32)})
+
+
+def rms_decomposed(square, normalize, gamma):
+    """T5's and LLaMA's RMS norm written out: x / sqrt(mean(x^2) + eps) (* gamma)."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]) if square == "Pow"
+             else helper.make_node("Mul", ["x", "x"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"])]
+    out = "n" if gamma else "y"
+    if normalize == "div":
+        nodes.append(helper.make_node("Div", ["x", "s"], [out]))
+    elif normalize == "one-over":
+        nodes += [helper.make_node("Div", ["one", "s"], ["r"]), helper.make_node("Mul", ["x", "r"], [out])]
+    else:
+        nodes += [helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["r", "x"], [out])]
+    if gamma:
+        nodes.append(helper.make_node("Mul", ["gamma", "n"], ["y"]))
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(RNG.standard_normal(SHAPE[-1]).astype(np.float32), "gamma")]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("square,normalize,gamma", [("Pow", "one-over", True), ("Mul", "div", False),
+                                                    ("Pow", "reciprocal", True)])
+def test_decomposed_rms_norm_is_one_step(kiln, tmp_path, square, normalize, gamma):
+    nodes, inits = rms_decomposed(square, normalize, gamma)
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits, tmp_path / "m.onnx", opset=13)
+    x = (RNG.standard_normal(SHAPE) * 3 + 1).astype(np.float32)
+    compile_and_compare(kiln, tmp_path, {"x": x}, rtol=1e-5, atol=1e-6)
+    ir = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "n.kiln", "--print-ir").stdout
+    assert "kiln.RMSNormalization" in ir and "ReduceMean" not in ir, ir
+
+
+def test_rms_norm_with_its_input_read_elsewhere_is_fused(kiln, tmp_path):
+    """x also feeds a residual Add (as in every pre-norm block): the norm still fuses."""
+    nodes, inits = rms_decomposed("Pow", "one-over", True)
+    nodes[-1].output[0] = "normed"
+    nodes.append(helper.make_node("Add", ["x", "normed"], ["y"]))
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits, tmp_path / "m.onnx", opset=13)
+    x = RNG.standard_normal(SHAPE).astype(np.float32)
+    compile_and_compare(kiln, tmp_path, {"x": x}, rtol=1e-5, atol=1e-6)
+    ir = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "n.kiln", "--print-ir").stdout
+    assert "kiln.RMSNormalization" in ir, ir
+
+
+def test_mean_of_squares_read_elsewhere_is_not_fused(kiln, tmp_path):
+    nodes, inits = rms_decomposed("Pow", "div", False)
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE),
+          helper.make_tensor_value_info("v", TensorProto.FLOAT, SHAPE[:-1] + [1])], inits, tmp_path / "m.onnx",
+         opset=13)
+    compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(SHAPE).astype(np.float32)}, rtol=1e-5, atol=1e-6)
+    ir = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "n.kiln", "--print-ir").stdout
+    assert "kiln.RMSNormalization" not in ir, ir

@@ -565,6 +565,7 @@ struct RmsNormState final : KernelState {
   int64_t size = 0;  // normalised elements per row
   float epsilon = 0;
   std::vector<int64_t> scale_index;  // per element of a row: its scale element (broadcasting)
+  bool scale_is_row = false;         // scale_index is 0, 1, 2, ...: the vector path
   fp::FloatStaging staging;
 };
 
@@ -621,6 +622,8 @@ std::unique_ptr<KernelState> prepareRmsNorm(const KernelSetup& setup) {
   s->rows = s->size == 0 ? 0 : checks::elementCount(x.shape) / s->size;
   s->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
   s->scale_index = broadcastIndices(op, setup.inputs[1], normalized);
+  s->scale_is_row = true;
+  for (size_t e = 0; e < s->scale_index.size(); ++e) s->scale_is_row = s->scale_is_row && s->scale_index[e] == static_cast<int64_t>(e);
   checks::expectOutput(op, setup, 0, x.dtype, x.shape);
   s->staging.plan(setup);
   return s;
@@ -631,6 +634,19 @@ void runRmsNorm(const KernelCall& call) {
   const float* x = s.staging.input(call, 0);
   const float* scale = s.staging.input(call, 1);
   float* y = s.staging.output(call, 0);
+  if (s.scale_is_row) {  // the vector kernels: sum of squares, then x * inv * scale
+    const vec::VectorKernels& vk = vec::vectorKernels();
+    parallelForItems(s.rows, s.size, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* in = x + r * s.size;
+        const double mean_square = static_cast<double>(vk.sumSquares(in, s.size, 0.0f)) / static_cast<double>(s.size);
+        const auto inv = static_cast<float>(1.0 / std::sqrt(mean_square + s.epsilon));
+        vk.normalize(in, scale, nullptr, y + r * s.size, s.size, 0.0f, inv);
+      }
+    });
+    s.staging.finish(call);
+    return;
+  }
   parallelForItems(s.rows, s.size, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* in = x + r * s.size;
@@ -687,6 +703,7 @@ void registerTransformerKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"kiln.Attention", &prepareAttention, &runAttention});
   registry.add(KernelDef{"RotaryEmbedding", &prepareRotary, &runRotary});
   registry.add(KernelDef{"RMSNormalization", &prepareRmsNorm, &runRmsNorm});
+  registry.add(KernelDef{"kiln.RMSNormalization", &prepareRmsNorm, &runRmsNorm});
   registry.add(KernelDef{"SwiGLU", &prepareSwiglu, &runSwiglu});
 }
 
