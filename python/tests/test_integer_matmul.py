@@ -130,3 +130,22 @@ def test_sums_read_elsewhere_stay_a_plain_matmul_integer(tmp_path):
     want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"a": a})
     np.testing.assert_array_equal(ours["sums"], want[1])
     np.testing.assert_allclose(ours["y"], want[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (300, 401)])
+def test_dynamic_quantize_linear_matches_onnxruntime(tmp_path, shape):
+    """Small and large inputs: the large one takes the range in blocks on the threads."""
+    x = (np.random.default_rng(12).standard_normal(shape) * 4 + 1).astype(np.float32)
+    x.flat[x.size // 2] = 40.0  # the maximum deep inside one block
+    graph = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero"])], "dq",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in
+                               (("y", TensorProto.UINT8), ("scale", TensorProto.FLOAT), ("zero", TensorProto.UINT8))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert ours["scale"] == want[1] and ours["zero"] == want[2]
+    np.testing.assert_array_equal(ours["y"], want[0])

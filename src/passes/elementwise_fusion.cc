@@ -24,6 +24,7 @@ struct Candidate {
   float alpha = 0;
   float beta = 0;
   std::vector<ValueId> operands;  // one or two
+  bool cube = false;              // Pow(x, 3): two instructions, Square(x) then Mul(x^2, x)
 };
 
 bool isStaticF32(const Graph& graph, ValueId id) {
@@ -81,8 +82,9 @@ std::optional<Candidate> describeOp(const Graph& graph, const Node& node) {
     c.beta = bounds[1];
   } else if (node.op_type == "Pow" && in.size() == 2) {
     const std::optional<float> exponent = scalarConstant(graph, in[1], kAnyRank);
-    if (exponent == 2.0f) {
+    if (exponent == 2.0f || exponent == 3.0f) {
       c.op = ElementwiseOp::kSquare;
+      c.cube = exponent == 3.0f;  // (x * x) * x: within 2 ulp of pow, as the Pow kernel's cube
     } else if (exponent == 0.5f) {
       c.op = ElementwiseOp::kPowHalf;
     } else {
@@ -138,9 +140,9 @@ class ElementwiseFusion {
   std::vector<NodeId> grow(NodeId sink);
   bool rewrite(const std::vector<NodeId>& nodes);
 
-  // Whether `producer` may join a group of `nodes` members that reads
-  // `outside` and `immediates` from outside it; if so, updates both.
-  bool fitsLimits(NodeId producer, size_t nodes, std::set<ValueId>& outside, std::set<ValueId>& immediates) const;
+  // Whether `producer` may join a group of `ops` instructions that reads
+  // `outside` and `immediates` from outside it; if so, updates all three.
+  bool fitsLimits(NodeId producer, size_t& ops, std::set<ValueId>& outside, std::set<ValueId>& immediates) const;
 
   Graph& graph_;
   const ElementwiseFusionLimits limits_;
@@ -160,7 +162,8 @@ std::vector<NodeId> ElementwiseFusion::grow(NodeId sink) {
   std::vector<NodeId> nodes = {sink};
   group_[sink] = group;
   std::set<ValueId> outside, immediates;  // what the group reads from outside it
-  fitsLimits(sink, 0, outside, immediates);
+  size_t ops = 0;                         // the group's instructions
+  fitsLimits(sink, ops, outside, immediates);
   for (size_t next = 0; next < nodes.size(); ++next) {
     for (ValueId operand : candidates_[nodes[next]]->operands) {
       const Value& value = graph_.value(operand);
@@ -170,7 +173,7 @@ std::vector<NodeId> ElementwiseFusion::grow(NodeId sink) {
       if (shapeOf(operand) != shape || pinned_.contains(operand)) continue;
       const bool read_inside = std::all_of(value.users.begin(), value.users.end(),
                                            [&](const Use& use) { return group_[use.node] == group; });
-      if (!read_inside || !fitsLimits(producer, nodes.size(), outside, immediates)) continue;
+      if (!read_inside || !fitsLimits(producer, ops, outside, immediates)) continue;
       group_[producer] = group;
       nodes.push_back(producer);
     }
@@ -179,34 +182,36 @@ std::vector<NodeId> ElementwiseFusion::grow(NodeId sink) {
   return nodes;
 }
 
-bool ElementwiseFusion::fitsLimits(NodeId producer, size_t nodes, std::set<ValueId>& outside,
+bool ElementwiseFusion::fitsLimits(NodeId producer, size_t& ops, std::set<ValueId>& outside,
                                    std::set<ValueId>& immediates) const {
+  const size_t producer_ops = candidates_[producer]->cube ? 2 : 1;
   std::set<ValueId> new_outside = outside, new_immediates = immediates;
   new_outside.erase(graph_.node(producer).outputs[0]);
   for (ValueId operand : candidates_[producer]->operands) {
     (scalarConstant(graph_, operand, kAnyRank) ? new_immediates : new_outside).insert(operand);
   }
-  if (nodes + 1 > limits_.max_ops || new_outside.size() > limits_.max_inputs ||
+  if (ops + producer_ops > limits_.max_ops || new_outside.size() > limits_.max_inputs ||
       new_immediates.size() > limits_.max_immediates) {
     return false;
   }
   outside = std::move(new_outside);
   immediates = std::move(new_immediates);
+  ops += producer_ops;
   return true;
 }
 
 // Writes the program of `nodes` (in graph order; the last is the sink) and
 // replaces them by the fused node, unless the header's limits forbid it.
 bool ElementwiseFusion::rewrite(const std::vector<NodeId>& nodes) {
-  std::map<ValueId, size_t> result_of;  // a member's output -> its instruction
-  for (size_t i = 0; i < nodes.size(); ++i) result_of[graph_.node(nodes[i]).outputs[0]] = i;
+  std::set<ValueId> results;  // the members' outputs
+  for (NodeId id : nodes) results.insert(graph_.node(id).outputs[0]);
   // Inputs and immediates first: their count fixes the results' slots.
   std::vector<ValueId> inputs;
   std::vector<ValueId> immediate_values;
   ElementwiseProgram program;
   for (NodeId id : nodes) {
     for (ValueId operand : candidates_[id]->operands) {
-      if (result_of.contains(operand)) continue;
+      if (results.contains(operand)) continue;
       const std::optional<float> immediate = scalarConstant(graph_, operand, kAnyRank);
       std::vector<ValueId>& list = immediate ? immediate_values : inputs;
       if (std::find(list.begin(), list.end(), operand) != list.end()) continue;
@@ -215,6 +220,7 @@ bool ElementwiseFusion::rewrite(const std::vector<NodeId>& nodes) {
     }
   }
   program.input_count = inputs.size();
+  std::map<ValueId, size_t> result_of;  // a member's output -> its (last) instruction
   auto slotOf = [&](ValueId operand) -> int64_t {
     if (const auto result = result_of.find(operand); result != result_of.end()) {
       return program.resultSlot(result->second);
@@ -226,11 +232,20 @@ bool ElementwiseFusion::rewrite(const std::vector<NodeId>& nodes) {
   };
   for (NodeId id : nodes) {
     const Candidate& c = *candidates_[id];
+    const int64_t first = slotOf(c.operands[0]);
     program.ops.push_back(c.op);
-    program.operands.push_back(slotOf(c.operands[0]));
+    program.operands.push_back(first);
     program.operands.push_back(c.operands.size() > 1 ? slotOf(c.operands[1]) : kNoOperand);
     program.alpha.push_back(c.alpha);
     program.beta.push_back(c.beta);
+    if (c.cube) {
+      program.ops.push_back(ElementwiseOp::kMul);
+      program.operands.push_back(program.resultSlot(program.ops.size() - 2));
+      program.operands.push_back(first);
+      program.alpha.push_back(0);
+      program.beta.push_back(0);
+    }
+    result_of[graph_.node(id).outputs[0]] = program.ops.size() - 1;
   }
 
   // The inputs' broadcast gives the output's dimensions (immediates have

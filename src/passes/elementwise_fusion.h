@@ -14,7 +14,8 @@
 //   Clip whose min and max are absent or one-element f32 initializers
 //     (attributes before opset 11);
 //   Add, Sub, Mul, Div, and Max and Min of exactly two inputs;
-//   Pow whose exponent is a one-element f32 initializer equal to 2 or 0.5.
+//   Pow whose exponent is a one-element f32 initializer equal to 2, 3 (two
+//     instructions: Square, then a Mul by x) or 0.5.
 //
 // Groups grow backwards from a sink, so that each has exactly one output:
 // the nodes are visited consumers first, and a candidate that is in no group

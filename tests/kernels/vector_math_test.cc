@@ -410,4 +410,40 @@ TEST(VectorKernels, QuantizeU8RoundsHalfToEvenAsNearbyint) {
 }
 
 }  // namespace
+// scaleSums in place and into another array, with one scale or one per
+// element, with and without an addend, over lengths with partial vectors: the
+// exact f32 arithmetic of f32(sum) * scale + add.
+TEST(VectorKernels, ScaleSumsIsTheCastThenTheScale) {
+  for (const VectorKernels* table : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table->isa)));
+    for (int64_t n : {0, 3, 16, 37}) {
+      std::vector<int32_t> sums(static_cast<size_t>(n));
+      std::vector<float> scales(static_cast<size_t>(n)), add(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        sums[static_cast<size_t>(i)] = static_cast<int32_t>((i * 2654435761u) % 2000003) - 1000001;
+        scales[static_cast<size_t>(i)] = 0.001f * static_cast<float>(i + 1);
+        add[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i % 5);
+      }
+      for (bool per_element : {false, true}) {
+        for (bool with_add : {false, true}) {
+          std::vector<float> out(static_cast<size_t>(n));
+          table->scaleSums(sums.data(), out.data(), n, scales.data(), per_element, with_add ? add.data() : nullptr);
+          std::vector<int32_t> in_place = sums;
+          table->scaleSums(in_place.data(), in_place.data(), n, scales.data(), per_element,
+                           with_add ? add.data() : nullptr);
+          for (int64_t i = 0; i < n; ++i) {
+            const auto at = static_cast<size_t>(i);
+            float want = static_cast<float>(sums[at]) * scales[per_element ? at : 0];
+            if (with_add) want += add[at];
+            EXPECT_EQ(out[at], want) << n << " " << i;
+            float got;
+            std::memcpy(&got, &in_place[at], sizeof got);
+            EXPECT_EQ(got, want) << "in place " << n << " " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace kiln::vec

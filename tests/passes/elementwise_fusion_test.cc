@@ -206,7 +206,7 @@ TEST(ElementwiseFusion, LeavesAloneWhatItCannotFuse) {
     b.output(b.op("Relu", {x}));
     const ValueId i = b.input("i", DType::kI64, {4});
     b.output(b.op("Neg", {b.op("Add", {i, i})}));
-    b.output(b.op("Relu", {b.op("Pow", {x, scalar(b, "three", 3.0f)})}));
+    b.output(b.op("Relu", {b.op("Pow", {x, scalar(b, "four", 4.0f)})}));
     b.output(b.op("Relu", {b.op("Clip", {x, b.op("ReduceMin", {x}, {{"keepdims", int64_t{0}}})})}));
     b.output(b.op("Relu", {b.op("Max", {x, x, x})}));
     const ValueId d = b.input("d", DType::kF32, {-1});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 
 namespace kiln {
@@ -28,14 +29,33 @@ bool cpuHasVnni() {
 
 DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y) {
   const vec::VectorKernels& v = vec::vectorKernels();
-  // The range always holds 0 (ONNX).
-  const float lo = std::min(0.0f, n > 0 ? v.min(x, n) : 0.0f);
-  const float hi = std::max(0.0f, n > 0 ? v.max(x, n) : 0.0f);
+  // The range, over up to kRangeBlocks blocks of x on the threads; it always
+  // holds 0 (ONNX). A NaN anywhere makes it [0, 0], as std::min(0, NaN) and
+  // std::max(0, NaN) over all of x would.
+  constexpr int64_t kRangeBlocks = 64;
+  const int64_t block = std::max<int64_t>((n + kRangeBlocks - 1) / kRangeBlocks, 4096);
+  const int64_t blocks = n > 0 ? (n + block - 1) / block : 0;
+  float block_lo[kRangeBlocks], block_hi[kRangeBlocks];
+  parallelForItems(blocks, 2 * block, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t count = std::min(block, n - b * block);
+      block_lo[b] = v.min(x + b * block, count);
+      block_hi[b] = v.max(x + b * block, count);
+    }
+  });
+  float lo = 0.0f, hi = 0.0f;
+  bool nan = false;
+  for (int64_t b = 0; b < blocks; ++b) {
+    nan = nan || std::isnan(block_lo[b]) || std::isnan(block_hi[b]);
+    lo = std::min(lo, block_lo[b]);
+    hi = std::max(hi, block_hi[b]);
+  }
+  if (nan) lo = hi = 0.0f;
   DynamicQuantization q;
   q.scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
   const float zero = std::nearbyint(std::clamp(0.0f - lo / q.scale, 0.0f, 255.0f));
   q.zero = static_cast<uint8_t>(zero);
-  v.quantizeU8(x, y, n, q.scale, zero);
+  parallelForElements(n, [&](int64_t begin, int64_t end) { v.quantizeU8(x + begin, y + begin, end - begin, q.scale, zero); });
   return q;
 }
 

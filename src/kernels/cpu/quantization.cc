@@ -42,6 +42,7 @@
 #include "kernels/cpu/integer_conv_gemm.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -618,11 +619,13 @@ void runMatMulInteger(const KernelCall& call) {
 // ------------------------------------------------- MatMulIntegerToFloat
 //
 // kiln.MatMulIntegerToFloat(A, B, a_zero?, b_zero?, scale[, addend]) =
-// f32(sums) * scale (+ addend): MatMulInteger -> Cast -> Mul (-> Add) as one step (ORT's quantizer writes
-// that chain after every dynamically quantized MatMul). The sums go into the
-// output's own memory, an i32 and an f32 having one size, and one pass turns
-// each into its f32 product with the scale there: the Cast's and the Mul's
-// arithmetic, so the same results, without their two passes over memory.
+// f32(sums) * scale (+ addend): MatMulInteger -> Cast -> Mul (-> Add) as one
+// step (onnxruntime's quantizer writes that chain after every dynamically
+// quantized MatMul). The sums go into the
+// output's own memory, an i32 and an f32 having one size, and one vector
+// pass (vector_kernels.h, scaleSums) turns each into its f32 product with
+// the scale there: the Cast's and the Mul's arithmetic, so the same results,
+// without their two passes over memory.
 
 struct MatMulIntegerToFloatState final : KernelState {
   std::unique_ptr<MatMulIntegerState> product;
@@ -657,27 +660,6 @@ std::unique_ptr<KernelState> prepareMatMulIntegerToFloat(const KernelSetup& setu
   return state;
 }
 
-// One row of n sums in place: row[j] = f32(sum j) * scale (+ add[j]). The
-// i32 and f32 views of the row go through blocks on the stack, so that the
-// compiler sees no aliasing and vectorizes the conversion.
-template <bool kPerColumn, bool kAdd>
-void scaleRow(std::byte* row, int64_t n, const float* scale, const float* add) {
-  constexpr int64_t kBlock = 256;
-  int32_t sums[kBlock];
-  float values[kBlock];
-  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-    const int64_t count = std::min(kBlock, n - j0);
-    const auto bytes = static_cast<size_t>(count) * sizeof(float);
-    std::memcpy(sums, row + j0 * 4, bytes);
-    for (int64_t j = 0; j < count; ++j) {
-      float value = static_cast<float>(sums[j]) * scale[kPerColumn ? j0 + j : 0];
-      if constexpr (kAdd) value += add[j0 + j];
-      values[j] = value;
-    }
-    std::memcpy(row + j0 * 4, values, bytes);
-  }
-}
-
 void runMatMulIntegerToFloat(const KernelCall& call) {
   const auto& s = static_cast<const MatMulIntegerToFloatState&>(*call.state);
   std::byte* y = call.outputs[0].data;
@@ -687,12 +669,12 @@ void runMatMulIntegerToFloat(const KernelCall& call) {
   const float* addend = s.addend == Addend::kNone ? nullptr : call.inputs[5].as<const float>();
   const int64_t n = s.product->plan.n;
   const int64_t rows = static_cast<int64_t>(call.outputs[0].numElements()) / std::max<int64_t>(n, 1);
-  const auto row_fn = s.per_column ? (addend ? &scaleRow<true, true> : &scaleRow<true, false>)
-                                   : (addend ? &scaleRow<false, true> : &scaleRow<false, false>);
+  const vec::VectorKernels& vk = vec::vectorKernels();
   parallelForItems(rows, n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* add = s.addend == Addend::kResidual ? addend + r * n : addend;
-      row_fn(y + r * n * 4, n, scale, add);
+      std::byte* row = y + r * n * 4;
+      vk.scaleSums(row, row, n, scale, s.per_column, add);
     }
   });
 }

@@ -106,6 +106,13 @@ struct VectorKernels {
   void (*normalize)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
                     float inv_std) = nullptr;
 
+  // y[i] = f32(sums[i]) * scale[i] (scale[0] for every i unless
+  // `scale_per_element`) + add[i] (add may be nullptr: 0), for n i32 sums.
+  // y may be the very bytes of sums (a product turned into f32 in place):
+  // the arrays are raw bytes, each vector is read before it is written.
+  void (*scaleSums)(const void* sums, void* y, int64_t n, const float* scale, bool scale_per_element,
+                    const float* add) = nullptr;
+
   // c[i][j] += sum over p < k of a[i][p] * b[p][j], for i < m and j < n; the
   // row strides are lda, ldb and ldc (c must not overlap a or b). The small
   // products of a recurrent layer's time step (a few rows of state times the

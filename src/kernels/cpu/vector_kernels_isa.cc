@@ -227,6 +227,27 @@ void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) 
     for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
   }
 }
+void scaleSums(const void* sums, void* y, int64_t n, const float* scale, bool scale_per_element, const float* add) {
+  if (n <= 0) return;
+  const auto* in = static_cast<const std::byte*>(sums);
+  auto* out = static_cast<std::byte*>(y);
+  const F32 one_scale = splat(scale[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    I32 s;
+    std::memcpy(&s, in + i * 4, sizeof s);
+    F32 v = toFloat(s) * (scale_per_element ? load(scale + i) : one_scale);
+    if (add != nullptr) v += load(add + i);
+    std::memcpy(out + i * 4, &v, sizeof v);
+  }
+  for (; i < n; ++i) {
+    int32_t s;
+    std::memcpy(&s, in + i * 4, sizeof s);
+    float v = static_cast<float>(s) * scale[scale_per_element ? i : 0];
+    if (add != nullptr) v += add[i];
+    std::memcpy(out + i * 4, &v, sizeof v);
+  }
+}
 void normalize(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
                float inv_std) {
   if (bias == nullptr) {
@@ -365,6 +386,7 @@ constexpr VectorKernels makeKernels() {
   k.affine = &affine;
   k.quantizeU8 = &quantizeU8;
   k.normalize = &normalize;
+  k.scaleSums = &scaleSums;
   k.matmulAccumulate = &matmulAccumulate;
   return k;
 }
