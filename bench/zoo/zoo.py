@@ -22,7 +22,11 @@ For each model and each batch it lists (1 and a realistic one):
   (kiln.Runner(threads=2), onnxruntime intra_op_num_threads=2, OpenVINO
   INFERENCE_NUM_THREADS=2 with f32 precision and the LATENCY hint), timed the
   same way in Python, and the ratios onnxruntime/kiln and OpenVINO/kiln
-  (above 1: kiln is faster).
+  (above 1: kiln is faster). The engines take turns over --rounds rounds
+  (default 3; --seconds is split between them) and each reports its lowest
+  round p50: on a shared VM, where other tenants slow a whole minute down by
+  20-50%, one long loop per engine let a slow spell decide a ratio; turns
+  and the best round make each engine meet the same spells.
 
 `check` exits 1 when a cached model fails to compile or differs; `make test`
 runs it through python/tests/test_zoo.py, which skips when the cache is empty.
@@ -291,13 +295,16 @@ def evaluate(entry, batch, args, engines, log):
     rows = {}
     reference = os.path.join(work, f"out_onnxruntime_b{batch}.npz")
     tolerance = entry.get("tolerance", REL_TOLERANCE)
-    for engine in ["onnxruntime"] + [e for e in engines if e != "onnxruntime"]:
+    order = ["onnxruntime"] + [e for e in engines if e != "onnxruntime"]
+    rounds = 1 if args.check_only else max(1, args.rounds)
+    seconds = args.seconds / rounds
+    for engine in order:
         save = os.path.join(work, f"out_{engine}_b{batch}.npz")
         if os.path.exists(save):
             os.remove(save)
         iterations = 1 if args.check_only else args.iterations
         res = run_engine(engine, entry, batch, work, args.threads, iterations, 0 if args.check_only else 3,
-                         args.seconds, save, args.timeout)
+                         seconds, save, args.timeout)
         data = res.last_json()
         row = rows[engine] = {"status": "ok"}
         if res.rc != 0 or data is None:
@@ -312,6 +319,19 @@ def evaluate(entry, batch, args, engines, log):
         log(f"  {batch_of(entry, batch)}: {engine}: {row['status']}"
             + ("" if args.check_only else f", p50 {row.get('p50_ms', float('nan')):.3f} ms")
             + (f", rel {row['rel']:.2e}" if "rel" in row else ""))
+    # More rounds, the engines in turn (rotated each round): each keeps its best p50.
+    for turn in range(1, rounds):
+        for engine in order[turn % len(order):] + order[:turn % len(order)]:
+            row = rows[engine]
+            if "p50_ms" not in row:
+                continue
+            data = run_engine(engine, entry, batch, work, args.threads, args.iterations, 3, seconds, None,
+                              args.timeout).last_json()
+            if data and "p50_ms" in data:
+                row.setdefault("round_p50s", [row["p50_ms"]]).append(data["p50_ms"])
+                row["p50_ms"] = min(row["round_p50s"])
+        log(f"  {batch_of(entry, batch)}: round {turn + 1}: "
+            + ", ".join(f"{e} {rows[e].get('p50_ms', float('nan')):.3f} ms" for e in order if "p50_ms" in rows[e]))
     return rows
 
 
@@ -343,7 +363,7 @@ def report_table(entries, results, threads):
     return lines, summary
 
 
-def write_results(lines, summary, command):
+def write_results(lines, summary, command, args_rounds):
     path = os.path.join(ROOT, "bench", "RESULTS.md")
     with open(path) as f:
         text = f.read()
@@ -351,7 +371,8 @@ def write_results(lines, summary, command):
                f"Run on {datetime.date.today().isoformat()}; {compare.machine_info()}; "
                f"{compare.versions(os.path.join(ROOT, 'build/release/tools/kiln'))}.", "",
                "Real public models from Python wheels (bench/zoo/models.json). p50 latency of one call, each engine "
-               "in a process of its own, timed in Python the same way; rel err: max|x - onnxruntime| / "
+               "in a process of its own, timed in Python the same way, the engines taking turns over "
+               f"{args_rounds} rounds (the best round's p50 counts); rel err: max|x - onnxruntime| / "
                "max|onnxruntime| over all outputs.", "", summary, ""] + lines + [""]
     start = text.find("## Model zoo")
     if start >= 0:
@@ -370,7 +391,10 @@ def main() -> int:
     parser.add_argument("--engines", default="kiln,onnxruntime,openvino")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--seconds", type=float, default=10.0, help="time limit of the timed loop per engine")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="time limit of the timed loops per engine, split over the rounds")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the engines take turns this many times; each reports its best round's p50")
     parser.add_argument("--batch-only", type=int, default=0, help="only this batch size (1, or the model's)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
@@ -428,7 +452,8 @@ def main() -> int:
         print("\n".join(lines))
         print(summary)
         if not args.no_write and not args.models:
-            write_results(lines, summary, "make zoo")
+            write_results(lines, summary, "make zoo" if args.seconds == 10.0 and args.rounds == 3 else
+                          " ".join(["zoo.py"] + sys.argv[1:]), args.rounds)
     for failure in known:
         print("KNOWN FAILURE", failure)
     for failure in failures:

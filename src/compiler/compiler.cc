@@ -28,20 +28,71 @@
 #include "passes/integer_matmul_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
+#include "passes/transpose_composition.h"
 
 namespace kiln {
 namespace {
 
+// Whether Transpose `node` keeps the order of its input's axes longer than
+// 1 (it only moves axes of size 1): then it moves no element.
+bool movesOnlyUnitAxes(const Graph& graph, const Node& node) {
+  const ValueType& in = graph.value(node.inputs[0]).type;
+  if (!in.hasStaticShape()) return false;
+  const auto rank = static_cast<int64_t>(in.shape->size());
+  std::vector<int64_t> perm = node.intsAttribute("perm", {});
+  if (perm.empty()) {  // the default: the axes reversed
+    for (int64_t axis = rank - 1; axis >= 0; --axis) perm.push_back(axis);
+  }
+  int64_t last = -1;
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= rank) return false;
+    if ((*in.shape)[static_cast<size_t>(axis)].size == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
+// Whether Slice `node` keeps every element in order: its output has its
+// input's static shape and its steps are absent or constant ones (a full
+// range with step -1 would reverse). tf2onnx writes such Slices for
+// TensorFlow's strided_slice of a whole tensor.
+bool slicesEverything(const Graph& graph, const Node& node) {
+  const ValueType& in = graph.value(node.inputs[0]).type;
+  const ValueType& out = graph.value(node.outputs[0]).type;
+  if (!in.hasStaticShape() || in.shape != out.shape || in.dtype != out.dtype) return false;
+  if (node.inputs.size() < 5 || node.inputs[4] == kNoValue) return true;
+  const ConstantPtr& steps = graph.value(node.inputs[4]).initializer;
+  if (!steps || (steps->info.dtype != DType::kI64 && steps->info.dtype != DType::kI32)) return false;
+  for (uint64_t i = 0; i < steps->info.numElements(); ++i) {
+    int64_t step = 0;
+    if (steps->info.dtype == DType::kI64) {
+      std::memcpy(&step, steps->bytes.data() + i * 8, 8);
+    } else {
+      int32_t narrow = 0;
+      std::memcpy(&narrow, steps->bytes.data() + i * 4, 4);
+      step = narrow;
+    }
+    if (step != 1) return false;
+  }
+  return true;
+}
+
 // Operators whose output is their first input's bytes reinterpreted: they
 // become aliases, not steps. A Cast to the type its input already has is one
-// (exporters leave them in: T5's norms cast f32 to f32 before every one).
+// (exporters leave them in: T5's norms cast f32 to f32 before every one), so
+// is a Transpose that only moves axes of size 1 (the layout changes around a
+// Conv over [N, C, L, 1] often compose to one), and so is a Slice that keeps
+// everything.
 bool isView(const Graph& graph, const Node& node) {
   static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  if (!node.domain.empty()) return false;
-  if (node.op_type == "Cast" && node.inputs.size() == 1 && node.outputs.size() == 1) {
+  if (!node.domain.empty() || node.inputs.empty() || node.outputs.size() != 1) return false;
+  if (node.op_type == "Cast" && node.inputs.size() == 1) {
     const DType from = graph.value(node.inputs[0]).type.dtype;
     return from != DType::kUndefined && from == graph.value(node.outputs[0]).type.dtype;
   }
+  if (node.op_type == "Transpose" && node.inputs.size() == 1) return movesOnlyUnitAxes(graph, node);
+  if (node.op_type == "Slice") return slicesEverything(graph, node);
   return kViews.contains(node.op_type);
 }
 
@@ -796,6 +847,11 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   fuseConvPostOps(graph, /*nchw=*/options.target == "cuda");
   // 3x3 convolutions move to oneDNN's blocked layout, where it has Winograd.
   if (options.channels_last) useBlockedConvs(graph);
+  // Layout changes that meet the model's own Transposes: one move, or none.
+  if (composeTransposes(graph) > 0) {
+    removeDeadNodes(graph);
+    inferTypes(graph, opsets);
+  }
   // What elementwise work is left, in connected groups, as single steps that
   // make one pass over memory each.
   ElementwiseFusionLimits limits;
