@@ -799,15 +799,15 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
 // branches, Loop and Scan bodies), innermost first, so that the sub-models
 // an If selects between run fused like the main graph. Layout passes stay
 // on the main graph: a subgraph's captured values keep their layout.
-void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opsets, int64_t default_opset) {
+void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opsets) {
   for (NodeId id : graph.nodeIds()) {
     for (const auto& [key, attribute] : graph.node(id).attributes) {
       if (!std::holds_alternative<GraphPtr>(attribute)) continue;
       Graph& body = *std::get<GraphPtr>(attribute);
-      optimizeSubgraphs(body, opsets, default_opset);
+      optimizeSubgraphs(body, opsets);
       const CseResult merged = eliminateCommonSubexpressions(body);
       size_t changed = merged.nodes + merged.initializers;
-      changed += fuseLayerNorms(body, default_opset);
+      changed += fuseLayerNorms(body);
       changed += fuseMatMuls(body);
       changed += fuseElementwise(body);
       if (changed > 0) inferTypes(body, opsets);
@@ -837,7 +837,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
     removeDeadNodes(graph);  // the heads' split and merge the fused nodes no longer read
     inferTypes(graph, opsets);
   }
-  if (fuseLayerNorms(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) inferTypes(graph, opsets);
+  if (fuseLayerNorms(graph) > 0) inferTypes(graph, opsets);
   if (options.target == "cpu" && fuseRmsNorms(graph) > 0) inferTypes(graph, opsets);
   if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
   if (options.target == "cpu" && fuseIntegerMatMuls(graph) > 0) inferTypes(graph, opsets);
@@ -860,7 +860,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
               .max_immediates = kCudaMaxProgramImmediates};
   }
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
-  optimizeSubgraphs(graph, opsets, default_opset == opsets.end() ? 1 : default_opset->second);
+  optimizeSubgraphs(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

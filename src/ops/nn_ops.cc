@@ -617,6 +617,10 @@ void registerNnOps(OpRegistry& registry) {
   add(registry, "BatchNormalization", 14, 5, 5, batchNormalization, 3);  // training_mode: running mean and var
   add(registry, "InstanceNormalization", 1, 3, 3, instanceNormalization);
   add(registry, "LayerNormalization", 17, 2, 3, layerNormalization, 3);
+  // onnxruntime defines LayerNormalization in the default domain from version
+  // 1 (its transformer optimizer writes it into models of any opset); ONNX's
+  // of opset 17 is the same operator, and runs on the same kernel.
+  add(registry, "LayerNormalization", 1, 2, 3, layerNormalization, 3);
   add(registry, "GroupNormalization", 18, 3, 3, [](InferenceContext& c) { groupNormalization(c, false); });
   add(registry, "GroupNormalization", 21, 3, 3, [](InferenceContext& c) { groupNormalization(c, true); });
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {

@@ -12,8 +12,6 @@
 namespace kiln {
 namespace {
 
-constexpr int64_t kLayerNormOpset = 17;
-
 // Whether ReduceMean `id` reduces the last axis only, keeping it.
 bool reducesLastAxis(const Graph& graph, NodeId id, size_t rank) {
   const Node& node = graph.node(id);
@@ -235,9 +233,6 @@ class RmsNormFusion {
 
 size_t fuseRmsNorms(Graph& graph) { return RmsNormFusion(graph).run(); }
 
-size_t fuseLayerNorms(Graph& graph, int64_t default_opset) {
-  if (default_opset < kLayerNormOpset) return 0;
-  return LayerNormFusion(graph).run();
-}
+size_t fuseLayerNorms(Graph& graph) { return LayerNormFusion(graph).run(); }
 
 }  // namespace kiln

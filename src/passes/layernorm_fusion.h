@@ -17,8 +17,9 @@
 // keepdims 1; epsilon is a one-element f32 constant; the exponent is a
 // one-element constant 2; gamma and beta are f32 initializers of shape [C]
 // (C the last dimension of x); every intermediate value is read only inside
-// the pattern and is not pinned (pass_helpers.h); and the model's default
-// opset is 17 or newer (where LayerNormalization exists).
+// the pattern and is not pinned (pass_helpers.h). Any opset: ONNX's
+// LayerNormalization is opset 17's, but kiln, like onnxruntime, knows it in
+// the default domain from version 1 (ops/nn_ops.cc).
 #pragma once
 
 #include <cstddef>
@@ -29,7 +30,7 @@
 namespace kiln {
 
 // Returns the number of LayerNormalizations formed.
-size_t fuseLayerNorms(Graph& graph, int64_t default_opset);
+size_t fuseLayerNorms(Graph& graph);
 
 // RMS normalization written out (T5's and LLaMA's exports):
 //

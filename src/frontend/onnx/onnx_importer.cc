@@ -6,6 +6,7 @@
 #include <queue>
 #include <set>
 
+#include "frontend/onnx/contrib_expansion.h"
 #include "frontend/onnx/flex_attention_expansion.h"
 #include "frontend/onnx/onnx_tensor.h"
 #include "kiln/error.h"
@@ -352,6 +353,8 @@ OnnxModel importModel(const onnx::ModelProto& model, const ModelSource& source, 
   }
   result.graph = GraphImporter(source, nullptr).importMain(model.graph(), options);
   expandFlexAttentionModifiers(*result.graph);  // ONNX defines them by inlining
+  const auto default_opset = result.opsets.find("");
+  expandContribOps(*result.graph, default_opset == result.opsets.end() ? 0 : default_opset->second);
   verifyGraph(*result.graph);
   return result;
 }

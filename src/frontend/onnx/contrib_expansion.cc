@@ -1,0 +1,271 @@
+#include "frontend/onnx/contrib_expansion.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kDomain = "com.microsoft";
+constexpr int64_t kOnnxFloat = 1;  // TensorProto.FLOAT
+
+// One contrib node being rewritten: helpers that add the replacement nodes
+// next to it, then swap its outputs for theirs.
+class Rewrite {
+ public:
+  Rewrite(Graph& graph, NodeId id)
+      : graph_(graph), id_(id), node_(graph.node(id)), prefix_(node_.name.empty() ? node_.op_type : node_.name) {}
+  Rewrite(const Rewrite&) = delete;
+  Rewrite& operator=(const Rewrite&) = delete;
+
+  const Node& node() const { return node_; }
+
+  [[noreturn]] void fail(const std::string& message) const {
+    throw GraphError(fmt::format("node '{}' ({}.{}): {}", prefix_, kDomain, node_.op_type, message));
+  }
+
+  // Input i, or kNoValue when it is absent.
+  ValueId in(size_t i) const { return i < node_.inputs.size() ? node_.inputs[i] : kNoValue; }
+  ValueId required(size_t i, const char* what) const {
+    if (in(i) == kNoValue) fail(fmt::format("input {} ({}) is required", i, what));
+    return in(i);
+  }
+
+  // Whether output i exists and something reads it.
+  bool outputUsed(size_t i) const {
+    if (i >= node_.outputs.size() || node_.outputs[i] == kNoValue) return false;
+    const ValueId v = node_.outputs[i];
+    if (!graph_.value(v).users.empty()) return true;
+    for (ValueId out : graph_.outputs()) {
+      if (out == v) return true;
+    }
+    return false;
+  }
+  void refuseOutput(size_t i, const char* what) const {
+    if (outputUsed(i)) fail(fmt::format("output {} ({}) is read, which kiln does not compute", i, what));
+  }
+
+  ValueId scalar(float value) {
+    std::vector<std::byte> bytes(sizeof value);
+    std::memcpy(bytes.data(), &value, sizeof value);
+    return graph_.addInitializer(fresh("const"), makeConstant(TensorInfo{DType::kF32, {}}, std::move(bytes)));
+  }
+  ValueId ints(const std::vector<int64_t>& values) {
+    std::vector<std::byte> bytes(values.size() * sizeof(int64_t));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return graph_.addInitializer(fresh("shape"),
+                                 makeConstant(TensorInfo{DType::kI64, {static_cast<int64_t>(values.size())}},
+                                              std::move(bytes)));
+  }
+
+  ValueId op(const std::string& type, const std::vector<ValueId>& inputs, Attributes attributes = {},
+             const std::string& domain = "") {
+    const NodeId added = graph_.addNode(type, inputs, {fresh(type)}, std::move(attributes), domain);
+    graph_.node(added).name = prefix_ + "/" + type;
+    return graph_.node(added).outputs[0];
+  }
+
+  ValueId gelu(ValueId x) {  // the Erf form exporters write, which matmul_fusion.h recognises
+    const ValueId erf = op("Erf", {op("Div", {x, scalar(static_cast<float>(std::sqrt(2.0)))})});
+    return op("Mul", {op("Mul", {x, op("Add", {erf, scalar(1.0f)})}), scalar(0.5f)});
+  }
+
+  // Output i of the contrib node becomes `value`, under the output's name;
+  // then the node goes. Outputs not given must be unread.
+  void finish(const std::vector<std::pair<size_t, ValueId>>& replaced) {
+    const Node& node = node_;
+    std::vector<std::pair<ValueId, std::string>> renames;
+    for (const auto& [index, value] : replaced) {
+      const ValueId old = node.outputs[index];
+      renames.emplace_back(value, graph_.value(old).name);
+      graph_.replaceAllUses(old, value);
+    }
+    graph_.removeNode(id_);
+    for (size_t i = 0; i < renames.size(); ++i) {
+      graph_.renameValue(node.outputs[replaced[i].first], fresh(renames[i].second + "/replaced"));
+      graph_.renameValue(renames[i].first, renames[i].second);
+    }
+  }
+
+ private:
+  std::string fresh(const std::string& base) {
+    const std::string stem = prefix_ + "/" + base;
+    for (int n = 0;; ++n) {
+      std::string name = n == 0 ? stem : fmt::format("{}_{}", stem, n);
+      if (!graph_.findValue(name)) return name;
+    }
+  }
+
+  Graph& graph_;
+  const NodeId id_;
+  const Node node_;  // a copy: adding nodes may move the graph's
+  const std::string prefix_;
+};
+
+void skipLayerNorm(Rewrite& r, bool simplified) {
+  r.refuseOutput(1, "mean");
+  r.refuseOutput(2, "inverse standard deviation");
+  ValueId sum = r.op("Add", {r.required(0, "input"), r.required(1, "skip")});
+  const ValueId bias = r.in(simplified ? 3 : 4);
+  if (bias != kNoValue) sum = r.op("Add", {sum, bias});
+  const float epsilon = r.node().floatAttribute("epsilon", 1e-12f);
+  ValueId y;
+  if (simplified) {
+    y = r.op("RMSNormalization", {sum, r.required(2, "gamma")}, {{"axis", int64_t{-1}}, {"epsilon", epsilon}}, "kiln");
+  } else {
+    std::vector<ValueId> inputs = {sum, r.required(2, "gamma")};
+    if (r.in(3) != kNoValue) inputs.push_back(r.in(3));
+    y = r.op("LayerNormalization", inputs, {{"axis", int64_t{-1}}, {"epsilon", epsilon}});
+  }
+  std::vector<std::pair<size_t, ValueId>> replaced = {{0, y}};
+  if (r.outputUsed(3)) replaced.emplace_back(3, sum);
+  r.finish(replaced);
+}
+
+// MatMulIntegerToFloat's tail: kiln.MatMulIntegerToFloat(A, B, a_zero,
+// b_zero, a_scale * b_scale), plus the bias.
+ValueId integerProduct(Rewrite& r, ValueId a, ValueId b, ValueId a_scale, ValueId b_scale, ValueId a_zero,
+                       ValueId b_zero, ValueId bias) {
+  const ValueId scale = r.op("Mul", {a_scale, b_scale});
+  ValueId y = r.op("MatMulIntegerToFloat", {a, b, a_zero, b_zero, scale}, {}, "kiln");
+  if (bias != kNoValue) y = r.op("Add", {y, bias});
+  return y;
+}
+
+void attention(Graph& graph, Rewrite& r, int64_t opset) {
+  const Node& node = r.node();
+  if (opset < 10) r.fail(fmt::format("needs ai.onnx opset 10 or newer for Slice, found {}", opset));
+  if (r.in(4) != kNoValue) r.fail("past state (input 4) is not supported");
+  r.refuseOutput(1, "present");
+  if (node.intAttribute("do_rotary", 0) != 0) r.fail("do_rotary is not supported");
+  const int64_t heads = node.intAttribute("num_heads", 0);
+  if (heads < 1) r.fail("num_heads must be positive");
+  // q, k, v: column ranges of input x weights (+ bias).
+  ValueId qkv = r.op("MatMul", {r.required(0, "input"), r.required(1, "weights")});
+  if (r.in(2) != kNoValue) qkv = r.op("Add", {qkv, r.in(2)});
+  std::vector<int64_t> sizes = node.intsAttribute("qkv_hidden_sizes", {});
+  if (sizes.empty()) {  // equal thirds of the weights' (static) width
+    const ValueType& weights = graph.value(r.in(1)).type;
+    if (!weights.shape || weights.shape->size() != 2 || !weights.shape->back().isKnown()) {
+      r.fail("without qkv_hidden_sizes, the weights must have a known width");
+    }
+    const int64_t third = weights.shape->back().size / 3;
+    sizes = {third, third, third};
+  }
+  const auto sliceColumns = [&](int64_t begin, int64_t end) {
+    return r.op("Slice", {qkv, r.ints({begin}), r.ints({end}), r.ints({-1})});
+  };
+  ValueId q, k, v;
+  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] % heads != 0 || sizes[2] % heads != 0) {
+    r.fail("qkv_hidden_sizes must be [q, k, v] with q = k, each a multiple of num_heads");
+  }
+  q = sliceColumns(0, sizes[0]);
+  k = sliceColumns(sizes[0], sizes[0] + sizes[1]);
+  v = sliceColumns(sizes[0] + sizes[1], sizes[0] + sizes[1] + sizes[2]);
+  // The additive mask [batch, 1, 1, keys] and the attention bias.
+  ValueId mask = kNoValue;
+  if (r.in(3) != kNoValue) {
+    const float filter = node.floatAttribute("mask_filter_value", -10000.0f);
+    const ValueId allowed = r.op("Cast", {r.in(3)}, {{"to", kOnnxFloat}});
+    const ValueId additive = r.op("Mul", {r.op("Sub", {r.scalar(1.0f), allowed}), r.scalar(filter)});
+    mask = r.op("Reshape", {additive, r.ints({0, 1, 1, -1})});
+  }
+  if (r.in(5) != kNoValue) mask = mask == kNoValue ? r.in(5) : r.op("Add", {mask, r.in(5)});
+  Attributes attributes = {{"q_num_heads", heads}, {"kv_num_heads", heads},
+                           {"is_causal", node.intAttribute("unidirectional", 0)}};
+  if (node.floatAttribute("scale", 0.0f) != 0.0f) {
+    attributes["scale"] = node.floatAttribute("scale", 0.0f);
+  }
+  std::vector<ValueId> inputs = {q, k, v};
+  if (mask != kNoValue) inputs.push_back(mask);
+  r.finish({{0, r.op("Attention", inputs, std::move(attributes), "kiln")}});
+}
+
+}  // namespace
+
+int expandContribOps(Graph& graph, int64_t default_opset) {
+  int count = 0;
+  for (NodeId id : graph.nodeIds()) {
+    for (auto& [key, attribute] : graph.node(id).attributes) {
+      if (GraphPtr* sub = std::get_if<GraphPtr>(&attribute); sub && *sub) count += expandContribOps(**sub, default_opset);
+      if (auto* subs = std::get_if<std::vector<GraphPtr>>(&attribute)) {
+        for (GraphPtr& sub : *subs) count += sub ? expandContribOps(*sub, default_opset) : 0;
+      }
+    }
+    const std::string domain = graph.node(id).domain;
+    const std::string op = graph.node(id).op_type;
+    // onnxruntime defines SimplifiedLayerNormalization in the default domain.
+    if (domain != kDomain && !(domain.empty() && op == "SimplifiedLayerNormalization")) continue;
+    Rewrite r(graph, id);
+    if (op == "Gelu") {
+      r.finish({{0, r.gelu(r.required(0, "X"))}});
+    } else if (op == "BiasGelu") {
+      r.finish({{0, r.gelu(r.op("Add", {r.required(0, "A"), r.required(1, "B")}))}});
+    } else if (op == "FastGelu") {
+      ValueId x = r.required(0, "X");
+      if (r.in(1) != kNoValue) x = r.op("Add", {x, r.in(1)});
+      // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+      const ValueId cube = r.op("Mul", {r.op("Mul", {x, x}), x});
+      const ValueId inner = r.op("Add", {x, r.op("Mul", {cube, r.scalar(0.044715f)})});
+      const ValueId t = r.op("Tanh", {r.op("Mul", {inner, r.scalar(static_cast<float>(std::sqrt(2.0 / M_PI)))})});
+      r.finish({{0, r.op("Mul", {r.op("Mul", {x, r.scalar(0.5f)}), r.op("Add", {t, r.scalar(1.0f)})})}});
+    } else if (op == "QuickGelu") {
+      const ValueId x = r.required(0, "X");
+      const float alpha = r.node().floatAttribute("alpha", 1.702f);
+      r.finish({{0, r.op("Mul", {x, r.op("Sigmoid", {r.op("Mul", {x, r.scalar(alpha)})})})}});
+    } else if (op == "SkipLayerNormalization") {
+      skipLayerNorm(r, false);
+    } else if (op == "SkipSimplifiedLayerNormalization") {
+      skipLayerNorm(r, true);
+    } else if (op == "SimplifiedLayerNormalization") {
+      r.refuseOutput(1, "inverse standard deviation");
+      const Attributes attributes = {{"axis", r.node().intAttribute("axis", -1)},
+                                     {"epsilon", r.node().floatAttribute("epsilon", 1e-5f)}};
+      r.finish({{0, r.op("RMSNormalization", {r.required(0, "X"), r.required(1, "scale")}, attributes, "kiln")}});
+    } else if (op == "FusedMatMul") {
+      const Node& node = r.node();
+      if (node.intAttribute("transBatchA", 0) != 0 || node.intAttribute("transBatchB", 0) != 0) {
+        r.fail("transBatchA and transBatchB are not supported");
+      }
+      const auto lastTwoSwapped = [&](ValueId x) {
+        const ValueType& type = graph.value(x).type;
+        if (!type.shape || type.shape->size() < 2) r.fail("transA/transB need inputs of known rank 2 or more");
+        std::vector<int64_t> perm;
+        for (size_t i = 0; i < type.shape->size(); ++i) perm.push_back(static_cast<int64_t>(i));
+        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+        return r.op("Transpose", {x}, {{"perm", perm}});
+      };
+      ValueId a = r.required(0, "A"), b = r.required(1, "B");
+      if (node.intAttribute("transA", 0) != 0) a = lastTwoSwapped(a);
+      if (node.intAttribute("transB", 0) != 0) b = lastTwoSwapped(b);
+      ValueId y = r.op("MatMul", {a, b});
+      const float alpha = r.node().floatAttribute("alpha", 1.0f);
+      if (alpha != 1.0f) y = r.op("Mul", {y, r.scalar(alpha)});
+      r.finish({{0, y}});
+    } else if (op == "MatMulIntegerToFloat") {
+      r.finish({{0, integerProduct(r, r.required(0, "A"), r.required(1, "B"), r.required(2, "a_scale"),
+                                   r.required(3, "b_scale"), r.in(4), r.in(5), r.in(6))}});
+    } else if (op == "DynamicQuantizeMatMul") {
+      const NodeId quantize = graph.addNode("DynamicQuantizeLinear", {r.required(0, "A")}, {"", "", ""});
+      const Node& q = graph.node(quantize);
+      const ValueId aq = q.outputs[0], a_scale = q.outputs[1], a_zero = q.outputs[2];
+      r.finish({{0, integerProduct(r, aq, r.required(1, "B"), a_scale, r.required(2, "b_scale"), a_zero, r.in(3),
+                                   r.in(4))}});
+    } else if (op == "Attention") {
+      attention(graph, r, default_opset);
+    } else {
+      continue;  // other contrib ops: kernels of their own, or reported as unsupported
+    }
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace kiln

@@ -1,0 +1,57 @@
+// onnxruntime's contrib operators (domain com.microsoft), rewritten on import
+// into operators kiln has.
+//
+// Models that went through onnxruntime's transformer optimizer or its
+// quantizer (what "model_optimized.onnx" files in wheels and model hubs
+// are) carry fused operators of the com.microsoft domain. Each becomes the
+// plain nodes it stands for, so that kiln's own fusions (attention_fusion.h,
+// matmul_fusion.h, elementwise_fusion.h, integer_matmul_fusion.h) take them
+// like any exported graph:
+//
+//   Gelu(X)                      X * 0.5 * (1 + Erf(X / sqrt 2))
+//   BiasGelu(A, B)               Gelu(A + B)
+//   FastGelu(X[, bias])          the tanh form of Gelu of X (+ bias)
+//   QuickGelu(X) {alpha}         X * Sigmoid(alpha * X)
+//   SkipLayerNormalization(X, skip, gamma[, beta][, bias]) {epsilon}
+//                                s = X + skip (+ bias); LayerNormalization(s)
+//                                (default domain);
+//                                output 3 (the sum) is s
+//   SkipSimplifiedLayerNormalization(X, skip, gamma[, bias]) {epsilon}
+//                                the same with RMS normalization
+//   SimplifiedLayerNormalization(X, scale) {axis, epsilon}  (the default domain,
+//                                where onnxruntime defines it) kiln.RMSNormalization
+//   FusedMatMul(A, B) {alpha, transA, transB}
+//                                alpha * MatMul(A or A^T, B or B^T) (last two axes)
+//   MatMulIntegerToFloat(A, B, a_scale, b_scale[, a_zero][, b_zero][, bias])
+//                                kiln.MatMulIntegerToFloat(A, B, a_zero, b_zero,
+//                                a_scale * b_scale) (+ bias)
+//   DynamicQuantizeMatMul(A, B, b_scale[, b_zero][, bias])
+//                                DynamicQuantizeLinear(A), then as above
+//   Attention(input, weights[, bias][, mask_index][, past][, attention_bias])
+//       {num_heads, qkv_hidden_sizes, unidirectional, scale, mask_filter_value}
+//                                q, k, v = slices of input x weights (+ bias);
+//                                kiln.Attention (3-D) with the mask
+//                                (1 - mask) * mask_filter_value for a raw
+//                                [batch, keys] mask_index, plus attention_bias
+//
+// LayerNormalization, which onnxruntime defines in the default domain from
+// version 1, runs as it is (ops/nn_ops.cc registers it from version 1 too). What a rewrite cannot express is refused with a GraphError naming the
+// node: an Attention with past state, rotary embedding or a mask_index of
+// lengths; statistics outputs (mean, inverse deviation) that something reads.
+// Outputs keep their names.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+// Rewrites the com.microsoft nodes above in `graph` and its subgraphs;
+// `default_opset` is the model's ai.onnx version (the rewrites use Slice and
+// Reshape with shape inputs, opset 10 and 5). Returns how many were rewritten.
+int expandContribOps(Graph& graph, int64_t default_opset);
+
+}  // namespace kiln
