@@ -146,3 +146,33 @@ def test_attention_with_past_state_is_refused(tmp_path):
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(Exception, match="past state"):
         kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+
+
+@pytest.mark.parametrize("segments", [True, False])
+def test_embed_layer_norm_feeding_attention(tmp_path, segments):
+    """The head of every BERT that onnxruntime's optimizer rewrote: the
+    embeddings' EmbedLayerNormalization and its mask_index (the count of
+    ones per mask row) read by Attention."""
+    vocab, max_pos = 50, 16
+    inits = [numpy_helper.from_array(RNG.standard_normal((vocab, HIDDEN)).astype(np.float32), "word"),
+             numpy_helper.from_array(RNG.standard_normal((max_pos, HIDDEN)).astype(np.float32), "pos"),
+             numpy_helper.from_array(RNG.standard_normal((2, HIDDEN)).astype(np.float32), "seg"),
+             numpy_helper.from_array(RNG.standard_normal(HIDDEN).astype(np.float32), "gamma"),
+             numpy_helper.from_array(RNG.standard_normal(HIDDEN).astype(np.float32), "beta"),
+             numpy_helper.from_array((RNG.standard_normal((HIDDEN, 3 * HIDDEN)) / 4).astype(np.float32), "w"),
+             numpy_helper.from_array(RNG.standard_normal(3 * HIDDEN).astype(np.float32), "b")]
+    int32 = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, [B, S])  # noqa: E731
+    inputs = [int32("ids"), int32("mask")] + ([int32("segment")] if segments else [])
+    embed_inputs = ["ids", "segment" if segments else "", "word", "pos", "seg" if segments else "", "gamma", "beta",
+                    "mask"]
+    nodes = [helper.make_node("EmbedLayerNormalization", embed_inputs, ["e", "mask_index"], domain="com.microsoft",
+                              epsilon=1e-12),
+             helper.make_node("Attention", ["e", "w", "b", "mask_index"], ["y"], domain="com.microsoft", num_heads=H)]
+    mask = np.ones((B, S), np.int32)
+    mask[1, 5:] = 0  # right padding, which the lengths describe
+    feeds = {"ids": RNG.integers(0, vocab, (B, S)).astype(np.int32), "mask": mask}
+    if segments:
+        feeds["segment"] = RNG.integers(0, 2, (B, S)).astype(np.int32)
+    ours, want, report = run_both(tmp_path, nodes, inputs, [f32("y", None), f32("e", None)], inits, feeds)
+    assert report["step_kernels"].get("kiln.Attention") == 1, report["step_kernels"]
+    check(ours, want)

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,9 +113,12 @@ class Rewrite {
 void skipLayerNorm(Rewrite& r, bool simplified) {
   r.refuseOutput(1, "mean");
   r.refuseOutput(2, "inverse standard deviation");
-  ValueId sum = r.op("Add", {r.required(0, "input"), r.required(1, "skip")});
+  // (input + bias) + skip: the input is mostly a MatMul's product, and the
+  // matmul fusion takes a bias Add, then a residual Add, after it.
+  ValueId sum = r.required(0, "input");
   const ValueId bias = r.in(simplified ? 3 : 4);
   if (bias != kNoValue) sum = r.op("Add", {sum, bias});
+  sum = r.op("Add", {sum, r.required(1, "skip")});
   const float epsilon = r.node().floatAttribute("epsilon", 1e-12f);
   ValueId y;
   if (simplified) {
@@ -139,7 +143,42 @@ ValueId integerProduct(Rewrite& r, ValueId a, ValueId b, ValueId a_scale, ValueI
   return y;
 }
 
-void attention(Graph& graph, Rewrite& r, int64_t opset) {
+// EmbedLayerNormalization's mask_index outputs (lengths, [batch]) -> the raw
+// [batch, keys] masks they were counted from.
+using RawMasks = std::map<ValueId, ValueId>;
+
+void embedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks) {
+  if (opset < 10) r.fail(fmt::format("needs ai.onnx opset 10 or newer for Slice, found {}", opset));
+  const ValueId ids = r.required(0, "input_ids");
+  ValueId sum = r.op("Gather", {r.required(2, "word_embedding"), ids});
+  ValueId positions;
+  if (r.in(8) != kNoValue) {
+    positions = r.op("Gather", {r.required(3, "position_embedding"), r.in(8)});
+  } else {  // rows 0 .. S-1, S the sequence length of input_ids
+    const ValueId length = r.op("Slice", {r.op("Shape", {ids}), r.ints({1}), r.ints({2})});
+    positions = r.op("Slice", {r.required(3, "position_embedding"), r.ints({0}), length, r.ints({0})});
+  }
+  sum = r.op("Add", {sum, positions});
+  if (r.in(1) != kNoValue && r.in(4) != kNoValue) sum = r.op("Add", {sum, r.op("Gather", {r.in(4), r.in(1)})});
+  const ValueId y = r.op("LayerNormalization", {sum, r.required(5, "gamma"), r.required(6, "beta")},
+                         {{"axis", int64_t{-1}}, {"epsilon", r.node().floatAttribute("epsilon", 1e-12f)}});
+  std::vector<std::pair<size_t, ValueId>> replaced = {{0, y}};
+  if (r.outputUsed(1)) {
+    // mask_index: the count of ones in each row of the mask (zeros without one).
+    const ValueId mask = r.in(7);
+    if (mask == kNoValue) r.fail("output 1 (mask_index) is read but there is no mask (input 7)");
+    const ValueId ones = r.op("Cast", {mask}, {{"to", int64_t{6}}});  // int32
+    const ValueId count = opset >= 13 ? r.op("ReduceSum", {ones, r.ints({1})}, {{"keepdims", int64_t{0}}})
+                                      : r.op("ReduceSum", {ones}, {{"axes", std::vector<int64_t>{1}},
+                                                                  {"keepdims", int64_t{0}}});
+    replaced.emplace_back(1, count);
+    raw_masks[count] = mask;
+  }
+  if (r.outputUsed(2)) replaced.emplace_back(2, sum);
+  r.finish(replaced);
+}
+
+void attention(Graph& graph, Rewrite& r, int64_t opset, const RawMasks& raw_masks) {
   const Node& node = r.node();
   if (opset < 10) r.fail(fmt::format("needs ai.onnx opset 10 or newer for Slice, found {}", opset));
   if (r.in(4) != kNoValue) r.fail("past state (input 4) is not supported");
@@ -147,20 +186,28 @@ void attention(Graph& graph, Rewrite& r, int64_t opset) {
   if (node.intAttribute("do_rotary", 0) != 0) r.fail("do_rotary is not supported");
   const int64_t heads = node.intAttribute("num_heads", 0);
   if (heads < 1) r.fail("num_heads must be positive");
-  // q, k, v: column ranges of input x weights (+ bias).
-  ValueId qkv = r.op("MatMul", {r.required(0, "input"), r.required(1, "weights")});
-  if (r.in(2) != kNoValue) qkv = r.op("Add", {qkv, r.in(2)});
+  // q, k, v: input x (a column range of the weights) (+ that range of the
+  // bias). The weights are constants in practice, whose slices constant
+  // folding makes once; three products then cost what one did, and the
+  // matmul fusion takes their biases.
+  const ValueId input = r.required(0, "input");
+  const ValueId weights = r.required(1, "weights");
   std::vector<int64_t> sizes = node.intsAttribute("qkv_hidden_sizes", {});
   if (sizes.empty()) {  // equal thirds of the weights' (static) width
-    const ValueType& weights = graph.value(r.in(1)).type;
-    if (!weights.shape || weights.shape->size() != 2 || !weights.shape->back().isKnown()) {
+    const ValueType& type = graph.value(weights).type;
+    if (!type.shape || type.shape->size() != 2 || !type.shape->back().isKnown()) {
       r.fail("without qkv_hidden_sizes, the weights must have a known width");
     }
-    const int64_t third = weights.shape->back().size / 3;
+    const int64_t third = type.shape->back().size / 3;
     sizes = {third, third, third};
   }
   const auto sliceColumns = [&](int64_t begin, int64_t end) {
-    return r.op("Slice", {qkv, r.ints({begin}), r.ints({end}), r.ints({-1})});
+    const ValueId columns = r.op("Slice", {weights, r.ints({begin}), r.ints({end}), r.ints({-1})});
+    ValueId product = r.op("MatMul", {input, columns});
+    if (r.in(2) != kNoValue) {
+      product = r.op("Add", {product, r.op("Slice", {r.in(2), r.ints({begin}), r.ints({end}), r.ints({-1})})});
+    }
+    return product;
   };
   ValueId q, k, v;
   if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] % heads != 0 || sizes[2] % heads != 0) {
@@ -172,8 +219,19 @@ void attention(Graph& graph, Rewrite& r, int64_t opset) {
   // The additive mask [batch, 1, 1, keys] and the attention bias.
   ValueId mask = kNoValue;
   if (r.in(3) != kNoValue) {
+    // A raw [batch, keys] mask of ones and zeros; or the lengths an
+    // EmbedLayerNormalization counted from one (its right-padding mask:
+    // the raw mask masks the same keys).
+    ValueId raw = r.in(3);
+    const auto counted = raw_masks.find(raw);
+    if (counted != raw_masks.end()) raw = counted->second;
+    const ValueType& type = graph.value(raw).type;
+    if (counted == raw_masks.end() && (!type.shape || type.shape->size() != 2)) {
+      r.fail("mask_index must be a raw [batch, keys] mask (or the lengths an EmbedLayerNormalization counts); "
+             "other forms are not supported");
+    }
     const float filter = node.floatAttribute("mask_filter_value", -10000.0f);
-    const ValueId allowed = r.op("Cast", {r.in(3)}, {{"to", kOnnxFloat}});
+    const ValueId allowed = r.op("Cast", {raw}, {{"to", kOnnxFloat}});
     const ValueId additive = r.op("Mul", {r.op("Sub", {r.scalar(1.0f), allowed}), r.scalar(filter)});
     mask = r.op("Reshape", {additive, r.ints({0, 1, 1, -1})});
   }
@@ -190,7 +248,20 @@ void attention(Graph& graph, Rewrite& r, int64_t opset) {
 
 }  // namespace
 
+namespace {
+
+int expandIn(Graph& graph, int64_t default_opset, RawMasks& raw_masks);
+
+}  // namespace
+
 int expandContribOps(Graph& graph, int64_t default_opset) {
+  RawMasks raw_masks;
+  return expandIn(graph, default_opset, raw_masks);
+}
+
+namespace {
+
+int expandIn(Graph& graph, int64_t default_opset, RawMasks& raw_masks) {
   int count = 0;
   for (NodeId id : graph.nodeIds()) {
     for (auto& [key, attribute] : graph.node(id).attributes) {
@@ -258,8 +329,10 @@ int expandContribOps(Graph& graph, int64_t default_opset) {
       const ValueId aq = q.outputs[0], a_scale = q.outputs[1], a_zero = q.outputs[2];
       r.finish({{0, integerProduct(r, aq, r.required(1, "B"), a_scale, r.required(2, "b_scale"), a_zero, r.in(3),
                                    r.in(4))}});
+    } else if (op == "EmbedLayerNormalization") {
+      embedLayerNorm(r, default_opset, raw_masks);
     } else if (op == "Attention") {
-      attention(graph, r, default_opset);
+      attention(graph, r, default_opset, raw_masks);
     } else {
       continue;  // other contrib ops: kernels of their own, or reported as unsupported
     }
@@ -268,4 +341,5 @@ int expandContribOps(Graph& graph, int64_t default_opset) {
   return count;
 }
 
+}  // namespace
 }  // namespace kiln

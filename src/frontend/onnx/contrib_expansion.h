@@ -13,7 +13,7 @@
 //   FastGelu(X[, bias])          the tanh form of Gelu of X (+ bias)
 //   QuickGelu(X) {alpha}         X * Sigmoid(alpha * X)
 //   SkipLayerNormalization(X, skip, gamma[, beta][, bias]) {epsilon}
-//                                s = X + skip (+ bias); LayerNormalization(s)
+//                                s = (X + bias) + skip; LayerNormalization(s)
 //                                (default domain);
 //                                output 3 (the sum) is s
 //   SkipSimplifiedLayerNormalization(X, skip, gamma[, bias]) {epsilon}
@@ -27,17 +27,25 @@
 //                                a_scale * b_scale) (+ bias)
 //   DynamicQuantizeMatMul(A, B, b_scale[, b_zero][, bias])
 //                                DynamicQuantizeLinear(A), then as above
+//   EmbedLayerNormalization(input_ids[, segment_ids], word, position[, segment],
+//       gamma, beta[, mask][, position_ids]) {epsilon}
+//                                LayerNormalization of the summed Gathers
+//                                (positions 0 .. S-1 without position_ids);
+//                                mask_index: the count of ones per mask row
 //   Attention(input, weights[, bias][, mask_index][, past][, attention_bias])
 //       {num_heads, qkv_hidden_sizes, unidirectional, scale, mask_filter_value}
-//                                q, k, v = slices of input x weights (+ bias);
+//                                q, k, v = input x column slices of the
+//                                weights (+ the bias's slices);
 //                                kiln.Attention (3-D) with the mask
 //                                (1 - mask) * mask_filter_value for a raw
-//                                [batch, keys] mask_index, plus attention_bias
+//                                [batch, keys] mask_index (for the lengths an
+//                                EmbedLayerNormalization counted, the raw mask
+//                                it counted them from), plus attention_bias
 //
 // LayerNormalization, which onnxruntime defines in the default domain from
 // version 1, runs as it is (ops/nn_ops.cc registers it from version 1 too). What a rewrite cannot express is refused with a GraphError naming the
 // node: an Attention with past state, rotary embedding or a mask_index of
-// lengths; statistics outputs (mean, inverse deviation) that something reads.
+// lengths from elsewhere; statistics outputs (mean, inverse deviation) that something reads.
 // Outputs keep their names.
 #pragma once
 
