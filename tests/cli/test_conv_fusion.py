@@ -74,9 +74,10 @@ def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
     assert result.returncode == 0, result.stderr
     unfused = tail in ("clip_then_scale", "elu", "hard_sigmoid")
     # A 3x3 conv with no post-op but Relu runs blocked, for Winograd
-    # (passes/blocked_conv.h): two more layout conversions.
-    blocked = tail in ("relu", "elu", "hard_sigmoid")
-    assert f"{3 + unfused + 2 * blocked} steps" in result.stdout
+    # (passes/blocked_conv.h), but its 16 channels are one block: the
+    # conversions to and from [N, 1, H, W, 16] move only a unit axis, so they
+    # are views, not steps.
+    assert f"{3 + unfused} steps" in result.stdout
 
 
 def test_activation_read_twice_is_not_fused(kiln, tmp_path):
@@ -108,6 +109,9 @@ def test_winograd_convs_match_onnxruntime(kiln, tmp_path, channels, size):
     save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, size, size])], inits, tmp_path / "m.onnx")
     compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
-    # x to NHWC, to blocked; two blocked convs; back to NHWC; the 1x1 conv; y to NCHW: 7.
+    # x to NHWC, to blocked; two blocked convs; back to NHWC; the 1x1 conv; y
+    # to NCHW: 7. With 16 input channels (one block) x's conversion to the
+    # blocked layout moves only a unit axis: a view, 6 steps.
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
-    assert "7 steps" in result.stdout, result.stdout
+    want = 6 if channels == 16 else 7
+    assert f"{want} steps" in result.stdout, result.stdout
