@@ -26,14 +26,18 @@ bool reducesLastAxis(const Graph& graph, NodeId id, size_t rank) {
   return axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<int64_t>(rank) - 1);
 }
 
-class LayerNormFusion {
+// Both fusions start from a ReduceMean: LayerNorm's mean of x, RMS norm's
+// mean of squares.
+class NormalizationFusion {
  public:
-  explicit LayerNormFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}
+  enum class Kind { kLayerNorm, kRmsNorm };
+  NormalizationFusion(Graph& graph, Kind kind) : graph_(graph), pinned_(pinnedValues(graph)), kind_(kind) {}
 
   size_t run() {
     size_t fused = 0;
     for (NodeId id : graph_.topologicalOrder()) {
-      if (!graph_.node(id).removed && isOp(graph_, id, "ReduceMean") && tryFuse(id)) ++fused;
+      if (graph_.node(id).removed || !isOp(graph_, id, "ReduceMean")) continue;
+      if (kind_ == Kind::kLayerNorm ? tryLayerNorm(id) : tryRmsNorm(id)) ++fused;
     }
     return fused;
   }
@@ -43,13 +47,23 @@ class LayerNormFusion {
 
   bool reducesLastAxis(NodeId id, size_t rank) const { return kiln::reducesLastAxis(graph_, id, rank); }
 
+  // A new initializer of `channels` ones, named after `near`: the gamma of a
+  // normalization written without one.
+  ValueId ones(ValueId near, int64_t channels) {
+    std::vector<float> values(static_cast<size_t>(channels), 1.0f);
+    std::vector<std::byte> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return graph_.addInitializer(uniqueName(graph_, graph_.value(near).name + "/ones"),
+                                 makeConstant(TensorInfo{DType::kF32, {channels}}, std::move(bytes)));
+  }
+
   // An f32 initializer of shape [channels].
   bool isChannelVector(ValueId id, int64_t channels) const {
     const ConstantPtr& c = id == kNoValue ? nullptr : graph_.value(id).initializer;
     return c && c->info.dtype == DType::kF32 && c->info.shape == std::vector<int64_t>{channels};
   }
 
-  bool tryFuse(NodeId mean_id) {
+  bool tryLayerNorm(NodeId mean_id) {
     const ValueId x = graph_.node(mean_id).inputs[0];
     const ValueType& type = graph_.value(x).type;
     if (type.dtype != DType::kF32 || !type.shape || type.shape->empty() || !type.shape->back().isKnown()) return false;
@@ -103,13 +117,7 @@ class LayerNormFusion {
       nodes.push_back(*add);
       end = graph_.node(*add).outputs[0];
     }
-    if (gamma == kNoValue) {
-      std::vector<float> ones(static_cast<size_t>(channels), 1.0f);
-      std::vector<std::byte> bytes(ones.size() * sizeof(float));
-      std::memcpy(bytes.data(), ones.data(), bytes.size());
-      gamma = graph_.addInitializer(uniqueName(graph_, graph_.value(end).name + "/ones"),
-                                    makeConstant(TensorInfo{DType::kF32, {channels}}, std::move(bytes)));
-    }
+    if (gamma == kNoValue) gamma = ones(end, channels);
 
     // The last node becomes the LayerNormalization so that `end` keeps its
     // value (name, graph-output slot); the others go, readers first.
@@ -127,30 +135,6 @@ class LayerNormFusion {
     return true;
   }
 
-  Graph& graph_;
-  const std::set<ValueId> pinned_;
-};
-
-// RMS normalization as T5's and LLaMA's exports write it:
-//   v = ReduceMean(Pow(x, 2) | Mul(x, x), axes=[last], keepdims=1)
-//   s = Sqrt(Add(v, epsilon))
-//   n = Mul(x, Div(1, s)) | Mul(x, Reciprocal(s)) | Div(x, s)   (operands in either order)
-//   y = Mul(n, gamma)                                            (optional; either order)
-class RmsNormFusion {
- public:
-  explicit RmsNormFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}
-
-  size_t run() {
-    size_t fused = 0;
-    for (NodeId id : graph_.topologicalOrder()) {
-      if (!graph_.node(id).removed && isOp(graph_, id, "ReduceMean") && tryFuse(id)) ++fused;
-    }
-    return fused;
-  }
-
- private:
-  std::optional<NodeId> reader(ValueId value, const char* op) const { return onlyReader(graph_, pinned_, value, op); }
-
   // x when `square` is Pow(x, 2) or Mul(x, x).
   ValueId squared(NodeId square, size_t rank) const {
     const Node& node = graph_.node(square);
@@ -159,7 +143,12 @@ class RmsNormFusion {
     return kNoValue;
   }
 
-  bool tryFuse(NodeId mean_id) {
+  // RMS normalization as T5's and LLaMA's exports write it:
+  //   v = ReduceMean(Pow(x, 2) | Mul(x, x), axes=[last], keepdims=1)
+  //   s = Sqrt(Add(v, epsilon))
+  //   n = Mul(x, Div(1, s)) | Mul(x, Reciprocal(s)) | Div(x, s)   (operands in either order)
+  //   y = Mul(n, gamma)                                            (optional; either order)
+  bool tryRmsNorm(NodeId mean_id) {
     const ValueId sq = graph_.node(mean_id).inputs[0];
     const NodeId square = graph_.value(sq).producer;
     if (square == kNoNode || pinned_.contains(sq) || graph_.value(sq).users.size() != 1) return false;
@@ -168,7 +157,7 @@ class RmsNormFusion {
     const size_t rank = type.shape->size();
     const int64_t channels = type.shape->back().size;
     const ValueId x = squared(square, rank);
-    if (x == kNoValue || !reducesLastAxis(graph_, mean_id, rank)) return false;
+    if (x == kNoValue || !reducesLastAxis(mean_id, rank)) return false;
     const ValueId v = graph_.node(mean_id).outputs[0];
     const auto add_eps = reader(v, "Add");
     if (!add_eps) return false;
@@ -203,13 +192,9 @@ class RmsNormFusion {
     }
     if (graph_.value(end).type.shape != type.shape) return false;
     ValueId gamma = kNoValue;
-    if (const auto mul = reader(end, "Mul")) {
-      const ValueId other = otherOperand(graph_, *mul, end);
-      const ConstantPtr& c = other == kNoValue ? nullptr : graph_.value(other).initializer;
-      if (c && c->info.dtype == DType::kF32 && c->info.shape == std::vector<int64_t>{channels}) {
-        gamma = other;
-        nodes.push_back(*mul);
-      }
+    if (const auto mul = reader(end, "Mul"); mul && isChannelVector(otherOperand(graph_, *mul, end), channels)) {
+      gamma = otherOperand(graph_, *mul, end);
+      nodes.push_back(*mul);
     }
     if (gamma == kNoValue) gamma = ones(end, channels);
     replaceByFusedNode(graph_, nodes, "RMSNormalization", {{"axis", int64_t{-1}}, {"epsilon", *epsilon}},
@@ -217,22 +202,15 @@ class RmsNormFusion {
     return true;
   }
 
-  ValueId ones(ValueId near, int64_t channels) {
-    std::vector<float> values(static_cast<size_t>(channels), 1.0f);
-    std::vector<std::byte> bytes(values.size() * sizeof(float));
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    return graph_.addInitializer(uniqueName(graph_, graph_.value(near).name + "/ones"),
-                                 makeConstant(TensorInfo{DType::kF32, {channels}}, std::move(bytes)));
-  }
-
   Graph& graph_;
   const std::set<ValueId> pinned_;
+  const Kind kind_;
 };
 
 }  // namespace
 
-size_t fuseRmsNorms(Graph& graph) { return RmsNormFusion(graph).run(); }
+size_t fuseRmsNorms(Graph& graph) { return NormalizationFusion(graph, NormalizationFusion::Kind::kRmsNorm).run(); }
 
-size_t fuseLayerNorms(Graph& graph) { return LayerNormFusion(graph).run(); }
+size_t fuseLayerNorms(Graph& graph) { return NormalizationFusion(graph, NormalizationFusion::Kind::kLayerNorm).run(); }
 
 }  // namespace kiln
