@@ -453,7 +453,7 @@ def main() -> int:
         print(summary)
         if not args.no_write and not args.models:
             write_results(lines, summary, "make zoo" if args.seconds == 10.0 and args.rounds == 3 else
-                          " ".join(["zoo.py"] + sys.argv[1:]), args.rounds)
+                          " ".join([".venv/bin/python bench/zoo/zoo.py"] + sys.argv[1:]), args.rounds)
     for failure in known:
         print("KNOWN FAILURE", failure)
     for failure in failures:
