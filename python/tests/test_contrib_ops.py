@@ -176,3 +176,41 @@ def test_embed_layer_norm_feeding_attention(tmp_path, segments):
     ours, want, report = run_both(tmp_path, nodes, inputs, [f32("y", None), f32("e", None)], inits, feeds)
     assert report["step_kernels"].get("kiln.Attention") == 1, report["step_kernels"]
     check(ours, want)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_quantized_attention(tmp_path, per_column):
+    """QAttention, what onnxruntime's quantizer makes of an optimized BERT's
+    Attention: the input quantized by DynamicQuantizeLinear, int8 weights."""
+    x = RNG.standard_normal((B, S, HIDDEN)).astype(np.float32)
+    width = 3 * HIDDEN
+    w_scale = (RNG.random(width) * 0.01 + 0.005).astype(np.float32) if per_column else np.array(0.01, np.float32)
+    w_zero = np.zeros(width, np.int8) if per_column else np.array(0, np.int8)
+    inits = [numpy_helper.from_array(RNG.integers(-127, 128, (HIDDEN, width)).astype(np.int8), "w"),
+             numpy_helper.from_array(RNG.standard_normal(width).astype(np.float32), "b"),
+             numpy_helper.from_array(w_scale, "w_scale"), numpy_helper.from_array(w_zero, "w_zero")]
+    mask = np.ones((B, S), np.int32)
+    mask[0, 6:] = 0
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero"]),
+             helper.make_node("QAttention", ["xq", "w", "b", "x_scale", "w_scale", "mask", "x_zero", "w_zero"], ["y"],
+                              domain="com.microsoft", num_heads=H)]
+    ours, want, report = run_both(tmp_path, nodes,
+                                  [f32("x", [B, S, HIDDEN]), helper.make_tensor_value_info("mask", TensorProto.INT32,
+                                                                                         [B, S])],
+                                  [f32("y", None)], inits, {"x": x, "mask": mask})
+    assert report["step_kernels"].get("kiln.Attention") == 1, report["step_kernels"]
+    assert report["step_kernels"].get("kiln.MatMulIntegerToFloat") == 3, report["step_kernels"]
+    check(ours, want, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_with_lengths_as_mask_index(tmp_path):
+    """mask_index as [batch] lengths of right-padded rows."""
+    x = RNG.standard_normal((B, S, HIDDEN)).astype(np.float32)
+    inits = [numpy_helper.from_array((RNG.standard_normal((HIDDEN, 3 * HIDDEN)) / 4).astype(np.float32), "w"),
+             numpy_helper.from_array(RNG.standard_normal(3 * HIDDEN).astype(np.float32), "b")]
+    node = helper.make_node("Attention", ["x", "w", "b", "lengths"], ["y"], domain="com.microsoft", num_heads=H)
+    inputs = [f32("x", [B, S, HIDDEN]), helper.make_tensor_value_info("lengths", TensorProto.INT32, [B])]
+    ours, want, report = run_both(tmp_path, [node], inputs, [f32("y", None)], inits,
+                                  {"x": x, "lengths": np.array([S, 4], np.int32)})
+    assert report["step_kernels"].get("kiln.Attention") == 1, report["step_kernels"]
+    check(ours, want)

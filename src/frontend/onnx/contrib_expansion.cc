@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
@@ -57,6 +58,11 @@ class Rewrite {
     std::vector<std::byte> bytes(sizeof value);
     std::memcpy(bytes.data(), &value, sizeof value);
     return graph_.addInitializer(fresh("const"), makeConstant(TensorInfo{DType::kF32, {}}, std::move(bytes)));
+  }
+  ValueId integer(int64_t value) {  // an i64 scalar
+    std::vector<std::byte> bytes(sizeof value);
+    std::memcpy(bytes.data(), &value, sizeof value);
+    return graph_.addInitializer(fresh("const"), makeConstant(TensorInfo{DType::kI64, {}}, std::move(bytes)));
   }
   ValueId ints(const std::vector<int64_t>& values) {
     std::vector<std::byte> bytes(values.size() * sizeof(int64_t));
@@ -178,10 +184,26 @@ void embedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks) {
   r.finish(replaced);
 }
 
-void attention(Graph& graph, Rewrite& r, int64_t opset, const RawMasks& raw_masks) {
+// Whether 1-D `lengths` has one element per batch row of `input`, both known.
+bool sameBatch(const Graph& graph, ValueId lengths, ValueId input) {
+  const ValueType& l = graph.value(lengths).type;
+  const ValueType& x = graph.value(input).type;
+  return l.shape && x.shape && l.shape->size() == 1 && !x.shape->empty() && l.shape->front().isKnown() &&
+         l.shape->front() == x.shape->front();
+}
+
+// Where Attention and QAttention keep their inputs.
+struct AttentionInputs {
+  size_t mask, past, attention_bias;  // indices; attention_bias SIZE_MAX where there is none
+  bool quantized;                     // QAttention: 8-bit input and weights with scales and zero points
+};
+constexpr AttentionInputs kAttention = {3, 4, 5, false};
+constexpr AttentionInputs kQAttention = {5, 8, SIZE_MAX, true};
+
+void attention(Graph& graph, Rewrite& r, int64_t opset, const RawMasks& raw_masks, const AttentionInputs& at) {
   const Node& node = r.node();
   if (opset < 10) r.fail(fmt::format("needs ai.onnx opset 10 or newer for Slice, found {}", opset));
-  if (r.in(4) != kNoValue) r.fail("past state (input 4) is not supported");
+  if (r.in(at.past) != kNoValue) r.fail(fmt::format("past state (input {}) is not supported", at.past));
   r.refuseOutput(1, "present");
   if (node.intAttribute("do_rotary", 0) != 0) r.fail("do_rotary is not supported");
   const int64_t heads = node.intAttribute("num_heads", 0);
@@ -189,53 +211,85 @@ void attention(Graph& graph, Rewrite& r, int64_t opset, const RawMasks& raw_mask
   // q, k, v: input x (a column range of the weights) (+ that range of the
   // bias). The weights are constants in practice, whose slices constant
   // folding makes once; three products then cost what one did, and the
-  // matmul fusion takes their biases.
+  // matmul fusions take their biases. QAttention's products are
+  // MatMulIntegerToFloat's, with per-column weight scales and zero points
+  // sliced like the weights.
   const ValueId input = r.required(0, "input");
   const ValueId weights = r.required(1, "weights");
   std::vector<int64_t> sizes = node.intsAttribute("qkv_hidden_sizes", {});
-  if (sizes.empty()) {  // equal thirds of the weights' (static) width
-    const ValueType& type = graph.value(weights).type;
-    if (!type.shape || type.shape->size() != 2 || !type.shape->back().isKnown()) {
-      r.fail("without qkv_hidden_sizes, the weights must have a known width");
-    }
-    const int64_t third = type.shape->back().size / 3;
-    sizes = {third, third, third};
+  const ValueType& weights_type = graph.value(weights).type;
+  if (!weights_type.shape || weights_type.shape->size() != 2 || !weights_type.shape->back().isKnown()) {
+    r.fail("the weights must be 2-D with a known width");
   }
-  const auto sliceColumns = [&](int64_t begin, int64_t end) {
-    const ValueId columns = r.op("Slice", {weights, r.ints({begin}), r.ints({end}), r.ints({-1})});
-    ValueId product = r.op("MatMul", {input, columns});
-    if (r.in(2) != kNoValue) {
-      product = r.op("Add", {product, r.op("Slice", {r.in(2), r.ints({begin}), r.ints({end}), r.ints({-1})})});
+  const int64_t width = weights_type.shape->back().size;
+  if (sizes.empty()) sizes = {width / 3, width / 3, width / 3};  // equal thirds
+  const auto columnsOf = [&](ValueId x, int64_t begin, int64_t end) {
+    return r.op("Slice", {x, r.ints({begin}), r.ints({end}), r.ints({-1})});
+  };
+  // A weight scale or zero point: one value for all columns, or one per column.
+  const auto perColumn = [&](ValueId x, int64_t begin, int64_t end) {
+    if (x == kNoValue) return x;
+    const ValueType& type = graph.value(x).type;
+    if (!type.shape) r.fail("weight scales and zero points need a known shape");
+    if (type.shape->empty() || (type.shape->size() == 1 && (*type.shape)[0].size == 1)) return x;
+    if (type.shape->size() != 1 || (*type.shape)[0].size != width) {
+      r.fail(fmt::format("weight scales and zero points must hold one value or {} (one per column)", width));
     }
+    return columnsOf(x, begin, end);
+  };
+  const auto project = [&](int64_t begin, int64_t end) {
+    const ValueId columns = columnsOf(weights, begin, end);
+    ValueId product;
+    if (at.quantized) {
+      product = integerProduct(r, input, columns, r.required(3, "input_scale"),
+                               perColumn(r.required(4, "weight_scale"), begin, end), r.in(6),
+                               perColumn(r.in(7), begin, end), kNoValue);
+    } else {
+      product = r.op("MatMul", {input, columns});
+    }
+    if (r.in(2) != kNoValue) product = r.op("Add", {product, columnsOf(r.in(2), begin, end)});
     return product;
   };
-  ValueId q, k, v;
-  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] % heads != 0 || sizes[2] % heads != 0) {
-    r.fail("qkv_hidden_sizes must be [q, k, v] with q = k, each a multiple of num_heads");
+  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] % heads != 0 || sizes[2] % heads != 0 ||
+      sizes[0] + sizes[1] + sizes[2] != width) {
+    r.fail("qkv_hidden_sizes must be [q, k, v] with q = k, each a multiple of num_heads, summing to the weights' width");
   }
-  q = sliceColumns(0, sizes[0]);
-  k = sliceColumns(sizes[0], sizes[0] + sizes[1]);
-  v = sliceColumns(sizes[0] + sizes[1], sizes[0] + sizes[1] + sizes[2]);
+  const ValueId q = project(0, sizes[0]);
+  const ValueId k = project(sizes[0], sizes[0] + sizes[1]);
+  const ValueId v = project(sizes[0] + sizes[1], width);
   // The additive mask [batch, 1, 1, keys] and the attention bias.
   ValueId mask = kNoValue;
-  if (r.in(3) != kNoValue) {
+  if (r.in(at.mask) != kNoValue) {
     // A raw [batch, keys] mask of ones and zeros; or the lengths an
     // EmbedLayerNormalization counted from one (its right-padding mask:
     // the raw mask masks the same keys).
-    ValueId raw = r.in(3);
+    ValueId raw = r.in(at.mask);
     const auto counted = raw_masks.find(raw);
     if (counted != raw_masks.end()) raw = counted->second;
     const ValueType& type = graph.value(raw).type;
-    if (counted == raw_masks.end() && (!type.shape || type.shape->size() != 2)) {
-      r.fail("mask_index must be a raw [batch, keys] mask (or the lengths an EmbedLayerNormalization counts); "
+    const size_t rank = counted != raw_masks.end() ? 2 : type.shape ? type.shape->size() : 0;
+    ValueId allowed;
+    if (rank == 2) {
+      allowed = r.op("Cast", {raw}, {{"to", kOnnxFloat}});
+    } else if (rank == 1 && sameBatch(graph, raw, input) && opset >= 11) {
+      // [batch] lengths of right-padded rows (the [2 * batch] form with the
+      // starts of left padding is not supported): key j is allowed while
+      // j < length, keys counted by the input's sequence axis.
+      const ValueId keys = r.op("Slice", {r.op("Shape", {input}), r.ints({1}), r.ints({2})});
+      const ValueId positions =
+          r.op("Range", {r.integer(0), r.op("Reshape", {keys, r.ints({})}), r.integer(1)});
+      const ValueId lengths = r.op("Reshape", {r.op("Cast", {raw}, {{"to", int64_t{7}}}), r.ints({-1, 1})});  // i64
+      allowed = r.op("Cast", {r.op("Less", {positions, lengths})}, {{"to", kOnnxFloat}});
+    } else {
+      r.fail("mask_index must be a raw [batch, keys] mask or [batch] lengths (opset 11 or newer) of known shape; "
              "other forms are not supported");
     }
     const float filter = node.floatAttribute("mask_filter_value", -10000.0f);
-    const ValueId allowed = r.op("Cast", {raw}, {{"to", kOnnxFloat}});
     const ValueId additive = r.op("Mul", {r.op("Sub", {r.scalar(1.0f), allowed}), r.scalar(filter)});
     mask = r.op("Reshape", {additive, r.ints({0, 1, 1, -1})});
   }
-  if (r.in(5) != kNoValue) mask = mask == kNoValue ? r.in(5) : r.op("Add", {mask, r.in(5)});
+  const ValueId bias = at.attention_bias == SIZE_MAX ? kNoValue : r.in(at.attention_bias);
+  if (bias != kNoValue) mask = mask == kNoValue ? bias : r.op("Add", {mask, bias});
   Attributes attributes = {{"q_num_heads", heads}, {"kv_num_heads", heads},
                            {"is_causal", node.intAttribute("unidirectional", 0)}};
   if (node.floatAttribute("scale", 0.0f) != 0.0f) {
@@ -332,7 +386,9 @@ int expandIn(Graph& graph, int64_t default_opset, RawMasks& raw_masks) {
     } else if (op == "EmbedLayerNormalization") {
       embedLayerNorm(r, default_opset, raw_masks);
     } else if (op == "Attention") {
-      attention(graph, r, default_opset, raw_masks);
+      attention(graph, r, default_opset, raw_masks, kAttention);
+    } else if (op == "QAttention") {
+      attention(graph, r, default_opset, raw_masks, kQAttention);
     } else {
       continue;  // other contrib ops: kernels of their own, or reported as unsupported
     }

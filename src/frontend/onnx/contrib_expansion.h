@@ -40,12 +40,19 @@
 //                                (1 - mask) * mask_filter_value for a raw
 //                                [batch, keys] mask_index (for the lengths an
 //                                EmbedLayerNormalization counted, the raw mask
-//                                it counted them from), plus attention_bias
+//                                it counted them from; for [batch] lengths of
+//                                right-padded rows, keys j < length), plus
+//                                attention_bias
+//   QAttention(input, weights, bias, input_scale, weight_scale[, mask_index]
+//       [, input_zero][, weight_zero])
+//                                the same with kiln.MatMulIntegerToFloat products
+//                                (weight scales and zero points per tensor or
+//                                per column)
 //
 // LayerNormalization, which onnxruntime defines in the default domain from
 // version 1, runs as it is (ops/nn_ops.cc registers it from version 1 too). What a rewrite cannot express is refused with a GraphError naming the
-// node: an Attention with past state, rotary embedding or a mask_index of
-// lengths from elsewhere; statistics outputs (mean, inverse deviation) that something reads.
+// node: an Attention with past state, rotary embedding or a mask_index in
+// another form (left-padding starts, 3-D); statistics outputs (mean, inverse deviation) that something reads.
 // Outputs keep their names.
 #pragma once
 
