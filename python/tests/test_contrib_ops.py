@@ -214,3 +214,31 @@ def test_attention_with_lengths_as_mask_index(tmp_path):
                                   {"x": x, "lengths": np.array([S, 4], np.int32)})
     assert report["step_kernels"].get("kiln.Attention") == 1, report["step_kernels"]
     check(ours, want)
+
+
+def test_quantized_embed_layer_norm(tmp_path):
+    """QEmbedLayerNormalization (onnxruntime's quantizer on an optimized BERT):
+    u8 tables, gamma and beta, each with its scale and zero point."""
+    vocab, max_pos = 50, 16
+
+    def quantized(name, shape):
+        values = RNG.integers(0, 256, shape).astype(np.uint8)
+        return [numpy_helper.from_array(values, name),
+                numpy_helper.from_array(np.array(RNG.random() * 0.02 + 0.01, np.float32), name + "_scale"),
+                numpy_helper.from_array(np.array(RNG.integers(100, 156), np.uint8), name + "_zero")]
+    tables = [("word", (vocab, HIDDEN)), ("pos", (max_pos, HIDDEN)), ("seg", (2, HIDDEN)), ("gamma", (HIDDEN,)),
+              ("beta", (HIDDEN,))]
+    inits = [t for name, shape in tables for t in quantized(name, shape)]
+    names = ["ids", "segment", "word", "pos", "seg", "gamma", "beta", "mask"] + \
+            [n + "_scale" for n, _ in tables] + [n + "_zero" for n, _ in tables]
+    node = helper.make_node("QEmbedLayerNormalization", names, ["e", "mask_index"], domain="com.microsoft",
+                            epsilon=1e-12)
+    int32 = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, [B, S])  # noqa: E731
+    mask = np.ones((B, S), np.int32)
+    mask[1, 3:] = 0
+    feeds = {"ids": RNG.integers(0, vocab, (B, S)).astype(np.int32), "segment": RNG.integers(0, 2, (B, S)).astype(np.int32),
+             "mask": mask}
+    ours, want, _ = run_both(tmp_path, [node], [int32("ids"), int32("segment"), int32("mask")],
+                             [f32("e", None), helper.make_tensor_value_info("mask_index", TensorProto.INT32, None)],
+                             inits, feeds)
+    check(ours, want, rtol=1e-4, atol=1e-4)

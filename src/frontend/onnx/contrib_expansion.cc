@@ -153,20 +153,26 @@ ValueId integerProduct(Rewrite& r, ValueId a, ValueId b, ValueId a_scale, ValueI
 // [batch, keys] masks they were counted from.
 using RawMasks = std::map<ValueId, ValueId>;
 
-void embedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks) {
+// EmbedLayerNormalization's tables and parameters; QEmbedLayerNormalization
+// gives them dequantized.
+struct Embeddings {
+  ValueId word, position, segment, gamma, beta;
+};
+
+void embedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks, const Embeddings& e, ValueId position_ids) {
   if (opset < 10) r.fail(fmt::format("needs ai.onnx opset 10 or newer for Slice, found {}", opset));
   const ValueId ids = r.required(0, "input_ids");
-  ValueId sum = r.op("Gather", {r.required(2, "word_embedding"), ids});
+  ValueId sum = r.op("Gather", {e.word, ids});
   ValueId positions;
-  if (r.in(8) != kNoValue) {
-    positions = r.op("Gather", {r.required(3, "position_embedding"), r.in(8)});
+  if (position_ids != kNoValue) {
+    positions = r.op("Gather", {e.position, position_ids});
   } else {  // rows 0 .. S-1, S the sequence length of input_ids
     const ValueId length = r.op("Slice", {r.op("Shape", {ids}), r.ints({1}), r.ints({2})});
-    positions = r.op("Slice", {r.required(3, "position_embedding"), r.ints({0}), length, r.ints({0})});
+    positions = r.op("Slice", {e.position, r.ints({0}), length, r.ints({0})});
   }
   sum = r.op("Add", {sum, positions});
-  if (r.in(1) != kNoValue && r.in(4) != kNoValue) sum = r.op("Add", {sum, r.op("Gather", {r.in(4), r.in(1)})});
-  const ValueId y = r.op("LayerNormalization", {sum, r.required(5, "gamma"), r.required(6, "beta")},
+  if (r.in(1) != kNoValue && e.segment != kNoValue) sum = r.op("Add", {sum, r.op("Gather", {e.segment, r.in(1)})});
+  const ValueId y = r.op("LayerNormalization", {sum, e.gamma, e.beta},
                          {{"axis", int64_t{-1}}, {"epsilon", r.node().floatAttribute("epsilon", 1e-12f)}});
   std::vector<std::pair<size_t, ValueId>> replaced = {{0, y}};
   if (r.outputUsed(1)) {
@@ -182,6 +188,30 @@ void embedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks) {
   }
   if (r.outputUsed(2)) replaced.emplace_back(2, sum);
   r.finish(replaced);
+}
+
+void embedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks) {
+  const Embeddings e = {r.required(2, "word_embedding"), r.required(3, "position_embedding"), r.in(4),
+                        r.required(5, "gamma"), r.required(6, "beta")};
+  embedLayerNorm(r, opset, raw_masks, e, r.in(8));
+}
+
+// QEmbedLayerNormalization: the same with 8-bit tables, gamma and beta,
+// each dequantized by its scale (inputs 8-12) and zero point (13-17).
+void quantizedEmbedLayerNorm(Rewrite& r, int64_t opset, RawMasks& raw_masks) {
+  const auto dequantized = [&](size_t value, size_t scale, const char* what) {
+    if (r.in(value) == kNoValue) return kNoValue;
+    std::vector<ValueId> inputs = {r.in(value), r.required(scale, what)};
+    if (r.in(scale + 5) != kNoValue) inputs.push_back(r.in(scale + 5));
+    return r.op("DequantizeLinear", inputs);
+  };
+  const Embeddings e = {dequantized(2, 8, "word_embedding_scale"), dequantized(3, 9, "position_embedding_scale"),
+                        dequantized(4, 10, "segment_embedding_scale"), dequantized(5, 11, "gamma_scale"),
+                        dequantized(6, 12, "beta_scale")};
+  if (e.word == kNoValue || e.position == kNoValue || e.gamma == kNoValue || e.beta == kNoValue) {
+    r.fail("the word and position embeddings, gamma and beta are required");
+  }
+  embedLayerNorm(r, opset, raw_masks, e, kNoValue);
 }
 
 // Whether 1-D `lengths` has one element per batch row of `input`, both known.
@@ -385,6 +415,8 @@ int expandIn(Graph& graph, int64_t default_opset, RawMasks& raw_masks) {
                                    r.in(4))}});
     } else if (op == "EmbedLayerNormalization") {
       embedLayerNorm(r, default_opset, raw_masks);
+    } else if (op == "QEmbedLayerNormalization") {
+      quantizedEmbedLayerNorm(r, default_opset, raw_masks);
     } else if (op == "Attention") {
       attention(graph, r, default_opset, raw_masks, kAttention);
     } else if (op == "QAttention") {

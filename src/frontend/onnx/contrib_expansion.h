@@ -32,6 +32,8 @@
 //                                LayerNormalization of the summed Gathers
 //                                (positions 0 .. S-1 without position_ids);
 //                                mask_index: the count of ones per mask row
+//   QEmbedLayerNormalization(...)  the same over its 8-bit tables, gamma and
+//                                beta, each through DequantizeLinear
 //   Attention(input, weights[, bias][, mask_index][, past][, attention_bias])
 //       {num_heads, qkv_hidden_sizes, unidirectional, scale, mask_filter_value}
 //                                q, k, v = input x column slices of the
