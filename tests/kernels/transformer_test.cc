@@ -171,9 +171,9 @@ TEST(AttentionKernel, SoftcapAndBoolMaskWithFullyMaskedRow) {
   checkAttention(c);
 }
 
-// More queries than one task of the fast path takes (64), key counts and
-// head sizes that are not whole vectors, grouped heads, a causal frontier and
-// a mask with a fully masked row.
+// Long sequences (one task per head with enough heads; blocks of 64 queries
+// per task with few), key counts and head sizes that are not whole vectors,
+// grouped heads, a causal frontier and a mask with a fully masked row.
 TEST(AttentionKernel, LongSequencesAndOddSizes) {
   AttentionCase c;
   c.batch = 2;
@@ -185,6 +185,12 @@ TEST(AttentionKernel, LongSequencesAndOddSizes) {
   c.v_head = 24;
   checkAttention(c);
   c.causal = true;
+  checkAttention(c);
+  // Two heads only: each head's queries split over several tasks.
+  c.batch = 1;
+  c.q_heads = 2;
+  c.kv_heads = 1;
+  c.q_seq = 150;
   checkAttention(c);
   c.causal = false;
   c.q_seq = 5;

@@ -339,8 +339,9 @@ void attentionRow(const AttentionState& s, const AttentionData& d, int64_t b, in
 // the block by V with the same GEMM, then scales each output row by
 // 1 / sum. The scores of a row are exact before the exponential, as the
 // reference's; only the summation order differs from attentionRow.
-constexpr int64_t kFastRows = 16;         // queries per score block
-constexpr int64_t kFastTaskRows = 64;     // queries per parallel task
+constexpr int64_t kFastRows = 16;          // queries per score block
+constexpr int64_t kFastMinTaskRows = 64;   // queries per parallel task, at least
+constexpr int64_t kFastTasksPerThread = 4;  // enough tasks to even the threads out
 
 bool fastPathApplies(const AttentionState& s, size_t output_count) {
   return output_count == 1 && s.past == 0 && s.softcap == 0 && !s.nonpad && s.left_window < 0 &&
@@ -361,8 +362,15 @@ void attentionBlockFast(const AttentionState& s, const AttentionData& d, int64_t
   float* kt = scratch.data();
   float* scores = kt + s.head_size * t;
   const float* k = d.k + b * s.k.batch + kv_h * s.k.head;
-  for (int64_t j = 0; j < t; ++j) {
-    for (int64_t c = 0; c < s.head_size; ++c) kt[c * t + j] = k[j * s.k.seq + c];
+  // K transposed in blocks of 8 keys: 8 rows read whole, 8 consecutive
+  // floats written per head element (a key at a time would write a cache
+  // line per element).
+  constexpr int64_t kKeyBlock = 8;
+  for (int64_t j0 = 0; j0 < t; j0 += kKeyBlock) {
+    const int64_t keys = std::min(kKeyBlock, t - j0);
+    for (int64_t c = 0; c < s.head_size; ++c) {
+      for (int64_t j = 0; j < keys; ++j) kt[c * t + j0 + j] = k[(j0 + j) * s.k.seq + c];
+    }
   }
   const float* v = d.v + b * s.v.batch + kv_h * s.v.head;
   const vec::BinaryFn add = vk.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth);
@@ -404,17 +412,27 @@ void attentionBlockFast(const AttentionState& s, const AttentionData& d, int64_t
   }
 }
 
+// Each task packs its head's K once: a task takes all queries of a head
+// when there are heads enough to keep every thread busy, else blocks of at
+// least kFastMinTaskRows queries.
 void runAttentionFast(const AttentionState& s, const AttentionData& d) {
-  const int64_t blocks = (s.q_seq + kFastTaskRows - 1) / kFastTaskRows;
-  const int64_t tasks = s.batch * s.q_heads * blocks;
-  parallelForItems(tasks, std::min(s.q_seq, kFastTaskRows) * s.total * (s.head_size + s.v_head_size),
+  const int64_t heads = s.batch * s.q_heads;
+  int64_t task_rows = s.q_seq;
+#if defined(_OPENMP)
+  const int64_t wanted = kFastTasksPerThread * omp_get_max_threads();
+  if (heads < wanted) {
+    const int64_t blocks_per_head = (wanted + heads - 1) / heads;
+    task_rows = std::max(kFastMinTaskRows, (s.q_seq + blocks_per_head - 1) / blocks_per_head);
+  }
+#endif
+  const int64_t blocks = (s.q_seq + task_rows - 1) / task_rows;
+  parallelForItems(heads * blocks, std::min(s.q_seq, task_rows) * s.total * (s.head_size + s.v_head_size),
                    [&](int64_t first, int64_t last) {
                      for (int64_t task = first; task < last; ++task) {
                        const int64_t block = task % blocks;
                        const int64_t head = task / blocks % s.q_heads;
                        const int64_t b = task / blocks / s.q_heads;
-                       attentionBlockFast(s, d, b, head, block * kFastTaskRows,
-                                          std::min(s.q_seq, (block + 1) * kFastTaskRows));
+                       attentionBlockFast(s, d, b, head, block * task_rows, std::min(s.q_seq, (block + 1) * task_rows));
                      }
                    });
 }
