@@ -197,6 +197,10 @@ class Graph {
   std::map<std::string, ValueId, std::less<>> names_;
 };
 
+// `base`, or `base_N` (N = 1, 2, ...), whichever no value of `graph` is named
+// yet: the name of a value a rewrite adds.
+std::string uniqueName(const Graph& graph, const std::string& base);
+
 // Adds the names that `subgraph` and the subgraphs inside it read from the
 // graphs enclosing `subgraph` (outer-scope values that `subgraph` itself
 // does not define).

@@ -309,4 +309,10 @@ std::vector<NodeId> Graph::topologicalOrder() const {
   return order;
 }
 
+std::string uniqueName(const Graph& graph, const std::string& base) {
+  std::string name = base;
+  for (int i = 1; graph.findValue(name); ++i) name = fmt::format("{}_{}", base, i);
+  return name;
+}
+
 }  // namespace kiln

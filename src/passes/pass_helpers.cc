@@ -1,7 +1,5 @@
 #include "passes/pass_helpers.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -19,12 +17,6 @@ std::set<ValueId> pinnedValues(const Graph& graph) {
 
 bool isGraphOutput(const Graph& graph, ValueId id) {
   return std::find(graph.outputs().begin(), graph.outputs().end(), id) != graph.outputs().end();
-}
-
-std::string uniqueName(const Graph& graph, const std::string& base) {
-  std::string name = base;
-  for (int i = 1; graph.findValue(name); ++i) name = fmt::format("{}_{}", base, i);
-  return name;
 }
 
 bool isOp(const Graph& graph, NodeId id, std::string_view op) {

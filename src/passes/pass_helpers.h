@@ -20,9 +20,6 @@ std::set<ValueId> pinnedValues(const Graph& graph);
 // Whether `id` is one of the graph's outputs.
 bool isGraphOutput(const Graph& graph, ValueId id);
 
-// `base`, or `base` with a numeric suffix, that no value of `graph` is named.
-std::string uniqueName(const Graph& graph, const std::string& base);
-
 // Whether node `id` is `op` of the default domain with one output.
 bool isOp(const Graph& graph, NodeId id, std::string_view op);
 

@@ -102,13 +102,7 @@ class Rewrite {
   }
 
  private:
-  std::string fresh(const std::string& base) {
-    const std::string stem = prefix_ + "/" + base;
-    for (int n = 0;; ++n) {
-      std::string name = n == 0 ? stem : fmt::format("{}_{}", stem, n);
-      if (!graph_.findValue(name)) return name;
-    }
-  }
+  std::string fresh(const std::string& base) const { return uniqueName(graph_, prefix_ + "/" + base); }
 
   Graph& graph_;
   const NodeId id_;

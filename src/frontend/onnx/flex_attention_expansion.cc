@@ -11,15 +11,6 @@
 namespace kiln {
 namespace {
 
-// `base`, or `base_N` when `graph` already has a value named `base`.
-std::string freshName(const Graph& graph, const std::string& base) {
-  if (!graph.findValue(base)) return base;
-  for (int n = 1;; ++n) {
-    std::string name = fmt::format("{}_{}", base, n);
-    if (!graph.findValue(name)) return name;
-  }
-}
-
 // What the expansion keeps of the FlexAttention node (which adding nodes to
 // the graph may move).
 struct FlexNode {
@@ -44,7 +35,7 @@ ValueId inlineModifier(Graph& graph, const FlexNode& flex, const char* attribute
   const std::string prefix = fmt::format("{}/{}/", flex.name, attribute);
   std::map<ValueId, ValueId> mapped{{body.inputs()[0], input}};
   for (ValueId id : body.initializers()) {
-    mapped[id] = graph.addInitializer(freshName(graph, prefix + body.value(id).name), body.value(id).initializer);
+    mapped[id] = graph.addInitializer(uniqueName(graph, prefix + body.value(id).name), body.value(id).initializer);
   }
   for (ValueId id : body.outerScopeValues()) {
     const auto outer = graph.findValue(body.value(id).name);
@@ -60,7 +51,7 @@ ValueId inlineModifier(Graph& graph, const FlexNode& flex, const char* attribute
     std::vector<ValueId> inputs;
     for (ValueId in : node.inputs) inputs.push_back(in == kNoValue ? kNoValue : mapped.at(in));
     std::vector<std::string> outputs;
-    for (ValueId out : node.outputs) outputs.push_back(freshName(graph, prefix + body.value(out).name));
+    for (ValueId out : node.outputs) outputs.push_back(uniqueName(graph, prefix + body.value(out).name));
     const NodeId added = graph.addNode(node.op_type, inputs, outputs, node.attributes, node.domain);
     graph.node(added).name = prefix + node.name;
     for (size_t i = 0; i < node.outputs.size(); ++i) mapped[node.outputs[i]] = graph.node(added).outputs[i];
@@ -78,7 +69,7 @@ GraphPtr graphAttribute(const Node& node, const char* key) {
 
 ValueId addOne(Graph& graph, const std::string& op, const std::string& domain, const std::vector<ValueId>& inputs,
                const std::string& output, Attributes attributes, const std::string& node_name) {
-  const NodeId id = graph.addNode(op, inputs, {freshName(graph, output)}, std::move(attributes), domain);
+  const NodeId id = graph.addNode(op, inputs, {uniqueName(graph, output)}, std::move(attributes), domain);
   graph.node(id).name = node_name;
   return graph.node(id).outputs[0];
 }
@@ -100,7 +91,7 @@ void expand(Graph& graph, const FlexNode& flex) {
   const std::string name = graph.value(flex.y).name;
   graph.replaceAllUses(flex.y, y);
   graph.removeNode(flex.id);
-  graph.renameValue(flex.y, freshName(graph, name + "/replaced"));
+  graph.renameValue(flex.y, uniqueName(graph, name + "/replaced"));
   graph.renameValue(y, name);
 }
 
