@@ -195,14 +195,18 @@ def test_nested_control_flow(tmp_path):
                    "scale": np.array([0.5, -1, 2], np.float32)}, tmp_path)
 
 
-def test_loop_invariant_work_runs_once(tmp_path):
+@pytest.mark.parametrize("carried_name", ["w", "weights"])
+def test_loop_invariant_work_runs_once(tmp_path, carried_name):
     """A Loop carries its weights through unchanged and transposes them, and
     projects a feature map read from outside, at every iteration (as
     Paddle's SLANet decoder does): that work moves out of the Loop
-    (passes/loop_invariants.h), and the results still match onnxruntime."""
+    (passes/loop_invariants.h), and the results still match onnxruntime.
+    Paddle's exporter also names the carried input after the outer value it
+    starts from ("weights" inside and out), hiding the outer name."""
     rng = np.random.default_rng(7)
+    w = carried_name
     body = helper.make_graph(
-        [helper.make_node("Transpose", ["w"], ["w_t"], perm=[1, 0]),
+        [helper.make_node("Transpose", [w], ["w_t"], perm=[1, 0]),
          helper.make_node("MatMul", ["features", "w_t"], ["projected"]),     # invariant: moves out
          helper.make_node("MatMul", ["h", "w_t"], ["hw"]),                   # reads h: stays
          helper.make_node("ReduceMean", ["projected"], ["context"], axes=[0], keepdims=1),
@@ -211,9 +215,9 @@ def test_loop_invariant_work_runs_once(tmp_path):
          helper.make_node("Identity", ["cond"], ["cond_out"])],
         "step",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h", F, [1, 8]), helper.make_tensor_value_info("w", F, [8, 8])],
+         helper.make_tensor_value_info("h", F, [1, 8]), helper.make_tensor_value_info(w, F, [8, 8])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_next", F, [1, 8]),
-         helper.make_tensor_value_info("w", F, [8, 8])])
+         helper.make_tensor_value_info(w, F, [8, 8])])
     graph = helper.make_graph(
         [helper.make_node("Loop", ["trips", "", "h0", "weights"], ["h", "w_final"], body=body)], "invariant",
         [helper.make_tensor_value_info("features", F, [5, 8]), helper.make_tensor_value_info("h0", F, [1, 8])],

@@ -46,6 +46,11 @@ size_t readUnchangedFromOutside(const Graph& graph, const Node& loop, Graph& bod
     if (body.outputs()[1 + k] != input || 2 + k >= loop.inputs.size() || loop.inputs[2 + k] == kNoValue) continue;
     if (body.value(input).users.empty()) continue;
     const Value& initial = graph.value(loop.inputs[2 + k]);
+    // Exporters often give the carried input the initial value's own name
+    // (Paddle's do): the body input then hides the outer value. Renaming the
+    // input frees the name; body inputs are bound by position, and a nested
+    // subgraph reading the name still gets the same (unchanged) tensor.
+    if (body.value(input).name == initial.name) body.renameValue(input, uniqueName(body, initial.name + ":carried"));
     const ValueId outer = outerValue(body, initial.name, initial.type);
     if (outer != kNoValue) changed += redirectReads(body, input, outer);
   }

@@ -153,6 +153,37 @@ TEST(ConcatKernel, MatchesReference) {
   }
 }
 
+// Copies past parallel.h's bound are split across the threads: by outer
+// blocks, or (axis 0) each piece in chunks; sizes that fill no whole chunk.
+TEST(ConcatKernel, LargeCopiesMatchAndSplitBack) {
+  for (int64_t axis : {0, 1}) {
+    const Shape a_shape = axis == 0 ? Shape{40009, 3} : Shape{3, 40009};
+    const Shape b_shape = axis == 0 ? Shape{17, 3} : Shape{3, 17};
+    const Shape out = axis == 0 ? Shape{40026, 3} : Shape{3, 40026};
+    const std::vector<float> a = randomValues<float>(elementCount(a_shape), 5, -1, 1);
+    const std::vector<float> b = randomValues<float>(elementCount(b_shape), 6, -1, 1);
+    const std::vector<float> got =
+        run<float>("Concat", {operand(a_shape, a), operand(b_shape, b)}, DType::kF32, out, params({{"axis", axis}}));
+    std::vector<float> want(elementCount(out));
+    for (uint64_t i = 0; i < want.size(); ++i) {
+      std::vector<int64_t> coords = unravel(i, out);
+      const size_t ax = static_cast<size_t>(axis);
+      if (coords[ax] < a_shape[ax]) {
+        want[i] = a[ravel(coords, a_shape)];
+      } else {
+        coords[ax] -= a_shape[ax];
+        want[i] = b[ravel(coords, b_shape)];
+      }
+    }
+    ASSERT_EQ(got, want) << "axis " << axis;
+    std::vector<Operand> inputs = {operand(out, got)};
+    std::vector<Operand> outputs = {output(DType::kF32, a_shape), output(DType::kF32, b_shape)};
+    PreparedKernel("Split", inputs, outputs, params({{"axis", axis}})).run(inputs, outputs);
+    EXPECT_EQ(outputs[0].values<float>(), a) << "axis " << axis;
+    EXPECT_EQ(outputs[1].values<float>(), b) << "axis " << axis;
+  }
+}
+
 TEST(ConcatKernel, PrepareErrors) {
   std::vector<Operand> inputs = {operand<float>({2, 3}, iota<float>(6)), operand<float>({3, 3}, iota<float>(9))};
   EXPECT_EQ(prepareError("Concat", inputs, {output(DType::kF32, {5, 3})}), "Concat: needs the attribute axis");

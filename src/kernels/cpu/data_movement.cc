@@ -28,6 +28,7 @@
 #include "kernels/slice_positions.h"
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/resize_general.h"
 #include "kernels/cpu/resize_tables.h"
 #include "kernels/cpu/setup_helpers.h"
@@ -556,6 +557,7 @@ std::unique_ptr<KernelState> prepareConcat(const KernelSetup& setup) {
   }
   expectOutput("Concat", setup.outputs[0], first.dtype, out);
   state->outer = product(out, 0, axis);
+  for (size_t bytes : state->piece_bytes) state->whole_bytes += bytes;
   return state;
 }
 
@@ -575,18 +577,47 @@ inline void copyPiece(std::byte* dst, const std::byte* src, size_t bytes) {
   for (; i < bytes; ++i) dst[i] = src[i];
 }
 
-void runConcat(const KernelCall& call) {
-  const auto& state = static_cast<const PiecesState&>(*call.state);
-  std::byte* y = call.outputs[0].data;
-  const size_t pieces = state.piece_bytes.size();
-  for (int64_t o = 0; o < state.outer; ++o) {
-    for (size_t i = 0; i < pieces; ++i) {
-      const size_t bytes = state.piece_bytes[i];
-      if (bytes == 0) continue;
-      copyPiece(y, call.inputs[i].data + static_cast<size_t>(o) * bytes, bytes);
-      y += bytes;
-    }
+// Concat and Split copy between one whole tensor and its pieces: in each of
+// `outer` blocks, piece i's run of piece_bytes[i] bytes. This calls
+// copy(whole_offset, piece, piece_offset, bytes) over all of them. Large
+// copies are split across the threads (two cores copy the 6 MB Concat in
+// SLANet's backbone in about half the time of one): by outer blocks when
+// there are several, else each piece in chunks.
+template <typename Copy>
+void forEachPieceRun(const PiecesState& state, const Copy& copy) {
+  constexpr int64_t kChunk = 16 << 10;  // bytes
+  const size_t count = state.piece_bytes.size();
+  if (state.outer > 1) {
+    parallelForItems(state.outer, static_cast<int64_t>(state.whole_bytes / 4), [&](int64_t begin, int64_t end) {
+      size_t at = static_cast<size_t>(begin) * state.whole_bytes;
+      for (int64_t o = begin; o < end; ++o) {
+        for (size_t i = 0; i < count; ++i) {
+          const size_t bytes = state.piece_bytes[i];
+          copy(at, i, static_cast<size_t>(o) * bytes, bytes);
+          at += bytes;
+        }
+      }
+    });
+    return;
   }
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t bytes = static_cast<int64_t>(state.piece_bytes[i]);
+    parallelForItems((bytes + kChunk - 1) / kChunk, kChunk / 4, [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * kChunk;
+      const size_t length = static_cast<size_t>(std::min(end * kChunk, bytes) - first);
+      copy(at + static_cast<size_t>(first), i, static_cast<size_t>(first), length);
+    });
+    at += static_cast<size_t>(bytes);
+  }
+}
+
+void runConcat(const KernelCall& call) {
+  std::byte* y = call.outputs[0].data;
+  forEachPieceRun(static_cast<const PiecesState&>(*call.state),
+                  [&](size_t whole_offset, size_t piece, size_t piece_offset, size_t bytes) {
+                    copyPiece(y + whole_offset, call.inputs[piece].data + piece_offset, bytes);
+                  });
 }
 
 std::unique_ptr<KernelState> prepareSplit(const KernelSetup& setup) {
@@ -622,21 +653,16 @@ std::unique_ptr<KernelState> prepareSplit(const KernelSetup& setup) {
     if (!same) throw UsageError(fmt::format("Split: split [{}] does not match the outputs", fmt::join(split, ", ")));
   }
   state->outer = product(x.shape, 0, axis);
+  for (size_t bytes : state->piece_bytes) state->whole_bytes += bytes;
   return state;
 }
 
 void runSplit(const KernelCall& call) {
-  const auto& state = static_cast<const PiecesState&>(*call.state);
   const std::byte* x = call.inputs[0].data;
-  const size_t pieces = state.piece_bytes.size();
-  for (int64_t o = 0; o < state.outer; ++o) {
-    for (size_t i = 0; i < pieces; ++i) {
-      const size_t bytes = state.piece_bytes[i];
-      if (bytes == 0) continue;
-      copyPiece(call.outputs[i].data + static_cast<size_t>(o) * bytes, x, bytes);
-      x += bytes;
-    }
-  }
+  forEachPieceRun(static_cast<const PiecesState&>(*call.state),
+                  [&](size_t whole_offset, size_t piece, size_t piece_offset, size_t bytes) {
+                    copyPiece(call.outputs[piece].data + piece_offset, x + whole_offset, bytes);
+                  });
 }
 
 // ------------------------------------------------------------------ Gather
