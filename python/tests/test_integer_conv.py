@@ -45,6 +45,10 @@ def compile_and_run(tmp_path, nodes, inputs, inits, feeds, y_type, run_reference
     (np.uint8, np.uint8, "channel", (1, 6, 9, 9), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),  # depthwise
     (np.uint8, np.uint8, "one", (1, 300, 50), (5, 300, 1), {}),  # 1-D, pointwise, depth 300
     (np.uint8, np.uint8, "one", (1, 3, 5, 6, 7), (4, 3, 2, 3, 3), dict(pads=[1, 0, 1, 0, 1, 1])),  # 3-D
+    # rows of 37 and 50 positions: whole 16-wide blocks, remainders, and
+    # padding wider than the kernel's reach at both ends of a row
+    (np.uint8, np.uint8, "one", (1, 4, 7, 37), (5, 4, 3, 3), dict(strides=[1, 3], pads=[1, 4, 0, 5])),
+    (np.int8, np.int8, "one", (1, 4, 5, 50), (3, 4, 1, 5), dict(pads=[0, 6, 0, 6], dilations=[1, 3])),
 ])
 def test_constant_weights_are_exact(tmp_path, x_type, w_type, w_zero_kind, x_shape, w_shape, attrs):
     rng = np.random.default_rng(11)
