@@ -19,12 +19,12 @@ GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
 def recurrent_model(path, op, directions=1, layout=0, lens=False, initial=False, peepholes=False,
-                    constant_weights=True, direction="forward", **attrs):
+                    constant_weights=True, direction="forward", hidden=HIDDEN, **attrs):
     rng = np.random.default_rng(11)
-    g = GATES[op] * HIDDEN
+    g = GATES[op] * hidden
     weights = {
         "W": rng.uniform(-0.4, 0.4, (directions, g, INPUT)).astype(np.float32),
-        "R": rng.uniform(-0.4, 0.4, (directions, g, HIDDEN)).astype(np.float32),
+        "R": rng.uniform(-0.4, 0.4, (directions, g, hidden)).astype(np.float32),
         "B": rng.uniform(-0.3, 0.3, (directions, 2 * g)).astype(np.float32),
     }
     x_shape = [SEQ, BATCH, INPUT] if layout == 0 else [BATCH, SEQ, INPUT]
@@ -46,11 +46,11 @@ def recurrent_model(path, op, directions=1, layout=0, lens=False, initial=False,
         names[4] = "lens"
     if initial:
         for name, index in (("h0", 5), ("c0", 6))[:2 if op == "LSTM" else 1]:
-            value = rng.uniform(-1, 1, [directions, BATCH, HIDDEN]).astype(np.float32).transpose(batch_major).copy()
+            value = rng.uniform(-1, 1, [directions, BATCH, hidden]).astype(np.float32).transpose(batch_major).copy()
             initializers.append(numpy_helper.from_array(value, name))
             names[index] = name
     if peepholes:
-        initializers.append(numpy_helper.from_array(rng.uniform(-0.5, 0.5, (directions, 3 * HIDDEN))
+        initializers.append(numpy_helper.from_array(rng.uniform(-0.5, 0.5, (directions, 3 * hidden))
                                                     .astype(np.float32), "P"))
         names[7] = "P"
     while names[-1] == "":
@@ -58,7 +58,7 @@ def recurrent_model(path, op, directions=1, layout=0, lens=False, initial=False,
     outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
     if directions == 2:
         direction = "bidirectional"
-    node = helper.make_node(op, names, outputs, hidden_size=HIDDEN, direction=direction, layout=layout, **attrs)
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs)
     graph = helper.make_graph([node], op.lower(), inputs, [helper.make_tensor_value_info(o, F, None) for o in outputs],
                               initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
@@ -102,6 +102,15 @@ def test_reverse_with_sequence_lengths(tmp_path, op):
 @pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
 def test_bidirectional_sequence_lengths_and_weights_fed_at_run_time(tmp_path, op):
     check(tmp_path, op, directions=2, lens=True, initial=True, constant_weights=False)
+
+
+# kiln keeps R^T in panels of 128 columns (kernels/cpu/recurrent.cc): hidden
+# sizes whose gate blocks start inside a panel and end in the next one.
+@pytest.mark.parametrize("op,hidden,attrs", [("GRU", 50, {}), ("GRU", 70, {"linear_before_reset": 1}),
+                                             ("LSTM", 70, {}), ("RNN", 130, {})])
+@pytest.mark.parametrize("constant_weights", [True, False])
+def test_hidden_sizes_across_weight_panels(tmp_path, op, hidden, attrs, constant_weights):
+    check(tmp_path, op, directions=2, initial=True, hidden=hidden, constant_weights=constant_weights, **attrs)
 
 
 def test_gru_linear_before_reset(tmp_path):
