@@ -92,7 +92,11 @@ TEST(TransposeKernel, MatchesReference) {
       {{2, 3, 4}, {0, 2, 1}},    {{4, 5, 6, 7}, {0, 2, 3, 1}}, {{4, 5, 6, 7}, {0, 3, 1, 2}},
       {{3, 1, 4}, {1, 2, 0}},    {{2, 3, 4, 5}, {3, 2, 1, 0}}, {{5}, {0}},
       {{}, {}},                  {{2, 0, 3}, {2, 1, 0}},       {{70, 3, 40}, {2, 1, 0}},
-      {{2, 3, 4, 5, 6}, {1, 0, 4, 2, 3}}};
+      {{2, 3, 4, 5, 6}, {1, 0, 4, 2, 3}},
+      // Past parallel.h's bound: split across threads by rows, and a tiled
+      // transpose (NCHW -> NHWC of 3 channels) in chunks of 256 rows with a
+      // partial last one.
+      {{2, 3, 70, 143}, {0, 2, 3, 1}},  {{1, 3, 20001}, {0, 2, 1}}, {{40, 30, 41}, {0, 2, 1}}};
   uint32_t seed = 1;
   for (const auto& [shape, perm] : cases) {
     checkTranspose<float>(shape, perm, seed++);

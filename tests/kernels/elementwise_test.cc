@@ -365,6 +365,11 @@ const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> kBroadc
     {{}, {}},
     {{0, 3}, {3}},
     {{4, 0}, {1}},
+    // Short rows repeated over the next dimension (a per-channel scale of a
+    // channels-last tensor): several rows per call through a tile, split
+    // across threads, with tile and dimension boundaries inside a range.
+    {{3, 40, 50, 8}, {3, 1, 1, 8}},
+    {{2, 1, 100}, {2, 45, 100}},
 };
 
 struct BinaryCase {

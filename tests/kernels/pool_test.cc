@@ -288,6 +288,48 @@ TEST(GlobalPoolKernel, Shapes) {
   checkGlobal({1, 3, 4, 5, 6}, 5);
 }
 
+// kiln.NhwcGlobal*Pool: [N, H, W, C] in, [N, 1, 1, C] out; channel counts
+// that fill whole blocks of 64, end in a partial one, or are below one,
+// sizes split across threads, and a NaN that the maximum keeps.
+TEST(GlobalPoolKernel, ChannelsLastMatchesReference) {
+  uint32_t seed = 20;
+  for (const Ints& xs : {Ints{2, 5, 7, 150}, Ints{3, 40, 30, 64}, Ints{1, 3, 3, 5}}) {
+    std::vector<float> x = randomValues<float>(elementCount(xs), seed++, -2, 2);
+    const int64_t channels = xs[3];
+    const int64_t size = xs[1] * xs[2];
+    x[static_cast<size_t>(size * channels + 3 * channels + channels - 1)] = xs[0] > 1 ? NAN : x[0];
+    std::vector<double> avg, mx;
+    for (int64_t n = 0; n < xs[0]; ++n) {
+      for (int64_t c = 0; c < channels; ++c) {
+        double s = 0, m = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i < size; ++i) {
+          const double v = x[static_cast<size_t>((n * size + i) * channels + c)];
+          s += v;
+          m = std::isnan(v) || std::isnan(m) ? NAN : std::max(m, v);
+        }
+        avg.push_back(s / static_cast<double>(size));
+        mx.push_back(m);
+      }
+    }
+    for (const char* op : {"kiln.NhwcGlobalAveragePool", "kiln.NhwcGlobalMaxPool"}) {
+      std::vector<Operand> inputs = {operand(xs, x)};
+      std::vector<Operand> outputs = {output(DType::kF32, {xs[0], 1, 1, channels})};
+      const PreparedKernel kernel(op, inputs, outputs);
+      kernel.run(inputs, outputs);
+      const std::vector<float> got = outputs[0].values<float>();
+      const std::vector<double>& want = std::string(op) == "kiln.NhwcGlobalMaxPool" ? mx : avg;
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << op << " element " << i;
+        } else {
+          EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << op << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(GlobalPoolKernel, MaxPropagatesNaN) {
   std::vector<float> x(40, 1.0f);
   x[17] = std::numeric_limits<float>::quiet_NaN();

@@ -210,6 +210,12 @@ inline void transposeTile(T* __restrict y, int64_t ys, const T* __restrict x, in
   }
 }
 
+// The copy is cut into items split across the threads (parallel.h): one
+// row copy each, or for a tiled transpose kTransposeChunk rows of its
+// tile dimension (an image's NCHW -> NHWC is a single [C, H*W] transpose).
+// A thread starts its odometer at its first item and walks on from there.
+constexpr int64_t kTransposeChunk = 256;
+
 template <typename T>
 void runStridedCopyAs(const StridedCopy& plan, const std::byte* x_bytes, std::byte* y_bytes) {
   if (plan.empty) return;
@@ -222,28 +228,46 @@ void runStridedCopyAs(const StridedCopy& plan, const std::byte* x_bytes, std::by
   const uint32_t last = plan.rank - 1;
   const int64_t n = plan.dims[last];
   const int64_t s = plan.strides[last];
-  std::array<int64_t, kPlanRank> index{};
-  int64_t xo = 0;
-  int64_t yo = 0;
-  for (;;) {
-    if (plan.tile_dim >= 0) {
-      const uint32_t t = static_cast<uint32_t>(plan.tile_dim);
-      transposeTile(y + yo, plan.out_strides[t], x + xo, s, plan.dims[t], n);
-    } else {
-      copyRow(y + yo, x + xo, n, s);
-    }
-    uint32_t k = plan.outer_count;
-    for (; k-- > 0;) {
+  const bool tiled = plan.tile_dim >= 0;
+  const uint32_t t = tiled ? static_cast<uint32_t>(plan.tile_dim) : 0;
+  const int64_t chunks = tiled ? (plan.dims[t] + kTransposeChunk - 1) / kTransposeChunk : 1;
+  int64_t rows = 1;
+  for (uint32_t k = 0; k < plan.outer_count; ++k) rows *= plan.dims[plan.outer[k]];
+  parallelForItems(rows * chunks, tiled ? kTransposeChunk * n : n, [&](int64_t begin, int64_t end) {
+    // The odometer at row begin / chunks.
+    std::array<int64_t, kPlanRank> index{};
+    int64_t xo = 0;
+    int64_t yo = 0;
+    int64_t row = begin / chunks;
+    for (uint32_t k = plan.outer_count; k-- > 0;) {
       const uint32_t d = plan.outer[k];
-      xo += plan.strides[d];
-      yo += plan.out_strides[d];
-      if (++index[d] < plan.dims[d]) break;
-      xo -= plan.strides[d] * plan.dims[d];
-      yo -= plan.out_strides[d] * plan.dims[d];
-      index[d] = 0;
+      index[d] = row % plan.dims[d];
+      row /= plan.dims[d];
+      xo += index[d] * plan.strides[d];
+      yo += index[d] * plan.out_strides[d];
     }
-    if (k == ~0u) return;
-  }
+    int64_t part = begin % chunks;
+    for (int64_t item = begin; item < end; ++item) {
+      if (tiled) {
+        const int64_t first = part * kTransposeChunk;
+        const int64_t count = std::min(kTransposeChunk, plan.dims[t] - first);
+        transposeTile(y + yo + first * plan.out_strides[t], plan.out_strides[t], x + xo + first, s, count, n);
+      } else {
+        copyRow(y + yo, x + xo, n, s);
+      }
+      if (++part < chunks) continue;
+      part = 0;
+      for (uint32_t k = plan.outer_count; k-- > 0;) {
+        const uint32_t d = plan.outer[k];
+        xo += plan.strides[d];
+        yo += plan.out_strides[d];
+        if (++index[d] < plan.dims[d]) break;
+        xo -= plan.strides[d] * plan.dims[d];
+        yo -= plan.out_strides[d] * plan.dims[d];
+        index[d] = 0;
+      }
+    }
+  });
 }
 
 void runStridedCopy(const StridedCopy& plan, const std::byte* x, std::byte* y) {

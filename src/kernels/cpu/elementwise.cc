@@ -1262,12 +1262,71 @@ BinaryRow powRowFor(DType base, DType exponent) {
 // Output elements [begin, end) of one binary op: a row call per (part of a)
 // row of the plan. Element sizes in bytes: `a_size` and `b_size` for the
 // inputs, `out` for the output.
+//
+// Short rows where one operand repeats one row over the next dimension and
+// the other runs on (a channels-last tensor times a per-channel scale: [N,
+// H, W, C] x [N, 1, 1, C], rows of C = 8 to 200) go through tiledRange
+// instead: a call per row of 8 costs more than its 8 multiplies.
+constexpr size_t kTileBytes = 4096;
+
+// Which operand (0 or 1) repeats its row along the plan's next-to-last
+// dimension while the other walks on contiguously; -1 when the plan is not
+// of that shape or its rows are long enough as they are.
+int repeatedRowOperand(const BroadcastPlan& plan, size_t a_size, size_t b_size) {
+  const int64_t n = plan.rowLength();
+  if (plan.rank < 2 || n == 0 || plan.innerStride(0) != 1 || plan.innerStride(1) != 1) return -1;
+  const uint32_t d = plan.rank - 2;
+  for (int repeated = 0; repeated < 2; ++repeated) {
+    const size_t size = repeated == 0 ? a_size : b_size;
+    if (n * static_cast<int64_t>(size) * 4 > static_cast<int64_t>(kTileBytes)) continue;  // at least 4 rows a tile
+    if (plan.strides[repeated][d] == 0 && plan.strides[1 - repeated][d] == n) return repeated;
+  }
+  return -1;
+}
+
+// binaryRange for plans repeatedRowOperand accepts: the repeated row is
+// copied side by side into a tile (a thread's own, no allocation), and one
+// row call covers as many rows as the tile holds.
+void tiledRange(BinaryRow row, const BroadcastPlan& plan, int repeated, size_t a_size, size_t b_size, size_t out,
+                const std::byte* a, const std::byte* b, std::byte* y, int64_t begin, int64_t end) {
+  alignas(64) thread_local std::array<std::byte, kTileBytes> tile;
+  const int64_t n = plan.rowLength();
+  const int64_t dim = plan.dims[plan.rank - 2];
+  const size_t row_bytes = static_cast<size_t>(n) * (repeated == 0 ? a_size : b_size);
+  const int64_t tile_rows = static_cast<int64_t>(kTileBytes / row_bytes);
+  const std::byte* tiled_from = nullptr;  // the row the tile holds now
+  for (int64_t at = begin; at < end;) {
+    const BroadcastRows rows(plan, at);
+    const std::byte* a_at = a + static_cast<size_t>(rows.offset(0) + at % n) * a_size;
+    const std::byte* b_at = b + static_cast<size_t>(rows.offset(1) + at % n) * b_size;
+    int64_t count = std::min(n - at % n, end - at);
+    if (at % n == 0 && count == n) {
+      // Whole rows up to the end of the range, the tile, or this run of the
+      // repeating dimension.
+      const int64_t whole = std::min({(end - at) / n, tile_rows, dim - (at / n) % dim});
+      const std::byte* from = repeated == 0 ? a_at : b_at;
+      if (from != tiled_from) {
+        for (int64_t r = 0; r < tile_rows; ++r) std::memcpy(tile.data() + r * row_bytes, from, row_bytes);
+        tiled_from = from;
+      }
+      (repeated == 0 ? a_at : b_at) = tile.data();
+      count = whole * n;
+    }
+    row(a_at, 1, b_at, 1, y + static_cast<size_t>(at) * out, count);
+    at += count;
+  }
+}
+
 void binaryRange(BinaryRow row, const BroadcastPlan& plan, size_t a_size, size_t b_size, size_t out,
                  const std::byte* a, const std::byte* b, std::byte* y, int64_t begin, int64_t end) {
   const int64_t n = plan.rowLength();
   const int64_t sa = plan.innerStride(0);
   const int64_t sb = plan.innerStride(1);
   if (n == 0 || begin >= end) return;  // an empty output: the inputs may not even have an element to read
+  if (const int repeated = repeatedRowOperand(plan, a_size, b_size); repeated >= 0) {
+    tiledRange(row, plan, repeated, a_size, b_size, out, a, b, y, begin, end);
+    return;
+  }
   BroadcastRows rows(plan, begin);
   int64_t column = begin % n;
   for (int64_t at = begin; at < end; rows.next()) {

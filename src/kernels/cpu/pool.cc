@@ -37,6 +37,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/cpu/onednn_support.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/window_attributes.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -408,29 +409,50 @@ std::unique_ptr<KernelState> prepareNhwcGlobalMax(const KernelSetup& setup) {
 }
 
 // Channels-last global pools: each image is `size` rows of `channels`
-// values; the output row is their mean or maximum (NaN propagates).
+// values; the output row is their mean or maximum (NaN propagates). Work
+// items are (image, block of 64 channels), split across the threads; a
+// block's running sums or maxima stay in a local array the compiler keeps
+// in vector registers (accumulating into the output instead, which may
+// alias the input as far as it knows, cost a load and a store per element:
+// a squeeze-excite block's [6, 2, 96, 200] pool took 0.12 ms).
 void runNhwcGlobal(const KernelCall& call, bool max) {
+  constexpr int64_t kChannelBlock = 64;
   const auto& state = static_cast<const GlobalState&>(*call.state);
   const float* x = call.inputs[0].as<const float>();
   float* y = call.outputs[0].as<float>();
   const int64_t c_count = state.channels;
-  for (int64_t n = 0; n < state.batch; ++n) {
-    const float* image = x + n * state.size * c_count;
-    float* out = y + n * c_count;
-    for (int64_t c = 0; c < c_count; ++c) out[c] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
-    for (int64_t i = 0; i < state.size; ++i) {
-      const float* row = image + i * c_count;
-      if (max) {
-        for (int64_t c = 0; c < c_count; ++c) out[c] = row[c] > out[c] || row[c] != row[c] ? row[c] : out[c];
+  const int64_t blocks = (c_count + kChannelBlock - 1) / kChannelBlock;
+  parallelForItems(state.batch * blocks, state.size * kChannelBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / blocks;
+      const int64_t c0 = (item % blocks) * kChannelBlock;
+      const int64_t width = std::min(kChannelBlock, c_count - c0);
+      const float* image = x + n * state.size * c_count + c0;
+      float acc[kChannelBlock];
+      for (int64_t c = 0; c < kChannelBlock; ++c) acc[c] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+      if (width == kChannelBlock) {
+        for (int64_t i = 0; i < state.size; ++i) {
+          const float* row = image + i * c_count;
+          if (max) {
+            for (int64_t c = 0; c < kChannelBlock; ++c) acc[c] = row[c] > acc[c] || row[c] != row[c] ? row[c] : acc[c];
+          } else {
+            for (int64_t c = 0; c < kChannelBlock; ++c) acc[c] += row[c];
+          }
+        }
       } else {
-        for (int64_t c = 0; c < c_count; ++c) out[c] += row[c];
+        for (int64_t i = 0; i < state.size; ++i) {
+          const float* row = image + i * c_count;
+          if (max) {
+            for (int64_t c = 0; c < width; ++c) acc[c] = row[c] > acc[c] || row[c] != row[c] ? row[c] : acc[c];
+          } else {
+            for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
+          }
+        }
       }
+      const float scale = max ? 1.0f : 1.0f / static_cast<float>(state.size);
+      for (int64_t c = 0; c < width; ++c) y[n * c_count + c0 + c] = max ? acc[c] : acc[c] * scale;
     }
-    if (!max) {
-      const float scale = 1.0f / static_cast<float>(state.size);
-      for (int64_t c = 0; c < c_count; ++c) out[c] *= scale;
-    }
-  }
+  });
 }
 
 void runNhwcGlobalAverage(const KernelCall& call) { runNhwcGlobal(call, false); }
