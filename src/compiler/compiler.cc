@@ -29,6 +29,7 @@
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
 #include "passes/transpose_composition.h"
+#include "passes/unit_axis_cancellation.h"
 
 namespace kiln {
 namespace {
@@ -827,6 +828,12 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias; any other becomes a per-channel Mul and Add.
   if (foldBatchNormIntoConv(graph) + rewriteBatchNormAsScaleShift(graph) > 0) inferTypes(graph, opsets);
+  // Squeeze ... Unsqueeze around elementwise work (Keras Conv1D exports)
+  // cancel, so that the layout pass sees Conv meet Conv.
+  if (cancelUnitAxisPairs(graph) > 0) {
+    removeDeadNodes(graph);
+    inferTypes(graph, opsets);
+  }
   // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
   eliminateCommonSubexpressions(graph);
   const auto default_opset = opsets.find("");
