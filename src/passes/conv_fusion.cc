@@ -104,25 +104,72 @@ ConstantPtr floatConstant(const std::vector<float>& values, std::vector<int64_t>
   return makeConstant(TensorInfo{DType::kF32, std::move(dims)}, std::move(bytes));
 }
 
-// A scalar Mul, Add, Sub or Div right after Conv `id` becomes the Conv's
-// weights and bias when they are constants: alpha * (W x + B) + beta is
-// (alpha W) x + (alpha B + beta). Frees the one Linear post-op a Conv may
-// have for what follows its activation. Returns whether it folded.
-bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId id) {
+// The per-output-channel values of constant `id` read by a binary op with
+// a Conv output of `rank` dimensions whose channels lie on `channel_axis`:
+// one value for all (a scalar), or one per channel on that axis (1 on every
+// other), as f32. Nothing otherwise.
+std::optional<std::vector<float>> channelValues(const Graph& graph, ValueId id, size_t rank, size_t channel_axis,
+                                                size_t channels) {
+  const auto values = floatsOf(graph, id);
+  if (!values) return std::nullopt;
+  const std::vector<int64_t>& dims = graph.value(id).initializer->info.shape;
+  if (dims.size() > rank) return std::nullopt;
+  if (values->size() == 1) return std::vector<float>(channels, values->front());
+  if (values->size() != channels) return std::nullopt;
+  const size_t offset = rank - dims.size();  // dims align to the right
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] != 1 && d + offset != channel_axis) return std::nullopt;
+  }
+  return values;
+}
+
+// A Mul, Add, Sub or Div right after Conv `id` by a scalar or per-channel
+// constant becomes the Conv's weights and bias when they are constants:
+// alpha * (W x + B) + beta is (alpha W) x + (alpha B + beta), per output
+// channel. Frees the one Linear post-op a Conv may have for what follows its
+// activation, and takes a bias exporters write apart (tf2onnx's BiasAdd
+// after a squeezed Conv1D). Returns whether it folded.
+bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId id, bool channels_last) {
   const Node& conv = graph.node(id);
   const ValueId conv_out = conv.outputs[0];
-  Chain linear;
-  if (pinned.contains(conv_out) || !matchScalarLinear(graph, pinned, conv_out, linear)) return false;
+  if (pinned.contains(conv_out) || graph.value(conv_out).users.size() != 1) return false;
+  const NodeId op_id = graph.value(conv_out).users[0].node;
+  const Node& op = graph.node(op_id);
+  if (!op.domain.empty() || op.inputs.size() != 2 || op.outputs.size() != 1) return false;
+  const ValueId other = otherOperand(graph, op_id, conv_out);
   const auto w = floatsOf(graph, conv.inputs[1]);
   const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] != kNoValue;
   const auto b = has_bias ? floatsOf(graph, conv.inputs[2]) : std::nullopt;
-  if (!w || (has_bias && !b)) return false;
+  const auto& out_shape = graph.value(conv_out).type.shape;
+  if (other == kNoValue || !w || (has_bias && !b) || !out_shape) return false;
   const std::vector<int64_t> w_dims = graph.value(conv.inputs[1]).initializer->info.shape;
   const auto channels = static_cast<size_t>(w_dims.at(0));
-  const float alpha = linear.alphas[0], beta = linear.betas[0];
+  const size_t rank = out_shape->size();
+  const auto c = channelValues(graph, other, rank, channels_last ? rank - 1 : 1, channels);
+  // The op's output must have the Conv output's shape (no broadcast beyond it).
+  if (!c || graph.value(op.outputs[0]).type.shape != out_shape) return false;
+  const bool first = op.inputs[0] == conv_out;
+  std::vector<float> alpha(channels, 1.0f), beta(channels, 0.0f);
+  for (size_t m = 0; m < channels; ++m) {
+    const float v = (*c)[m];
+    if (op.op_type == "Mul") {
+      alpha[m] = v;
+    } else if (op.op_type == "Add") {
+      beta[m] = v;
+    } else if (op.op_type == "Sub" && first) {
+      beta[m] = -v;
+    } else if (op.op_type == "Div" && first && v != 0.0f) {
+      alpha[m] = 1.0f / v;
+    } else {
+      return false;
+    }
+  }
   std::vector<float> scaled_w = *w, shifted_b(channels);
-  for (float& v : scaled_w) v *= alpha;
-  for (size_t m = 0; m < channels; ++m) shifted_b[m] = alpha * (b ? (*b)[m] : 0.0f) + beta;
+  const size_t per_channel = scaled_w.size() / channels;
+  for (size_t m = 0; m < channels; ++m) {
+    for (size_t i = 0; i < per_channel; ++i) scaled_w[m * per_channel + i] *= alpha[m];
+    shifted_b[m] = alpha[m] * (b ? (*b)[m] : 0.0f) + beta[m];
+  }
   const std::string base = graph.value(conv_out).name;
   const ValueId new_w = graph.addInitializer(uniqueName(graph, base + ":W_scaled"), floatConstant(scaled_w, w_dims));
   const ValueId new_b = graph.addInitializer(uniqueName(graph, base + ":B_shifted"),
@@ -131,10 +178,10 @@ bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId
   graph.setNodeInput(id, 1, new_w);
   graph.setNodeInput(id, 2, new_b);
   // The linear op's output keeps its name and readers; the Conv produces it.
-  const ValueId out = linear.output;
+  const ValueId out = graph.node(op_id).outputs[0];
   const std::string name = graph.value(out).name;
   graph.replaceAllUses(out, conv_out);
-  graph.removeNode(linear.nodes[0]);
+  graph.removeNode(op_id);
   graph.renameValue(out, uniqueName(graph, name + "/folded"));
   graph.renameValue(conv_out, name);
   return true;
@@ -175,7 +222,7 @@ size_t fuseConvPostOps(Graph& graph, bool nchw) {
     const bool plain = nchw && conv.op_type == "Conv" && conv.domain.empty();
     if (conv.removed || !(channels_last || plain) || conv.outputs.size() != 1) continue;
     if (conv.hasAttribute("post_ops")) continue;
-    while (foldLinearIntoWeights(graph, pinned, id)) {
+    while (foldLinearIntoWeights(graph, pinned, id, channels_last)) {
     }
     const ValueId conv_out = graph.node(id).outputs[0];
     const Chain chain = followChain(graph, pinned, conv_out);

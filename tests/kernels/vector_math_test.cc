@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float_formats.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -60,6 +61,8 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->quantizeU8, nullptr);
     EXPECT_NE(table->normalize, nullptr);
     EXPECT_NE(table->matmulAccumulate, nullptr);
+    EXPECT_NE(table->floatsToHalves, nullptr);
+    EXPECT_NE(table->halvesToFloats, nullptr);
   }
   EXPECT_NE(vectorKernelsFor(Isa::kGeneric), nullptr);
   EXPECT_NE(vectorKernelsFor(vectorKernels().isa), nullptr);
@@ -443,6 +446,38 @@ TEST(VectorKernels, ScaleSumsIsTheCastThenTheScale) {
         }
       }
     }
+  }
+}
+
+// Every f16 bit pattern to f32 and back, and f32 patterns across the whole
+// range (a stride through the 2^32 bit patterns, plus the edges of f16's
+// range, ties and NaNs), against core/float_formats.h bit for bit, at a
+// length with a partial vector at the end.
+TEST(VectorKernels, HalfConversionsMatchTheScalarOnesBitForBit) {
+  std::vector<uint16_t> halves(65536 + 5);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<uint32_t> patterns;
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 65521) patterns.push_back(static_cast<uint32_t>(bits));
+  for (uint32_t edge : {0x477FEFFFu, 0x477FF000u, 0x477FE000u, 0x38800000u, 0x387FFFFFu, 0x33000000u, 0x33000001u,
+                        0x32FFFFFFu, 0x7F800000u, 0x7F800001u, 0x7FC00000u, 0x7FFFFFFFu, 0x3F801000u, 0x3F803000u}) {
+    patterns.push_back(edge);
+    patterns.push_back(edge | 0x80000000u);
+  }
+  std::vector<float> floats(patterns.size());
+  std::memcpy(floats.data(), patterns.data(), patterns.size() * sizeof(float));
+  for (const VectorKernels* table : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table->isa)));
+    std::vector<float> widened(halves.size(), -1.0f);
+    table->halvesToFloats(halves.data(), widened.data(), static_cast<int64_t>(halves.size()));
+    for (size_t i = 0; i < halves.size(); ++i) {
+      ASSERT_EQ(floatToBits(widened[i]), floatToBits(halfToFloat(halves[i]))) << "half 0x" << std::hex << halves[i];
+    }
+    std::vector<uint16_t> narrowed(floats.size() + 1, 0xABCD);
+    table->floatsToHalves(floats.data(), narrowed.data(), static_cast<int64_t>(floats.size()));
+    for (size_t i = 0; i < floats.size(); ++i) {
+      ASSERT_EQ(narrowed[i], floatToHalf(floats[i])) << "float bits 0x" << std::hex << patterns[i];
+    }
+    EXPECT_EQ(narrowed.back(), 0xABCD) << "wrote past n";
   }
 }
 

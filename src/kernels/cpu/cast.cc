@@ -32,6 +32,7 @@
 #include "core/float_formats.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -199,6 +200,13 @@ bool withCastType(DType dtype, F&& f) {
   return false;
 }
 
+void floatsToHalves(const std::byte* x, std::byte* y, int64_t n, const CastOptions&) {
+  vec::vectorKernels().floatsToHalves(reinterpret_cast<const float*>(x), reinterpret_cast<uint16_t*>(y), n);
+}
+void halvesToFloats(const std::byte* x, std::byte* y, int64_t n, const CastOptions&) {
+  vec::vectorKernels().halvesToFloats(reinterpret_cast<const uint16_t*>(x), reinterpret_cast<float*>(y), n);
+}
+
 struct CastState final : KernelState {
   using Loop = void (*)(const std::byte* x, std::byte* y, int64_t n, const CastOptions& options);
   Loop loop = nullptr;  // nullptr: the same type, a copy
@@ -242,6 +250,10 @@ std::unique_ptr<KernelState> prepareConversion(std::string_view op, const Kernel
   if (state->loop == nullptr) {
     throw UsageError(fmt::format("{}: no kernel from {} to {}", op, dtypeName(x.dtype), dtypeName(to)));
   }
+  // f32 <-> f16, the casts around a float16 model's f32 compute: the vector
+  // kernels' (the same bits as castLoop's, several times faster).
+  if (x.dtype == DType::kF32 && to == DType::kF16) state->loop = &floatsToHalves;
+  if (x.dtype == DType::kF16 && to == DType::kF32) state->loop = &halvesToFloats;
   return state;
 }
 

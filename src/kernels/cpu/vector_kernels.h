@@ -102,6 +102,11 @@ struct VectorKernels {
   // rounding, bit for bit on every path (a division, not a product with
   // the reciprocal).
   void (*quantizeU8)(const float* x, uint8_t* y, int64_t n, float scale, float zero) = nullptr;
+  // IEEE half precision bits from floats and back, bit for bit as
+  // core/float_formats.h's floatToHalf and halfToFloat (round to nearest
+  // even, overflow to inf, NaN stays NaN): Cast between f32 and f16.
+  void (*floatsToHalves)(const float* x, uint16_t* y, int64_t n) = nullptr;
+  void (*halvesToFloats)(const uint16_t* x, float* y, int64_t n) = nullptr;
   // y[i] = (x[i] - mean) * inv_std * scale[i] + bias[i] (bias may be nullptr: 0).
   void (*normalize)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float mean,
                     float inv_std) = nullptr;

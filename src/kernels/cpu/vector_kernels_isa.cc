@@ -9,6 +9,7 @@
 // compile time (no code runs at start-up).
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/cpu/vector_math.h"
@@ -227,6 +228,67 @@ void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) 
     for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
   }
 }
+// floatToHalf and halfToFloat (core/float_formats.h), a vector at a time:
+// every case of theirs computed in every lane, the lane's own chosen. (Not
+// by calling them: an inline function compiled here with AVX flags could be
+// the copy the linker keeps for every other file.) The tail goes through a
+// padded vector.
+using U16 = uint16_t __attribute__((vector_size(KILN_VECTOR_BYTES / 2)));
+
+U16 toHalves(F32 v) {
+  constexpr float kRounder = 12582912.0f;  // 1.5 * 2^23: adding it rounds half to even
+  const I32 bits = toBits(v);
+  const I32 sign = (bits >> 16) & 0x8000;
+  const I32 abs = bits & 0x7FFFFFFF;
+  const I32 special = 0x7C00 | ((abs > 0x7F800000) & 0x200);  // inf, NaN
+  // Subnormal or zero: abs / 2^-24 rounded to an integer (below 1024).
+  const I32 small = __builtin_convertvector((fromBits(abs) * 16777216.0f + kRounder) - kRounder, I32);
+  // Normal: the mantissa rounded to 10 bits, ties to even (abs clamped so
+  // that the lanes of the other cases cannot overflow).
+  const I32 a = select(abs < 0x477FF000, abs, splat(0x38800000));
+  const I32 normal = (a + 0xFFF + ((a >> 13) & 1) - 0x38000000) >> 13;
+  const I32 half = sign | select(abs >= 0x7F800000, special,
+                                 select(abs >= 0x477FF000, splat(0x7C00), select(abs < 0x38800000, small, normal)));
+  return __builtin_convertvector(half, U16);
+}
+
+F32 fromHalves(U16 narrow) {
+  const I32 h = __builtin_convertvector(narrow, I32);
+  const I32 sign = (h & 0x8000) << 16;
+  const I32 exponent = (h >> 10) & 0x1F;
+  const I32 mantissa = h & 0x3FF;
+  const I32 normal = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  const I32 special = sign | 0x7F800000 | (mantissa << 13);
+  const I32 small = sign | toBits(toFloat(mantissa) * 5.9604644775390625e-8f);  // mantissa * 2^-24, exact
+  return fromBits(select(exponent == 0x1F, special, select(exponent == 0, small, normal)));
+}
+
+void floatsToHalves(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const U16 h = toHalves(load(x + i));
+    std::memcpy(y + i, &h, sizeof h);
+  }
+  if (i < n) {
+    const U16 h = toHalves(loadPartial(x + i, n - i, 0.0f));
+    std::memcpy(y + i, &h, static_cast<size_t>(n - i) * sizeof(uint16_t));
+  }
+}
+
+void halvesToFloats(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    U16 h;
+    std::memcpy(&h, x + i, sizeof h);
+    store(y + i, fromHalves(h));
+  }
+  if (i < n) {
+    U16 h{};
+    std::memcpy(&h, x + i, static_cast<size_t>(n - i) * sizeof(uint16_t));
+    storePartial(y + i, fromHalves(h), n - i);
+  }
+}
+
 void scaleSums(const void* sums, void* y, int64_t n, const float* scale, bool scale_per_element, const float* add) {
   if (n <= 0) return;
   const auto* in = static_cast<const std::byte*>(sums);
@@ -387,6 +449,8 @@ constexpr VectorKernels makeKernels() {
   k.quantizeU8 = &quantizeU8;
   k.normalize = &normalize;
   k.scaleSums = &scaleSums;
+  k.floatsToHalves = &floatsToHalves;
+  k.halvesToFloats = &halvesToFloats;
   k.matmulAccumulate = &matmulAccumulate;
   return k;
 }
