@@ -42,6 +42,12 @@ TAILS = {
                                       helper.make_node("HardSwish", ["s2"], ["h"]),
                                       helper.make_node("Sub", ["h", "three"], ["s3"]),
                                       helper.make_node("Div", ["s3", "six"], ["y"])],
+    # Per-channel constants fold into the weights and bias (tf2onnx's BiasAdd
+    # apart from its Conv); a constant along W does not.
+    "channel_bias_relu": [helper.make_node("Add", ["c", "cb"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+    "channel_scale_shift_relu": [helper.make_node("Mul", ["cs", "c"], ["m"]), helper.make_node("Sub", ["m", "cb"], ["a"]),
+                                 helper.make_node("Relu", ["a"], ["y"])],
+    "row_bias": [helper.make_node("Add", ["c", "rb"], ["y"])],
     "hard_swish_hard_sigmoid": [helper.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6, beta=0.5),
                                 helper.make_node("Mul", ["c", "g"], ["y"])],
 }
@@ -62,17 +68,20 @@ def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
              numpy_helper.from_array(np.array(3, np.float32), "three"),
              numpy_helper.from_array(np.array(0, np.float32), "zero"),
              numpy_helper.from_array(np.array(6, np.float32), "six"),
-             numpy_helper.from_array(np.array(1 / 6, np.float32), "sixth")]
+             numpy_helper.from_array(np.array(1 / 6, np.float32), "sixth"),
+             numpy_helper.from_array(RNG.standard_normal((1, channels, 1, 1)).astype(np.float32), "cb"),
+             numpy_helper.from_array(RNG.standard_normal((channels, 1, 1)).astype(np.float32), "cs"),
+             numpy_helper.from_array(RNG.standard_normal(12).astype(np.float32), "rb")]
     shape = [1, channels, 10, 12]
     save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits, tmp_path / "m.onnx")
     compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
     # Everything after the Conv is fused: x to NHWC, the Conv, y back to NCHW.
     # Not fused, one more step: clip_then_scale's Mul (no activation), Elu and
-    # HardSigmoid (no oneDNN post-op in kiln's list).
+    # HardSigmoid (no oneDNN post-op in kiln's list), row_bias's Add along W.
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
     assert result.returncode == 0, result.stderr
-    unfused = tail in ("clip_then_scale", "elu", "hard_sigmoid")
+    unfused = tail in ("clip_then_scale", "elu", "hard_sigmoid", "row_bias")
     # A 3x3 conv with no post-op but Relu runs blocked, for Winograd
     # (passes/blocked_conv.h), but its 16 channels are one block: the
     # conversions to and from [N, 1, H, W, 16] move only a unit axis, so they
