@@ -15,7 +15,7 @@
 // oneDNN's sgemm, biases folded in). What remains per step is the recurrent
 // product h R^T, a few rows times a [hidden, gates * hidden] matrix: kiln's
 // own vector kernel (vector_kernels.h, matmulAccumulate) over R transposed
-// and cut into panels of columns (see packPanels), which prepare makes once
+// and cut into panels of columns (panel_matrix.h), which prepare makes once
 // when R is a constant (else run packs it into scratch), then the activations as vector loops over whole gate rows. The
 // two directions of a bidirectional layer run on two threads when the layer
 // is big enough to pay for waking them (parallel.h).
@@ -46,6 +46,7 @@
 #include "kernels/cpu/exact_int_gemm.h"
 #include "kernels/cpu/float_staging.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/panel_matrix.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
@@ -173,7 +174,7 @@ void activate(const Activation& a, float* x, int64_t n) {
 // One direction's scratch, sized at prepare.
 struct DirectionScratch {
   std::vector<float> projected;  // [seq * batch, gates * hidden]: W x + biases, rows as X's
-  std::vector<float> r_t;        // R^T in panels (panelsOf; when R is not a constant)
+  std::vector<float> r_t;        // R^T in panels (panel_matrix.h; when R is not a constant)
   std::vector<float> bias;       // [gates * hidden]: the biases added to W x
   std::vector<float> h, c;       // [batch, hidden]
   std::vector<float> gates;      // [batch, gates * hidden]
@@ -207,42 +208,6 @@ struct RecurrentState final : KernelState {
 
 // Input index of each optional input.
 constexpr size_t kBias = 3, kLens = 4, kInitialH = 5, kInitialC = 6, kPeepholes = 7;
-
-// R^T, [hidden, gates * hidden], in panels of kPanel columns: panel p is
-// the [hidden, kPanel] block of columns p * kPanel.., rows kPanel apart (the
-// last one padded with zeros). A time step reads every panel front to back:
-// row after row of plain R^T are gates * hidden floats apart (8 KiB for a
-// hidden size of 512), a stride the hardware prefetchers do not follow across
-// pages, and the step waited on every row (ddddocr's bidirectional LSTM:
-// 4.1 -> 3.0 ms).
-constexpr int64_t kPanel = 128;
-
-size_t panelsSize(int64_t hidden, int64_t columns) {
-  return static_cast<size_t>((columns + kPanel - 1) / kPanel * kPanel * hidden);
-}
-
-// Packs R [columns, hidden] (one direction's, row-major) into `to`
-// (panelsSize floats).
-void packPanels(const float* r, int64_t columns, int64_t hidden, float* to) {
-  std::fill(to, to + panelsSize(hidden, columns), 0.0f);
-  for (int64_t j = 0; j < columns; ++j) {
-    float* panel = to + (j / kPanel) * kPanel * hidden + j % kPanel;
-    for (int64_t k = 0; k < hidden; ++k) panel[k * kPanel] = r[j * hidden + k];
-  }
-}
-
-// c[i][0..end-begin) += sum over k of a[i][k] * R^T[k][begin..end), for
-// i < m, from R^T in panels.
-void panelProduct(const vec::VectorKernels& v, const float* a, int64_t lda, const float* panels, int64_t hidden,
-                  int64_t begin, int64_t end, float* c, int64_t ldc, int64_t m) {
-  for (int64_t j = begin; j < end;) {
-    const int64_t offset = j % kPanel;
-    const int64_t width = std::min(kPanel - offset, end - j);
-    v.matmulAccumulate(a, lda, panels + (j / kPanel) * kPanel * hidden + offset, kPanel, c + (j - begin), ldc, m, width,
-                       hidden);
-    j += width;
-  }
-}
 
 // Input indices of DynamicQuantizeLSTM's scales and zero points.
 constexpr size_t kWScale = 8, kWZero = 9, kRScale = 10, kRZero = 11;
@@ -324,7 +289,7 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
     const auto* r = reinterpret_cast<const float*>(setup.constants[2]);
     for (int64_t dir = 0; dir < d; ++dir) {
       s->r_packed.emplace_back(panelsSize(h, g));
-      packPanels(r + dir * g * h, g, h, s->r_packed.back().data());
+      packPanels(r + dir * g * h, h, g, 1, h, s->r_packed.back().data());
     }
   }
   const auto size = [](int64_t n) { return static_cast<size_t>(n); };
@@ -503,7 +468,7 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
   if (quantized != nullptr) {
     r_t = nullptr;  // the recurrent product is quantized->r's
   } else if (s.r_packed.empty()) {
-    packPanels(in.r + d * g * n, g, n, sc.r_t.data());
+    packPanels(in.r + d * g * n, n, g, 1, n, sc.r_t.data());
   } else {
     r_t = s.r_packed[static_cast<size_t>(d)].data();
   }

@@ -10,6 +10,7 @@
 #include "core/fused_activation.h"
 #include "core/fused_post_ops.h"
 #include "kernels/cpu/conv_geometry.h"
+#include "kernels/cpu/panel_matrix.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kiln/error.h"
@@ -61,7 +62,7 @@ struct SmallConv {
   int64_t patch = 0;      // in_channels * kernel size: one position's inputs
   bool has_bias = false;
   std::vector<PostOp> post_ops;
-  std::vector<float> weights_t;  // [patch, out_channels]
+  std::vector<float> weights_t;  // [patch, out_channels] in panels (panel_matrix.h)
 
   // Scratch, claimed per call through `busy` (see the header).
   mutable std::atomic<bool> busy{false};
@@ -111,10 +112,8 @@ SmallConvPtr prepareSmallConv(const KernelSetup& setup, bool channels_last) {
   conv->post_ops = std::move(*post_ops);
   const int64_t m = g.out_channels, k = conv->patch;
   const auto* weights = reinterpret_cast<const float*>(setup.constants[1]);
-  conv->weights_t.resize(static_cast<size_t>(k * m));
-  for (int64_t oc = 0; oc < m; ++oc) {
-    for (int64_t i = 0; i < k; ++i) conv->weights_t[static_cast<size_t>(i * m + oc)] = weights[oc * k + i];
-  }
+  conv->weights_t.resize(panelsSize(k, m));
+  packPanels(weights, k, m, 1, k, conv->weights_t.data());  // W [m, k] read as W^T
   conv->patches.assign(static_cast<size_t>(positions * k), 0.0f);
   conv->rows.assign(static_cast<size_t>(positions * m), 0.0f);
   conv->temp.assign(static_cast<size_t>(m), 0.0f);
@@ -197,15 +196,14 @@ bool runSmallConv(const SmallConv& conv, const KernelCall& call) {
       std::fill(row, row + m, 0.0f);
     }
   }
-  // Columns in blocks of 64 across the threads when the product is big
+  // Whole panels of columns across the threads when the product is big
   // enough (a multiply-add in a vector loop costs a sixteenth of an
   // elementwise op's element, which is what parallel.h counts).
-  constexpr int64_t kBlock = 64;
   const vec::VectorKernels& v = vec::vectorKernels();
-  parallelForItems((m + kBlock - 1) / kBlock, positions * k * kBlock / 16, [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * kBlock, last = std::min(end * kBlock, m);
-    v.matmulAccumulate(conv.patches.data(), k, conv.weights_t.data() + first, m, conv.rows.data() + first, m,
-                       positions, last - first, k);
+  parallelForItems((m + kPanel - 1) / kPanel, positions * k * kPanel / 16, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kPanel, last = std::min(end * kPanel, m);
+    panelProduct(v, conv.patches.data(), k, conv.weights_t.data(), k, first, last, conv.rows.data() + first, m,
+                 positions);
   });
   applyPostOps(conv, call.input_count > 3 ? call.inputs[3].as<const float>() : nullptr);
   float* y = call.outputs[0].as<float>();

@@ -6,10 +6,10 @@
 // [C k..., M]. oneDNN's convolution spends more on the call than on that
 // product (10-30 us for silero VAD's convolutions, whose arithmetic takes a
 // few). Here the positions' input patches are gathered (im2col) and
-// multiplied by the weights transposed once at prepare, with the vector
-// kernel the recurrent layers use (vector_kernels.h, matmulAccumulate); then
-// the bias and the fused post-ops (conv_fusion.h), with the same vector
-// loops as the elementwise kernels.
+// multiplied by the weights transposed into panels once at prepare
+// (panel_matrix.h), with the vector kernel the recurrent layers use
+// (vector_kernels.h, matmulAccumulate); then the bias and the fused post-ops
+// (conv_fusion.h), with the same vector loops as the elementwise kernels.
 //
 // Taken for f32, group 1 and constant weights when the output has at most
 // kSmallConvPositions positions (batch included) and every post-op is one
