@@ -231,6 +231,19 @@ TEST(FusedElementwiseKernel, LongRowsAndManyLiveResults) {
   checkFused(p, {{5000}, {}}, "one long row");
 }
 
+TEST(FusedElementwiseKernel, ShortRowsRepeatedPerImageRunManyRowsPerBlock) {
+  // A squeeze-excite scale: x [N, H, W, C] times a per-image [N, 1, 1, C]
+  // (read twice) and a per-channel row, C short: blocks of whole rows with
+  // the repeated rows tiled; large enough to split across threads mid-row.
+  ProgramBuilder p(3);
+  const int64_t gate = p.op(Op::kSigmoid, 1);
+  const int64_t scaled = p.op(Op::kAdd, p.op(Op::kMul, 0, gate), 0);
+  p.op(Op::kAdd, p.op(Op::kMul, scaled, 1), 2);
+  checkFused(p, {{3, 40, 50, 24}, {3, 1, 1, 24}, {24}}, "per-image rows");
+  checkFused(p, {{2, 7, 9, 20}, {2, 1, 1, 20}, {}}, "per-image rows and a scalar");
+  checkFused(p, {{1, 5, 3, 63}, {1, 1, 1, 63}, {63}}, "rows just short of the bound");
+}
+
 TEST(FusedElementwiseKernel, OutputMayBeAnInputOfItsShape) {
   ProgramBuilder p(2, {3.0f});
   p.op(Op::kMul, p.op(Op::kRelu, p.op(Op::kAdd, 0, 1)), p.immediate(0));

@@ -289,11 +289,12 @@ TEST(GlobalPoolKernel, Shapes) {
 }
 
 // kiln.NhwcGlobal*Pool: [N, H, W, C] in, [N, 1, 1, C] out; channel counts
-// that fill whole blocks of 64, end in a partial one, or are below one,
-// sizes split across threads, and a NaN that the maximum keeps.
+// that fill whole blocks (of 16 or 64: enough images take the wider), end in
+// a partial one, or are below one, sizes split across threads, and a NaN
+// that the maximum keeps.
 TEST(GlobalPoolKernel, ChannelsLastMatchesReference) {
   uint32_t seed = 20;
-  for (const Ints& xs : {Ints{2, 5, 7, 150}, Ints{3, 40, 30, 64}, Ints{1, 3, 3, 5}}) {
+  for (const Ints& xs : {Ints{2, 5, 7, 150}, Ints{3, 40, 30, 64}, Ints{1, 3, 3, 5}, Ints{8, 4, 4, 200}}) {
     std::vector<float> x = randomValues<float>(elementCount(xs), seed++, -2, 2);
     const int64_t channels = xs[3];
     const int64_t size = xs[1] * xs[2];

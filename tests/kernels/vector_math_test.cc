@@ -61,6 +61,7 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->quantizeU8, nullptr);
     EXPECT_NE(table->normalize, nullptr);
     EXPECT_NE(table->matmulAccumulate, nullptr);
+    EXPECT_NE(table->foldColumns, nullptr);
     EXPECT_NE(table->floatsToHalves, nullptr);
     EXPECT_NE(table->halvesToFloats, nullptr);
   }

@@ -409,48 +409,27 @@ std::unique_ptr<KernelState> prepareNhwcGlobalMax(const KernelSetup& setup) {
 }
 
 // Channels-last global pools: each image is `size` rows of `channels`
-// values; the output row is their mean or maximum (NaN propagates). Work
-// items are (image, block of 64 channels), split across the threads; a
-// block's running sums or maxima stay in a local array the compiler keeps
-// in vector registers (accumulating into the output instead, which may
-// alias the input as far as it knows, cost a load and a store per element:
-// a squeeze-excite block's [6, 2, 96, 200] pool took 0.12 ms).
+// values; the output row is their mean or maximum (NaN propagates): the
+// vector kernels' column folds. Work items are (image, block of channels),
+// split across the threads; blocks of 16 channels when an image has too few
+// blocks of 64 to keep the threads even (PP-OCR's detector pools 96
+// channels of a 160x160 map, one image).
 void runNhwcGlobal(const KernelCall& call, bool max) {
-  constexpr int64_t kChannelBlock = 64;
   const auto& state = static_cast<const GlobalState&>(*call.state);
   const float* x = call.inputs[0].as<const float>();
   float* y = call.outputs[0].as<float>();
   const int64_t c_count = state.channels;
-  const int64_t blocks = (c_count + kChannelBlock - 1) / kChannelBlock;
-  parallelForItems(state.batch * blocks, state.size * kChannelBlock, [&](int64_t begin, int64_t end) {
+  const int64_t block = state.batch * ((c_count + 63) / 64) >= 8 ? 64 : 16;
+  const int64_t blocks = (c_count + block - 1) / block;
+  const vec::VectorKernels& v = vec::vectorKernels();
+  parallelForItems(state.batch * blocks, state.size * block, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t n = item / blocks;
-      const int64_t c0 = (item % blocks) * kChannelBlock;
-      const int64_t width = std::min(kChannelBlock, c_count - c0);
-      const float* image = x + n * state.size * c_count + c0;
-      float acc[kChannelBlock];
-      for (int64_t c = 0; c < kChannelBlock; ++c) acc[c] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
-      if (width == kChannelBlock) {
-        for (int64_t i = 0; i < state.size; ++i) {
-          const float* row = image + i * c_count;
-          if (max) {
-            for (int64_t c = 0; c < kChannelBlock; ++c) acc[c] = row[c] > acc[c] || row[c] != row[c] ? row[c] : acc[c];
-          } else {
-            for (int64_t c = 0; c < kChannelBlock; ++c) acc[c] += row[c];
-          }
-        }
-      } else {
-        for (int64_t i = 0; i < state.size; ++i) {
-          const float* row = image + i * c_count;
-          if (max) {
-            for (int64_t c = 0; c < width; ++c) acc[c] = row[c] > acc[c] || row[c] != row[c] ? row[c] : acc[c];
-          } else {
-            for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
-          }
-        }
-      }
-      const float scale = max ? 1.0f : 1.0f / static_cast<float>(state.size);
-      for (int64_t c = 0; c < width; ++c) y[n * c_count + c0 + c] = max ? acc[c] : acc[c] * scale;
+      const int64_t c0 = (item % blocks) * block;
+      const int64_t width = std::min(block, c_count - c0);
+      float* out = y + n * c_count + c0;
+      v.foldColumns(x + n * state.size * c_count + c0, state.size, c_count, width, out, max);
+      if (!max) v.affine(out, out, width, 1.0f / static_cast<float>(state.size), 0.0f);
     }
   });
 }

@@ -102,6 +102,10 @@ struct VectorKernels {
   // rounding, bit for bit on every path (a division, not a product with
   // the reciprocal).
   void (*quantizeU8)(const float* x, uint8_t* y, int64_t n, float scale, float zero) = nullptr;
+  // y[j] = the sum (or, with `max`, the maximum, NaN propagating) over
+  // i < rows of x[i * stride + j], for j < n: the column folds of a strided
+  // matrix (a channels-last global pool over a block of channels).
+  void (*foldColumns)(const float* x, int64_t rows, int64_t stride, int64_t n, float* y, bool max) = nullptr;
   // IEEE half precision bits from floats and back, bit for bit as
   // core/float_formats.h's floatToHalf and halfToFloat (round to nearest
   // even, overflow to inf, NaN stays NaN): Cast between f32 and f16.

@@ -228,6 +228,51 @@ void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) 
     for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
   }
 }
+// Up to 4 vectors of columns per pass down the rows, accumulators in
+// registers; the last partial vector through padded lanes.
+template <int kVectors, typename Combine>
+void foldColumnBlock(const float* x, int64_t rows, int64_t stride, int64_t n, float* y, float fill,
+                     Combine combine) {
+  F32 acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) acc[v] = splat(fill);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = x + i * stride;
+    _Pragma("GCC unroll 4") for (int v = 0; v < kVectors; ++v) {
+      const int64_t at = v * kLanes;
+      const F32 value = at + kLanes <= n ? load(row + at) : loadPartial(row + at, n - at, fill);
+      acc[v] = combine(acc[v], value);
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    const int64_t at = v * kLanes;
+    if (at + kLanes <= n) {
+      store(y + at, acc[v]);
+    } else if (at < n) {
+      storePartial(y + at, acc[v], n - at);
+    }
+  }
+}
+
+void foldColumns(const float* x, int64_t rows, int64_t stride, int64_t n, float* y, bool max) {
+  const auto fold = [&](auto combine, float fill) {
+    int64_t j = 0;
+    for (; j + 4 * kLanes <= n; j += 4 * kLanes) foldColumnBlock<4>(x + j, rows, stride, 4 * kLanes, y + j, fill, combine);
+    const int64_t left = n - j;
+    if (left > 2 * kLanes) {
+      foldColumnBlock<4>(x + j, rows, stride, left, y + j, fill, combine);
+    } else if (left > kLanes) {
+      foldColumnBlock<2>(x + j, rows, stride, left, y + j, fill, combine);
+    } else if (left > 0) {
+      foldColumnBlock<1>(x + j, rows, stride, left, y + j, fill, combine);
+    }
+  };
+  if (max) {
+    fold([](F32 a, F32 b) { return Max{}(a, b); }, -kInf);
+  } else {
+    fold([](F32 a, F32 b) { return a + b; }, 0.0f);
+  }
+}
+
 // floatToHalf and halfToFloat (core/float_formats.h), a vector at a time:
 // every case of theirs computed in every lane, the lane's own chosen. (Not
 // by calling them: an inline function compiled here with AVX flags could be
@@ -449,6 +494,7 @@ constexpr VectorKernels makeKernels() {
   k.quantizeU8 = &quantizeU8;
   k.normalize = &normalize;
   k.scaleSums = &scaleSums;
+  k.foldColumns = &foldColumns;
   k.floatsToHalves = &floatsToHalves;
   k.halvesToFloats = &halvesToFloats;
   k.matmulAccumulate = &matmulAccumulate;
