@@ -218,6 +218,9 @@ size_t fuseConvPostOps(Graph& graph, bool nchw) {
   size_t fused = 0;
   for (NodeId id : graph.nodeIds()) {
     const Node& conv = graph.node(id);
+    // (Not kiln.NhwcConvTranspose: with post-ops oneDNN 2.6 runs its
+    // reference deconvolution, and with a bias a slower one; PP-OCR's
+    // detector: 2.8 ms without either, 68 with a Relu, 7.8 with a bias.)
     const bool channels_last = conv.op_type == "NhwcConv" && conv.domain == "kiln";
     const bool plain = nchw && conv.op_type == "Conv" && conv.domain.empty();
     if (conv.removed || !(channels_last || plain) || conv.outputs.size() != 1) continue;
