@@ -62,3 +62,14 @@ def test_batch_norm_on_rank_3_and_as_an_output(tmp_path):
                               epsilon=1e-3),
              helper.make_node("Mul", ["y", "y"], ["z"])]
     run_both(tmp_path, nodes, [2, 7, 33], batch_norm_params("bn", 7, 20), outputs=("y", "z"))
+
+
+# A channels-last ConvTranspose adds its own bias after oneDNN's primitive
+# (conv.cc, addChannelBias): output channels that fill the bias tile with
+# whole rows, leave part of it, or exceed it; two images.
+@pytest.mark.parametrize("channels_out,batch", [(24, 2), (600, 1), (3, 1)])
+def test_conv_transpose_bias(tmp_path, channels_out, batch):
+    nodes = [helper.make_node("ConvTranspose", ["x", "W", "B"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1],
+                              output_padding=[1, 1])]
+    inits = [constant("W", (8, channels_out, 3, 3), 31), constant("B", (channels_out,), 32, -2, 2)]
+    run_both(tmp_path, nodes, [batch, 8, 13, 11], inits)
