@@ -482,4 +482,43 @@ TEST(VectorKernels, HalfConversionsMatchTheScalarOnesBitForBit) {
   }
 }
 
+// foldColumns at every width up to past four vectors of the widest
+// instruction set (whole vectors, partial ones, blocks of fewer columns than
+// their vectors), strided rows, sums against a double reference and maxima
+// exactly, NaN propagating through the maximum; nothing written past n.
+TEST(VectorKernels, FoldColumnsSumsAndMaximaAtEveryWidth) {
+  constexpr int64_t kRows = 37, kStride = 80;
+  std::vector<float> x(static_cast<size_t>(kRows * kStride));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 250.0f - 2.0f;
+  x[5 * kStride + 3] = std::numeric_limits<float>::quiet_NaN();
+  for (const VectorKernels* table : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table->isa)));
+    for (int64_t n = 0; n <= 70; ++n) {
+      for (bool max : {false, true}) {
+        std::vector<float> y(static_cast<size_t>(n) + 1, 123.0f);
+        table->foldColumns(x.data(), kRows, kStride, n, y.data(), max);
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0, most = -std::numeric_limits<double>::infinity();
+          bool nan = false;
+          for (int64_t i = 0; i < kRows; ++i) {
+            const float v = x[static_cast<size_t>(i * kStride + j)];
+            nan = nan || std::isnan(v);
+            sum += v;
+            most = std::max(most, static_cast<double>(v));
+          }
+          const float got = y[static_cast<size_t>(j)];
+          if (nan) {
+            EXPECT_TRUE(std::isnan(got)) << "n " << n << " column " << j << (max ? " max" : " sum");
+          } else if (max) {
+            EXPECT_EQ(got, static_cast<float>(most)) << "n " << n << " column " << j;
+          } else {
+            EXPECT_NEAR(got, sum, 1e-4 * (1 + std::abs(sum))) << "n " << n << " column " << j;
+          }
+        }
+        EXPECT_EQ(y[static_cast<size_t>(n)], 123.0f) << "wrote past n = " << n;
+      }
+    }
+  }
+}
+
 }  // namespace kiln::vec

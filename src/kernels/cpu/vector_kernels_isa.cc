@@ -239,6 +239,7 @@ void foldColumnBlock(const float* x, int64_t rows, int64_t stride, int64_t n, fl
     const float* row = x + i * stride;
     _Pragma("GCC unroll 4") for (int v = 0; v < kVectors; ++v) {
       const int64_t at = v * kLanes;
+      if (at >= n) break;  // (a block of fewer columns than its vectors)
       const F32 value = at + kLanes <= n ? load(row + at) : loadPartial(row + at, n - at, fill);
       acc[v] = combine(acc[v], value);
     }
@@ -258,8 +259,10 @@ void foldColumns(const float* x, int64_t rows, int64_t stride, int64_t n, float*
     int64_t j = 0;
     for (; j + 4 * kLanes <= n; j += 4 * kLanes) foldColumnBlock<4>(x + j, rows, stride, 4 * kLanes, y + j, fill, combine);
     const int64_t left = n - j;
-    if (left > 2 * kLanes) {
+    if (left > 3 * kLanes) {
       foldColumnBlock<4>(x + j, rows, stride, left, y + j, fill, combine);
+    } else if (left > 2 * kLanes) {
+      foldColumnBlock<3>(x + j, rows, stride, left, y + j, fill, combine);
     } else if (left > kLanes) {
       foldColumnBlock<2>(x + j, rows, stride, left, y + j, fill, combine);
     } else if (left > 0) {
