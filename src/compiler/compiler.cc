@@ -28,6 +28,7 @@
 #include "passes/integer_matmul_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
+#include "passes/one_hot_lookup.h"
 #include "passes/transpose_composition.h"
 #include "passes/unit_axis_cancellation.h"
 
@@ -834,9 +835,15 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
     removeDeadNodes(graph);
     inferTypes(graph, opsets);
   }
+  // one_hot(ids) @ W (TensorFlow and JAX embeddings) as a row lookup; its
+  // rewrite uses Where, which opset 9 introduced.
+  const auto default_opset = opsets.find("");
+  if (default_opset != opsets.end() && default_opset->second >= 9 && replaceOneHotMatMuls(graph) > 0) {
+    removeDeadNodes(graph);
+    inferTypes(graph, opsets);
+  }
   // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
   eliminateCommonSubexpressions(graph);
-  const auto default_opset = opsets.find("");
   // Attention chains first: the matmul fusion would take their scores'
   // MatMul and the elementwise fusion their scale and mask.
   if (options.target == "cpu" &&
