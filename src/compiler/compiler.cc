@@ -23,6 +23,7 @@
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
 #include "passes/float16_in_float32.h"
+#include "passes/identity_removal.h"
 #include "core/elementwise_program.h"
 #include "passes/elementwise_fusion.h"
 #include "passes/integer_matmul_fusion.h"
@@ -826,6 +827,9 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   inferTypes(graph, opsets);
   const ConstantEvaluator fold = kernelFolding(options);
   while (foldConstants(graph, fold) > 0) inferTypes(graph, opsets);
+  // Identities (Paddle puts one after nearly every operator) would hide
+  // each operator from the next from here on.
+  if (removeIdentities(graph) > 0) inferTypes(graph, opsets);
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias; any other becomes a per-channel Mul and Add.
   if (foldBatchNormIntoConv(graph) + rewriteBatchNormAsScaleShift(graph) > 0) inferTypes(graph, opsets);

@@ -48,6 +48,12 @@ TAILS = {
     "channel_scale_shift_relu": [helper.make_node("Mul", ["cs", "c"], ["m"]), helper.make_node("Sub", ["m", "cb"], ["a"]),
                                  helper.make_node("Relu", ["a"], ["y"])],
     "row_bias": [helper.make_node("Add", ["c", "rb"], ["y"])],
+    # Paddle2ONNX's newer exports put an Identity after every operator
+    # (passes/identity_removal.h): they must not stop the folds and fusion.
+    "identities_between": [helper.make_node("Identity", ["c"], ["i1"]), helper.make_node("Mul", ["sixth", "i1"], ["m"]),
+                           helper.make_node("Identity", ["m"], ["i2"]), helper.make_node("Add", ["i2", "half"], ["a"]),
+                           helper.make_node("Identity", ["a"], ["i3"]), helper.make_node("Relu", ["i3"], ["r"]),
+                           helper.make_node("Identity", ["r"], ["y"])],
     "hard_swish_hard_sigmoid": [helper.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6, beta=0.5),
                                 helper.make_node("Mul", ["c", "g"], ["y"])],
 }
