@@ -178,12 +178,8 @@ bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId
   graph.setNodeInput(id, 1, new_w);
   graph.setNodeInput(id, 2, new_b);
   // The linear op's output keeps its name and readers; the Conv produces it.
-  const ValueId out = graph.node(op_id).outputs[0];
-  const std::string name = graph.value(out).name;
-  graph.replaceAllUses(out, conv_out);
+  replaceKeepingName(graph, graph.node(op_id).outputs[0], conv_out, "/folded");
   graph.removeNode(op_id);
-  graph.renameValue(out, uniqueName(graph, name + "/folded"));
-  graph.renameValue(conv_out, name);
   return true;
 }
 
@@ -233,11 +229,8 @@ size_t fuseConvPostOps(Graph& graph, bool nchw) {
 
     // The chain's last value keeps its name and readers (graph outputs
     // included); the Conv now produces it.
-    const std::string name = graph.value(chain.output).name;
-    graph.replaceAllUses(chain.output, conv_out);
+    replaceKeepingName(graph, chain.output, conv_out, "/fused");
     for (auto it = chain.nodes.rbegin(); it != chain.nodes.rend(); ++it) graph.removeNode(*it);
-    graph.renameValue(chain.output, uniqueName(graph, name + "/fused"));
-    graph.renameValue(conv_out, name);
 
     Node& node = graph.node(id);
     if (plain) {  // the kiln domain is where the extra attributes are defined

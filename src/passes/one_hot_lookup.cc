@@ -145,10 +145,8 @@ bool rewrite(Graph& graph, const std::set<ValueId>& pinned, NodeId matmul) {
   const NodeId reshape = graph.addNode("Reshape", {output(gather), shape}, {name("reshaped")});
   const ValueId result = output(reshape);
   graph.value(result).type = graph.value(out).type;
-  graph.replaceAllUses(out, result);
+  replaceKeepingName(graph, out, result, "/one_hot_matmul");
   graph.removeNode(matmul);
-  graph.renameValue(out, uniqueName(graph, base + "/one_hot_matmul"));
-  graph.renameValue(result, base);
   return true;
 }
 

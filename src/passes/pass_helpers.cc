@@ -50,6 +50,13 @@ std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank)
   return v;
 }
 
+void replaceKeepingName(Graph& graph, ValueId from, ValueId to, const std::string& suffix) {
+  const std::string name = graph.value(from).name;
+  graph.replaceAllUses(from, to);
+  graph.renameValue(from, uniqueName(graph, name + suffix));
+  graph.renameValue(to, name);
+}
+
 void replaceByFusedNode(Graph& graph, const std::vector<NodeId>& nodes, const std::string& op, Attributes attributes,
                         const std::vector<ValueId>& inputs, std::string name) {
   const NodeId last = nodes.back();

@@ -35,6 +35,12 @@ ValueId otherOperand(const Graph& graph, NodeId id, ValueId value);
 // The value of a one-element f32 initializer of at most `rank` dimensions.
 std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank);
 
+// Every use of `from` (graph outputs included) reads `to` instead, and `to`
+// takes `from`'s name, which the model's outputs and subgraphs go by;
+// `from` becomes "<name><suffix>", unread. The usual end of a rewrite whose
+// new value stands for an old one (whose producer the caller then removes).
+void replaceKeepingName(Graph& graph, ValueId from, ValueId to, const std::string& suffix);
+
 // Replaces `nodes`, in graph order, by one node of the kiln domain: the last
 // node becomes `op` reading `inputs`, with `attributes` and the name `name`,
 // so that its output keeps its value (name, type, graph-output slot); the

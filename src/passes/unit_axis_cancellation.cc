@@ -140,16 +140,14 @@ bool cancelAt(Graph& graph, const std::set<ValueId>& pinned, NodeId id) {
     if (link == chain.rbegin()) graph.setNodeInput(link->node, link->input, source);
     graph.value(graph.node(link->node).outputs[0]).type.shape = shape;
   }
-  // The last value (the source itself for an empty chain) takes the
-  // Unsqueeze's place, and its name.
-  const ValueId last = chain.empty() ? source : graph.node(chain.front().node).outputs[0];
-  const std::string name = graph.value(out).name;
-  graph.replaceAllUses(out, last);
-  graph.removeNode(id);
-  if (!chain.empty()) {
-    graph.renameValue(out, uniqueName(graph, name + "/cancelled"));
-    graph.renameValue(last, name);
+  // The last value takes the Unsqueeze's place and name; with nothing
+  // between the two, the source takes its place but keeps its own name.
+  if (chain.empty()) {
+    graph.replaceAllUses(out, source);
+  } else {
+    replaceKeepingName(graph, out, graph.node(chain.front().node).outputs[0], "/cancelled");
   }
+  graph.removeNode(id);
   return true;
 }
 

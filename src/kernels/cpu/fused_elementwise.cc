@@ -290,6 +290,26 @@ void runInstruction(const Instruction& instruction, Operand a, Operand b, float*
   if (all_scalar) std::fill(y + 1, y + count, y[0]);
 }
 
+// An immediate or a register (on this thread's stack, `scratch`) over the
+// current block.
+Operand stateOperand(const FusedElementwiseState& state, const Source& source, float* scratch) {
+  if (source.kind == Source::kImmediate) return {&state.immediates[source.index], true};
+  return {scratch + source.index * state.block, false};
+}
+
+// The program over one block of `count` elements, its last instruction
+// writing `y`; `operand` resolves each source.
+template <typename OperandOf>
+void runProgram(const FusedElementwiseState& state, const OperandOf& operand, float* scratch, float* y,
+                int64_t count) {
+  for (const Instruction& instruction : state.program) {
+    float* result = instruction.result == kOutputRegister ? y : scratch + instruction.result * state.block;
+    const Operand a = operand(instruction.a);
+    const Operand b = instruction.unary != nullptr ? a : operand(instruction.b);
+    runInstruction(instruction, a, b, result, count);
+  }
+}
+
 // Output elements [begin, end), block by block along the plan's rows; the
 // registers live on this thread's stack.
 void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_t begin, int64_t end) {
@@ -313,18 +333,12 @@ void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_
             return {data + column, false};
           }
           case Source::kImmediate:
-            return {&state.immediates[source.index], true};
           case Source::kRegister:
             break;
         }
-        return {scratch + source.index * state.block, false};
+        return stateOperand(state, source, scratch);
       };
-      for (const Instruction& instruction : state.program) {
-        float* result = instruction.result == kOutputRegister ? y + at : scratch + instruction.result * state.block;
-        const Operand a = operand(instruction.a);
-        const Operand b = instruction.unary != nullptr ? a : operand(instruction.b);
-        runInstruction(instruction, a, b, result, count);
-      }
+      runProgram(state, operand, scratch, y + at, count);
     }
   }
 }
@@ -367,18 +381,12 @@ void runRangeOfRows(const FusedElementwiseState& state, const KernelCall& call, 
           return {tile, false};
         }
         case Source::kImmediate:
-          return {&state.immediates[source.index], true};
         case Source::kRegister:
           break;
       }
-      return {scratch + source.index * state.block, false};
+      return stateOperand(state, source, scratch);
     };
-    for (const Instruction& instruction : state.program) {
-      float* result = instruction.result == kOutputRegister ? y + at : scratch + instruction.result * state.block;
-      const Operand a = operand(instruction.a);
-      const Operand b = instruction.unary != nullptr ? a : operand(instruction.b);
-      runInstruction(instruction, a, b, result, count);
-    }
+    runProgram(state, operand, scratch, y + at, count);
     at += count;
   }
 }
