@@ -23,6 +23,7 @@
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
 #include "passes/float16_in_float32.h"
+#include "passes/global_pool_rewrite.h"
 #include "passes/identity_removal.h"
 #include "core/elementwise_program.h"
 #include "passes/elementwise_fusion.h"
@@ -859,6 +860,9 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   if (options.target == "cpu" && fuseRmsNorms(graph) > 0) inferTypes(graph, opsets);
   if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
   if (options.target == "cpu" && fuseIntegerMatMuls(graph) > 0) inferTypes(graph, opsets);
+  // Reductions over an image's spatial axes as the global pools they are,
+  // which the channels-last pass keeps in NHWC.
+  if (options.channels_last && reductionsToGlobalPools(graph) > 0) inferTypes(graph, opsets);
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.
