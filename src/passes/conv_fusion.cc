@@ -215,8 +215,9 @@ size_t fuseConvPostOps(Graph& graph, bool nchw) {
   for (NodeId id : graph.nodeIds()) {
     const Node& conv = graph.node(id);
     // (Not kiln.NhwcConvTranspose: with post-ops oneDNN 2.6 runs its
-    // reference deconvolution, and with a bias a slower one; PP-OCR's
-    // detector: 2.8 ms without either, 68 with a Relu, 7.8 with a bias.)
+    // reference deconvolution; PP-OCR's detector: 2.8 ms without, 68 with a
+    // Relu. Folds were measured when a bias still cost 7.8 ms, before conv.cc
+    // added a ConvTranspose's bias itself; not tried since.)
     const bool channels_last = conv.op_type == "NhwcConv" && conv.domain == "kiln";
     const bool plain = nchw && conv.op_type == "Conv" && conv.domain.empty();
     if (conv.removed || !(channels_last || plain) || conv.outputs.size() != 1) continue;
