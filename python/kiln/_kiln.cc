@@ -35,7 +35,7 @@ using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
-                      bool dynamic, const std::string& target) {
+                      bool dynamic, const std::string& target, bool quantize_activations) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -46,6 +46,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.has_kernel = [](const std::string& name) { return kiln::KernelRegistry::cpu().find(name) != nullptr; };
   compile_options.evaluate_kernel = &kiln::evaluateOnce;
   compile_options.target = target;
+  compile_options.quantize_activations = quantize_activations;
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
@@ -53,6 +54,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   for (const auto& [kernel, count] : report.step_kernels) step_kernels[kernel.c_str()] = count;
   result["step_kernels"] = step_kernels;
   result["views"] = report.views;
+  result["int8_matmuls"] = report.int8_matmuls;
   result["constants"] = report.constants;
   result["constant_bytes"] = report.constant_bytes;
   result["arena_bytes"] = report.arena_bytes;
@@ -243,7 +245,7 @@ NB_MODULE(_kiln, m) {
   m.doc() = "kiln: compile neural networks ahead of time and run them";
   nb::exception<kiln::Error>(m, "Error");
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
-        nb::arg("dynamic") = false, nb::arg("target") = "cpu");
+        nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   nb::class_<DeviceRunner>(m, "DeviceRunner")
       .def(nb::init<const std::string&, const std::string&, const std::string&>(), nb::arg("path"),

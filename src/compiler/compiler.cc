@@ -23,6 +23,7 @@
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
 #include "passes/float16_in_float32.h"
+#include "passes/activation_quantization.h"
 #include "passes/global_pool_rewrite.h"
 #include "passes/identity_removal.h"
 #include "core/elementwise_program.h"
@@ -903,6 +904,14 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
   if (options.float16_in_float32) computeFloat16InFloat32(graph);
+  size_t int8_matmuls = 0;
+  if (options.quantize_activations) {
+    if (options.target != "cpu") throw UsageError("quantize_activations (--quantize-activations) is for the cpu target");
+    // The activations it fuses are matched on known shapes; lenient, as
+    // a model with run-time shapes may have values no shape is known for.
+    inferTypes(graph, opsets, InferenceOptions{.lenient = true});
+    int8_matmuls = quantizeActivations(graph);
+  }
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (runtime.dynamic && options.target == "cuda") {
     throw UsageError("the cuda target needs static shapes, and " + runtime.reason +
@@ -911,6 +920,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   if (runtime.dynamic) {
     progress("writing package", 0.2);
     CompileReport report = writeGraphPackage(graph, opsets, runtime, output_names, output, options);
+    report.int8_matmuls = int8_matmuls;
     progress("done", 1.0);
     return report;
   }
@@ -925,6 +935,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   CompiledProgram program = compileProgram(graph, opsets, effective);
   progress("planning memory", 0.1);
   CompileReport report = program.report;
+  report.int8_matmuls = int8_matmuls;
   const ExecutableSpec& spec = program.spec;
 
   constexpr uint32_t kLoadProgram = 0;

@@ -34,6 +34,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerRecurrentKernels(r);
     registerCastKernels(r);
     registerQuantizationKernels(r);
+    registerDynamicInt8Kernels(r);
     registerSignalKernels(r);
     registerSamplingKernels(r);
     registerLinearAttentionKernels(r);

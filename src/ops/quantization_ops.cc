@@ -221,6 +221,19 @@ void registerQuantizationOps(OpRegistry& registry) {
                           }
                           c.output(0).dtype = DType::kF32;
                         }});
+  // kiln.DynamicInt8MatMul(x f32 [..., k], w i8 [k, n], w_scale f32 [n][,
+  // bias f32 [n]]): x @ (w * w_scale) + bias computed in int8, x quantized
+  // per row in groups of 32 as it runs; what passes/activation_quantization.h
+  // makes of a MatMul over int8 weights (compile --quantize-activations).
+  registry.add(OpSchema{"kiln", "DynamicInt8MatMul", 1, 3, 4, 1, 1, [](InferenceContext& c) {
+                          if (c.inputType(0).dtype != DType::kF32) {
+                            c.fail("input 0 must be f32, found {}", dtypeName(c.inputType(0).dtype));
+                          }
+                          if (c.inputType(1).dtype != DType::kI8) {
+                            c.fail("the weights (input 1) must be i8, found {}", dtypeName(c.inputType(1).dtype));
+                          }
+                          c.output(0) = ValueType{DType::kF32, delegatedShape(c, "MatMul", {0, 1})};
+                        }});
   add(registry, "QLinearMatMul", 10, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });
   add(registry, "QLinearMatMul", 21, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });  // f16 scales
   add(registry, "QLinearConv", 10, 8, 9, [](InferenceContext& c) { quantizedForm(c, "Conv"); });

@@ -207,4 +207,12 @@ std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::se
   return Matcher{graph, pinned}.matchActivation(x);
 }
 
+void setActivation(Attributes& attributes, const ActivationMatch& activation) {
+  attributes[std::string(kActivationAttribute)] = std::string(fusedActivationName(activation.kind));
+  if (activation.kind == FusedActivation::kLeakyRelu || activation.kind == FusedActivation::kClip) {
+    attributes[std::string(kActivationAlphaAttribute)] = activation.alpha;
+    attributes[std::string(kActivationBetaAttribute)] = activation.beta;
+  }
+}
+
 }  // namespace kiln

@@ -35,4 +35,8 @@ struct ActivationMatch {
 // The activation computed from `x` alone, if any. `x` must have a known shape.
 std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x);
 
+// Sets a fused node's activation attributes (core/fused_activation.h) to
+// `activation`'s kind and parameters.
+void setActivation(Attributes& attributes, const ActivationMatch& activation);
+
 }  // namespace kiln

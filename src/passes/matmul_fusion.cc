@@ -19,15 +19,6 @@ namespace {
 // oneDNN's DNNL_MAX_NDIMS: the fused kernels have no path beyond it.
 constexpr size_t kMaxFusedRank = 12;
 
-// The fused node's activation attributes (core/fused_activation.h).
-void setActivation(Attributes& attributes, const ActivationMatch& activation) {
-  attributes[std::string(kActivationAttribute)] = std::string(fusedActivationName(activation.kind));
-  if (activation.kind == FusedActivation::kLeakyRelu || activation.kind == FusedActivation::kClip) {
-    attributes[std::string(kActivationAlphaAttribute)] = activation.alpha;
-    attributes[std::string(kActivationBetaAttribute)] = activation.beta;
-  }
-}
-
 class MatMulFusion {
  public:
   explicit MatMulFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}

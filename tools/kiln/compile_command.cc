@@ -44,6 +44,7 @@ Command addCompileCommand(CLI::App& app) {
     bool plan_report = false;
     bool no_channels_last = false;
     bool keep_float16 = false;
+    bool quantize_activations = false;
     bool dynamic = false;
     std::string target = "cpu";
   };
@@ -59,6 +60,9 @@ Command addCompileCommand(CLI::App& app) {
                 "Keep convolutions and pooling in the model's NCHW layout (slower; for comparisons)");
   cmd->add_flag("--keep-float16", args->keep_float16,
                 "Compute float16 models in float16 (rounding after every operator; slower) rather than float32");
+  cmd->add_flag("--quantize-activations", args->quantize_activations,
+                "Compute MatMuls over int8 weights in int8, quantizing activations per row in groups of 32 at run "
+                "time (about 2x faster with AVX-512 VNNI; changes results, ~5e-3 relative on a MiniLM)");
   cmd->add_option("--target", args->target, "Device kind to compile for: cpu (default; also runs on sim) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--dynamic", args->dynamic,
@@ -93,6 +97,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.progress = show;
     compile_options.channels_last = !args->no_channels_last;
     compile_options.float16_in_float32 = !args->keep_float16;
+    compile_options.quantize_activations = args->quantize_activations;
     compile_options.target = args->target;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
@@ -108,6 +113,14 @@ Command addCompileCommand(CLI::App& app) {
                   static_cast<unsigned long long>(report.naive_bytes));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (args->quantize_activations) {
+      if (report.int8_matmuls == 0) {
+        std::fprintf(stderr, "notice: --quantize-activations found no MatMul over int8 weights: nothing computes in int8\n");
+      } else {
+        std::printf("int8: %zu MatMuls over int8 weights compute in int8 (activations quantized per row in groups of 32)\n",
+                    report.int8_matmuls);
+      }
+    }
     if (report.runtime_shapes) {
       std::fprintf(stderr, "notice: shapes are fixed at run time (%s)\n", report.runtime_shapes_reason.c_str());
       std::printf("compiled %s -> %s: shapes known at run time, specialized per input signature; %zu constants "

@@ -23,6 +23,7 @@ void registerLossKernels(KernelRegistry& registry);         // losses.cc: Negati
 void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
 void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, CastLike (every dtype)
 void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
+void registerDynamicInt8Kernels(KernelRegistry& registry);  // dynamic_int8_matmul.cc: kiln.DynamicInt8MatMul
 void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv
 void registerLinearAttentionKernels(KernelRegistry& registry);  // linear_attention.cc: LinearAttention, CausalConvWithState

@@ -19,25 +19,6 @@ namespace kiln {
 
 namespace {
 
-// One fused post-op: an Add of input 3 (the residual), or an activation.
-// The vector loop of an activation, when it has one (Swish is two).
-std::optional<vec::Unary> unaryOf(FusedActivation activation) {
-  switch (activation) {
-    case FusedActivation::kRelu: return vec::Unary::kRelu;
-    case FusedActivation::kLeakyRelu: return vec::Unary::kLeakyRelu;
-    case FusedActivation::kSigmoid: return vec::Unary::kSigmoid;
-    case FusedActivation::kTanh: return vec::Unary::kTanh;
-    case FusedActivation::kClip: return vec::Unary::kClip;
-    case FusedActivation::kGelu: return vec::Unary::kGelu;
-    case FusedActivation::kGeluTanh: return vec::Unary::kGeluTanh;
-    case FusedActivation::kHardSwish: return vec::Unary::kHardSwish;
-    case FusedActivation::kNone:
-    case FusedActivation::kSwish:
-    case FusedActivation::kLinear: return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 // The post-ops of `post_ops` (conv_fusion.h), or nullopt when one is not
 // known here (an activation without a vector loop).
 std::optional<std::vector<PostOp>> parsePostOps(const ParamMap& params) {
@@ -48,7 +29,7 @@ std::optional<std::vector<PostOp>> parsePostOps(const ParamMap& params) {
     return std::nullopt;
   }
   for (const PostOp& op : ops) {
-    if (!op.add && op.activation != FusedActivation::kSwish && !unaryOf(op.activation)) return std::nullopt;
+    if (!op.add && op.activation != FusedActivation::kSwish && !vec::unaryForActivation(op.activation)) return std::nullopt;
   }
   return ops;
 }
@@ -174,7 +155,7 @@ void applyPostOps(const SmallConv& conv, const float* residual) {
         v.unaryFn(vec::Unary::kSigmoid)(row, conv.temp.data(), m, 0, 0);
         v.binaryFn(vec::Binary::kMul, vec::Operands::kBoth)(row, conv.temp.data(), row, m);
       } else {
-        v.unaryFn(*unaryOf(op.activation))(row, row, m, op.alpha, op.beta);
+        v.unaryFn(*vec::unaryForActivation(op.activation))(row, row, m, op.alpha, op.beta);
       }
     }
   }

@@ -61,6 +61,23 @@ const VectorKernels& chooseKernels() {
 
 }  // namespace
 
+std::optional<Unary> unaryForActivation(FusedActivation activation) {
+  switch (activation) {
+    case FusedActivation::kRelu: return Unary::kRelu;
+    case FusedActivation::kLeakyRelu: return Unary::kLeakyRelu;
+    case FusedActivation::kSigmoid: return Unary::kSigmoid;
+    case FusedActivation::kTanh: return Unary::kTanh;
+    case FusedActivation::kClip: return Unary::kClip;
+    case FusedActivation::kGelu: return Unary::kGelu;
+    case FusedActivation::kGeluTanh: return Unary::kGeluTanh;
+    case FusedActivation::kHardSwish: return Unary::kHardSwish;
+    case FusedActivation::kNone:
+    case FusedActivation::kSwish:
+    case FusedActivation::kLinear: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 const VectorKernels* vectorKernelsFor(Isa isa) { return cpuRuns(isa) ? &tableOf(isa) : nullptr; }
 
 const VectorKernels& vectorKernels() {

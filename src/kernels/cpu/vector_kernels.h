@@ -21,7 +21,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+
+#include "core/fused_activation.h"
 
 namespace kiln::vec {
 
@@ -135,6 +138,11 @@ struct VectorKernels {
     return binary[static_cast<size_t>(op)][static_cast<size_t>(operands)];
   }
 };
+
+// The unary loop that computes a fused step's activation
+// (core/fused_activation.h), when one does: none for kNone, kLinear and
+// kSwish (which is x * Sigmoid(x), two loops).
+std::optional<Unary> unaryForActivation(FusedActivation activation);
 
 // The best table for this CPU, chosen on first use. The environment variable
 // KILN_CPU_ISA (generic, avx2 or avx512) caps the choice, to measure or test
