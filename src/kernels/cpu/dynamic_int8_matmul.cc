@@ -48,7 +48,7 @@ struct GroupScale {
   float zero = 0.0f;
 };
 
-GroupScale groupScale(float lo, float hi) {
+inline GroupScale groupScale(float lo, float hi) {
   float scale = (hi - lo) / 255.0f;
   if (!(scale >= std::numeric_limits<float>::min() && scale <= std::numeric_limits<float>::max())) scale = 1.0f;
   const float inverse = 1.0f / scale;
