@@ -1,5 +1,5 @@
 """compile(..., quantize_activations=True) (passes/activation_quantization.h):
-MatMuls over int8 weights, written as Cast + Mul or as DequantizeLinear,
+MatMuls and Gemms over int8 weights, written as Cast + Mul or as DequantizeLinear,
 become kiln.DynamicInt8MatMul steps that quantize their activations per row
 in groups of 32 as they run. Checked against numpy computing the documented
 quantization (kernels/cpu/dynamic_int8_matmul.h) in float64; the bias Add and
@@ -161,3 +161,48 @@ def test_dynamic_shapes_compile_the_int8_step_per_signature(tmp_path):
     for rows in (1, 13):
         x = inputs(rng, (rows, K))
         assert_close(runner.run({"x": x})["y"], expected(x, w, scale, bias, None), 1e-5)
+
+
+@pytest.mark.parametrize("trans_b,form,with_c,beta", [
+    (1, "dequantize", True, 1.0),   # torch's Linear on 2-D input: weights [N, K], per-row scales
+    (1, "cast_mul", True, 0.5),     # beta scales the bias
+    (0, "dequantize", False, 1.0),
+])
+def test_gemm_weights(tmp_path, trans_b, form, with_c, beta):
+    rng = np.random.default_rng(8)
+    w, scale, bias = weights(rng)
+    stored = w.T.copy() if trans_b else w
+    inits = [numpy_helper.from_array(stored, "w")]
+    if form == "dequantize":
+        inits.append(numpy_helper.from_array(scale, "scale"))
+        nodes = [helper.make_node("DequantizeLinear", ["w", "scale"], ["wd"], axis=0 if trans_b else 1)]
+    else:
+        inits.append(numpy_helper.from_array(scale.reshape((N, 1) if trans_b else (1, N)), "scale"))
+        nodes = [helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+                 helper.make_node("Mul", ["wf", "scale"], ["wd"])]
+    gemm_inputs = ["x", "wd"]
+    if with_c:
+        inits.append(numpy_helper.from_array(bias, "c"))
+        gemm_inputs.append("c")
+    nodes.append(helper.make_node("Gemm", gemm_inputs, ["y"], transB=trans_b, beta=beta))
+    x = inputs(rng, (6, K))
+    save_model(tmp_path / "m.onnx", nodes, inits, list(x.shape))
+    report = kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", quantize_activations=True)
+    assert report["int8_matmuls"] == 1 and report["step_kernels"] == {"kiln.DynamicInt8MatMul": 1}
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = expected(x, w, scale, beta * bias if with_c else np.zeros(N), None)
+    assert_close(ours, want, 1e-5)
+
+
+def test_gemm_with_alpha_keeps_its_f32_product(tmp_path):
+    rng = np.random.default_rng(9)
+    w, scale, _ = weights(rng)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale"], ["wd"], axis=1),
+             helper.make_node("Gemm", ["x", "wd"], ["y"], alpha=2.0)]
+    save_model(tmp_path / "m.onnx", nodes, [numpy_helper.from_array(w, "w"), numpy_helper.from_array(scale, "scale")],
+               [4, K])
+    report = kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", quantize_activations=True)
+    assert report["int8_matmuls"] == 0
+    x = inputs(rng, (4, K))
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    assert_close(ours, 2 * x.astype(np.float64) @ (w.astype(np.float64) * scale), 1e-5)

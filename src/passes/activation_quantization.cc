@@ -22,21 +22,22 @@ const Constant* initializerOf(const Graph& graph, ValueId id) {
   return value.kind == ValueKind::kInitializer ? value.initializer.get() : nullptr;
 }
 
-// `c` as n values, one per column: an f32 constant of one value (repeated)
-// or of n values along its last axis, every other dimension 1, of rank at
-// most `max_rank` (so that broadcasting it adds no dimension).
-std::optional<std::vector<float>> perColumn(const Constant* c, int64_t n, size_t max_rank) {
-  if (c == nullptr || c->info.dtype != DType::kF32 || c->info.shape.size() > max_rank) return std::nullopt;
-  const std::vector<int64_t>& dims = c->info.shape;
-  for (size_t i = 0; i + 1 < dims.size(); ++i) {
-    if (dims[i] != 1) return std::nullopt;
-  }
+// `c` as n values, one per output column: an f32 constant of one value
+// (repeated), or of n values along axis `n_axis` of a tensor of rank `rank`
+// aligned to the right (every other dimension 1), of rank at most `rank` (so
+// that broadcasting it adds no dimension).
+std::optional<std::vector<float>> perColumn(const Constant* c, int64_t n, size_t n_axis, size_t rank) {
+  if (c == nullptr || c->info.dtype != DType::kF32 || c->info.shape.size() > rank) return std::nullopt;
   const auto count = static_cast<int64_t>(c->info.numElements());
   std::vector<float> values(static_cast<size_t>(count));
   if (count > 0) std::memcpy(values.data(), c->bytes.data(), values.size() * sizeof(float));
   if (count == 1) return std::vector<float>(static_cast<size_t>(n), values[0]);
-  if (count == n) return values;
-  return std::nullopt;
+  const std::vector<int64_t>& dims = c->info.shape;
+  const size_t offset = rank - dims.size();  // dims[i] stands at axis offset + i
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != (offset + i == n_axis ? n : 1)) return std::nullopt;
+  }
+  return offset <= n_axis ? std::optional(values) : std::nullopt;
 }
 
 bool allZero(const Constant& c) {
@@ -47,7 +48,7 @@ bool allZero(const Constant& c) {
 }
 
 struct Int8Weights {
-  ValueId w = kNoValue;      // the i8 initializer [k, n]
+  ValueId w = kNoValue;      // the i8 initializer, [k, n] or (n_axis 0) [n, k]
   std::vector<float> scale;  // n values
 };
 
@@ -57,8 +58,9 @@ const Constant* int8Matrix(const Graph& graph, ValueId id) {
 }
 
 // The int8 weights and per-column scales that `b` expands, if it is one of
-// the header's two forms.
-std::optional<Int8Weights> int8WeightsOf(const Graph& graph, ValueId b) {
+// the header's two forms; n_axis: the axis of b that is the product's
+// columns (1 for MatMul, 0 for Gemm with transB).
+std::optional<Int8Weights> int8WeightsOf(const Graph& graph, ValueId b, size_t n_axis) {
   const NodeId producer = graph.value(b).producer;
   if (producer == kNoNode) return std::nullopt;
   const Node& node = graph.node(producer);
@@ -69,7 +71,7 @@ std::optional<Int8Weights> int8WeightsOf(const Graph& graph, ValueId b) {
       const ValueId w = graph.node(cast).inputs[0];
       const Constant* matrix = int8Matrix(graph, w);
       if (matrix == nullptr) continue;
-      auto scale = perColumn(initializerOf(graph, node.inputs[1 - side]), matrix->info.shape[1], 2);
+      auto scale = perColumn(initializerOf(graph, node.inputs[1 - side]), matrix->info.shape[n_axis], n_axis, 2);
       if (scale) return Int8Weights{w, std::move(*scale)};
     }
     return std::nullopt;
@@ -84,11 +86,23 @@ std::optional<Int8Weights> int8WeightsOf(const Graph& graph, ValueId b) {
     }
     const Constant* scale = initializerOf(graph, node.inputs[1]);
     const int64_t axis = node.intAttribute("axis", 1);
-    if (scale == nullptr || (scale->info.numElements() != 1 && axis != 1 && axis != -1)) return std::nullopt;
-    auto values = perColumn(scale, matrix->info.shape[1], 1);
+    const bool per_column = axis == static_cast<int64_t>(n_axis) || axis == static_cast<int64_t>(n_axis) - 2;
+    if (scale == nullptr || (scale->info.numElements() != 1 && !per_column)) return std::nullopt;
+    auto values = perColumn(scale, matrix->info.shape[n_axis], 0, 1);
     if (values) return Int8Weights{node.inputs[0], std::move(*values)};
   }
   return std::nullopt;
+}
+
+// w [n, k] as [k, n].
+ConstantPtr transposed(const Constant& w) {
+  const int64_t n = w.info.shape[0];
+  const int64_t k = w.info.shape[1];
+  std::vector<std::byte> bytes(w.bytes.size());
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < n; ++j) bytes[static_cast<size_t>(i * n + j)] = w.bytes[static_cast<size_t>(j * k + i)];
+  }
+  return makeConstant(TensorInfo{DType::kI8, {k, n}}, std::move(bytes));
 }
 
 ConstantPtr floats(const std::vector<float>& values) {
@@ -97,23 +111,43 @@ ConstantPtr floats(const std::vector<float>& values) {
   return makeConstant(TensorInfo{DType::kF32, {static_cast<int64_t>(values.size())}}, std::move(bytes));
 }
 
+// The product of MatMul or Gemm node `id` over int8 weights, rewritten;
+// false (nothing changed) when it is not one the header describes.
 bool rewrite(Graph& graph, const std::set<ValueId>& pinned, NodeId id) {
   // (Copies: adding initializers below may move the graph's nodes.)
   const Node matmul = graph.node(id);
-  if (matmul.inputs.size() != 2 || matmul.outputs.size() != 1) return false;
-  const std::optional<Int8Weights> weights = int8WeightsOf(graph, matmul.inputs[1]);
+  const bool gemm = matmul.op_type == "Gemm";
+  if (matmul.inputs.size() < 2 || matmul.outputs.size() != 1) return false;
+  // Gemm: alpha * A x op(B) + beta * C with A not transposed and alpha 1;
+  // C, if any, a constant row that becomes the bias.
+  std::optional<std::vector<float>> bias;
+  size_t n_axis = 1;
+  if (gemm) {
+    if (matmul.floatAttribute("alpha", 1.0f) != 1.0f || matmul.intAttribute("transA", 0) != 0) return false;
+    n_axis = matmul.intAttribute("transB", 0) != 0 ? 0 : 1;
+  } else if (matmul.inputs.size() != 2) {
+    return false;
+  }
+  const std::optional<Int8Weights> weights = int8WeightsOf(graph, matmul.inputs[1], n_axis);
   if (!weights) return false;
-  const std::vector<int64_t> w_shape = graph.value(weights->w).initializer->info.shape;
-  if (w_shape[0] < 1 || w_shape[0] > kMaxDepth || w_shape[1] < 1) return false;
-  const int64_t n = w_shape[1];
+  const Constant& w = *graph.value(weights->w).initializer;
+  const int64_t k = w.info.shape[1 - n_axis];
+  const int64_t n = w.info.shape[n_axis];
+  if (k < 1 || k > kMaxDepth || n < 1) return false;
+  if (gemm && matmul.inputs.size() > 2 && matmul.inputs[2] != kNoValue) {
+    bias = perColumn(initializerOf(graph, matmul.inputs[2]), n, 1, 2);
+    if (!bias) return false;
+    const float beta = matmul.floatAttribute("beta", 1.0f);
+    for (float& b : *bias) b *= beta;
+  }
 
   const ValueId out = matmul.outputs[0];
   std::vector<NodeId> chain = {id};
-  std::optional<std::vector<float>> bias;
   ValueId end = out;
-  if (const auto add = onlyReader(graph, pinned, out, "Add")) {
+  const auto add = bias ? std::nullopt : onlyReader(graph, pinned, out, "Add");
+  if (add) {
     const ValueId addend = otherOperand(graph, *add, out);
-    if (addend != kNoValue) bias = perColumn(initializerOf(graph, addend), n, 1);
+    if (addend != kNoValue) bias = perColumn(initializerOf(graph, addend), n, 0, 1);
     if (bias) {
       chain.push_back(*add);
       end = graph.node(*add).outputs[0];
@@ -127,7 +161,8 @@ bool rewrite(Graph& graph, const std::set<ValueId>& pinned, NodeId id) {
     setActivation(attributes, *activation);
   }
   const std::string base = graph.value(out).name;
-  std::vector<ValueId> inputs = {matmul.inputs[0], weights->w,
+  const ValueId w_kn = n_axis == 1 ? weights->w : graph.addInitializer(uniqueName(graph, base + ":int8_w"), transposed(w));
+  std::vector<ValueId> inputs = {matmul.inputs[0], w_kn,
                                  graph.addInitializer(uniqueName(graph, base + ":int8_scale"), floats(weights->scale))};
   if (bias) inputs.push_back(graph.addInitializer(uniqueName(graph, base + ":int8_bias"), floats(*bias)));
   replaceByFusedNode(graph, chain, "DynamicInt8MatMul", std::move(attributes), inputs, matmul.name);
@@ -140,7 +175,9 @@ size_t quantizeActivations(Graph& graph) {
   const std::set<ValueId> pinned = pinnedValues(graph);
   size_t rewritten = 0;
   for (NodeId id : graph.nodeIds()) {
-    if (!graph.node(id).removed && isOp(graph, id, "MatMul") && rewrite(graph, pinned, id)) ++rewritten;
+    if (!graph.node(id).removed && (isOp(graph, id, "MatMul") || isOp(graph, id, "Gemm")) && rewrite(graph, pinned, id)) {
+      ++rewritten;
+    }
   }
   return rewritten;
 }

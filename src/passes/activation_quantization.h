@@ -6,7 +6,10 @@
 //   MatMul(x, Mul(Cast(w [k, n] i8, to = float), scale))
 //   MatMul(x, DequantizeLinear(w [k, n] i8, scale[, zero point 0]))
 //
-// scale holding one value or one per column (DequantizeLinear's axis 1).
+// scale holding one value or one per column (DequantizeLinear's axis 1),
+// and the same as Gemm's B (alpha 1, A not transposed; with transB the
+// weights [n, k] are transposed once here, the scale one per row of them; C,
+// a constant row, becomes the bias, times beta).
 // onnxruntime computes these in f32 on the expanded weights, and so does
 // kiln by default (constant folding expands them once). With this pass each
 // such MatMul becomes
@@ -33,8 +36,8 @@
 
 namespace kiln {
 
-// Rewrites every such MatMul of `graph` (not its subgraphs); returns how
-// many.
+// Rewrites every such MatMul and Gemm of `graph` (not its subgraphs);
+// returns how many.
 size_t quantizeActivations(Graph& graph);
 
 }  // namespace kiln
