@@ -216,6 +216,13 @@ TEST(DynamicInt8MatMul, KernelAppliesTheFusedActivation) {
             std::string::npos);
 }
 
+TEST(DynamicInt8MatMul, EmptyBatchWritesNothing) {
+  const std::vector<int8_t> w(64 * 3, 1);
+  const std::vector<float> scale(3, 1.0f);
+  const auto mm = prepareDynamicInt8MatMul(64, 3, w.data(), scale.data(), nullptr);
+  runDynamicInt8MatMul(*mm, 0, nullptr, nullptr);
+}
+
 TEST(DynamicInt8MatMul, KernelErrors) {
   const std::vector<float> x(2 * 8, 1.0f);
   const std::vector<int8_t> w(8 * 4, 1);

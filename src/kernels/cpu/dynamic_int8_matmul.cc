@@ -379,6 +379,7 @@ std::unique_ptr<DynamicInt8MatMul> prepareDynamicInt8MatMul(int64_t k, int64_t n
 }
 
 void runDynamicInt8MatMul(const DynamicInt8MatMul& mm, int64_t m, const float* x, float* y) {
+  if (m <= 0) return;  // an empty batch
   const int64_t panels = (m + kPanelRows - 1) / kPanelRows;
   int64_t threads = 1;
 #if defined(_OPENMP)
