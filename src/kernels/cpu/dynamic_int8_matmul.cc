@@ -267,12 +267,6 @@ struct DynamicInt8MatMulState final : KernelState {
   int64_t rows = 0;
 };
 
-const std::byte* requireConstant(std::string_view op, const KernelSetup& setup, size_t index, std::string_view what) {
-  const std::byte* bytes = constantInput(setup, index);
-  if (bytes == nullptr) throw UsageError(fmt::format("{}: {} (input {}) must be a constant", op, what, index));
-  return bytes;
-}
-
 // kiln.DynamicInt8MatMul(x f32 [..., k], w i8 [k, n], w_scale f32 [n][,
 // bias f32 [n]]) -> f32 [..., n]; w, w_scale and bias constants; the
 // attributes activation, activation_alpha and activation_beta
@@ -304,9 +298,9 @@ std::unique_ptr<KernelState> prepareKernel(const KernelSetup& setup) {
   std::vector<int64_t> out_shape = x.shape;
   out_shape.back() = n;
   expectOutput(op, setup, 0, DType::kF32, out_shape);
-  const auto* w_bytes = reinterpret_cast<const int8_t*>(requireConstant(op, setup, 1, "the weights"));
-  const auto* scales = reinterpret_cast<const float*>(requireConstant(op, setup, 2, "the weight scales"));
-  const auto* bias = has_bias ? reinterpret_cast<const float*>(requireConstant(op, setup, 3, "the bias")) : nullptr;
+  const auto* w_bytes = reinterpret_cast<const int8_t*>(requireConstantInput(op, setup, 1, "the weights"));
+  const auto* scales = reinterpret_cast<const float*>(requireConstantInput(op, setup, 2, "the weight scales"));
+  const auto* bias = has_bias ? reinterpret_cast<const float*>(requireConstantInput(op, setup, 3, "the bias")) : nullptr;
   auto state = std::make_unique<DynamicInt8MatMulState>();
   state->matmul = prepareDynamicInt8MatMul(k, n, w_bytes, scales, bias);
   const std::string activation = setup.params.getString(std::string(kActivationAttribute), "");

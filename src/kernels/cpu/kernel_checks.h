@@ -37,6 +37,15 @@ inline const std::byte* constantInput(const KernelSetup& setup, size_t index) {
   return index < setup.constants.size() ? setup.constants[index] : nullptr;
 }
 
+// The bytes of input `index`, which must be a constant of the executable
+// (weights a kernel packs at prepare); UsageError naming `what` otherwise.
+inline const std::byte* requireConstantInput(std::string_view op, const KernelSetup& setup, size_t index,
+                                             std::string_view what) {
+  const std::byte* bytes = constantInput(setup, index);
+  if (bytes == nullptr) throw UsageError(fmt::format("{}: {} (input {}) must be a constant", op, what, index));
+  return bytes;
+}
+
 inline int64_t elementCount(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
