@@ -285,6 +285,15 @@ uint64_t ModelRunner::Impl::validate(const InputMemoryView& in, const OutputMemo
     if (data == nullptr) throw UsageError(fmt::format("{} '{}': the request gives no memory (null)", what, anchor.name));
     const uint64_t copies = per_replica ? replicaCount() : 1;
     const uint64_t row = layout.bytesOf(1) * copies;
+    if (row == 0) {
+      // An empty tensor ([0, 4]): it holds no data and has no say in how
+      // many rows the request has (dividing by its size crashed).
+      if (bytes != 0) {
+        throw UsageError(fmt::format("{} '{}' ({}) holds no data, but the request gives {} bytes", what, anchor.name,
+                                     anchor.info.toString(), bytes));
+      }
+      return;
+    }
     if (bytes == 0 || bytes % row != 0) {
       if (batching) {
         throw UsageError(fmt::format("{} '{}' ({}) has {} bytes: not a whole number of rows of {} bytes on batching "

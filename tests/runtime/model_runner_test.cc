@@ -297,6 +297,46 @@ TEST(ModelRunnerBatching, MiddleDimension) {
   }
 }
 
+// An anchor of 0 bytes (an empty tensor, f32[0, 4]) beside ordinary ones:
+// it does not size the request, takes 0 bytes, and a request giving it data
+// gets a clear error. (Its size divided the request's: SIGFPE, issue 12.)
+TEST(ModelRunnerValidation, EmptyAnchorsTakeNoBytesAndDoNotSizeTheRequest) {
+  TempPackage package("empty_anchor");
+  {
+    Graph graph;
+    const ValueId x = graph.addInput("x", ValueType::tensor(DType::kF32, {2, 3}));
+    const ValueId e = graph.addInput("e", ValueType::tensor(DType::kF32, {0, 4}));
+    const ValueId three = graph.addInitializer("three", testing::floatConstant({}, {3.0f}));
+    graph.addOutput(graph.node(graph.addNode("Mul", {x, three}, {"y"})).outputs[0]);
+    graph.addOutput(graph.node(graph.addNode("Mul", {e, three}, {"ey"})).outputs[0]);
+    compile(graph, {{"", 17}}, package.path());
+  }
+  DeviceManager manager(simOptions(1));
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kSim}) {
+    ModelRunnerConfig config;
+    config.device_kind = kind;
+    config.device_manager = &manager;
+    ModelRunner runner(package.path(), config);
+    const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+    float empty[1] = {0};
+    OutputTensors result = runner.execute(
+        {{"x", ConstTensorMemoryView{x.data(), x.size() * 4}}, {"e", ConstTensorMemoryView{empty, 0}}});
+    const std::vector<float> y = floats(result.at("y"));
+    ASSERT_EQ(y.size(), 6u) << deviceKindName(kind);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], x[i] * 3) << deviceKindName(kind);
+    EXPECT_EQ(result.at("ey").info.shape, (std::vector<int64_t>{0, 4}));
+    EXPECT_EQ(result.at("ey").info.sizeInBytes(), 0u);
+    try {
+      runner.execute({{"x", ConstTensorMemoryView{x.data(), x.size() * 4}}, {"e", ConstTensorMemoryView{empty, 4}}});
+      ADD_FAILURE() << "a request giving bytes to an empty anchor ran";
+    } catch (const UsageError& error) {
+      EXPECT_NE(std::string(error.what()).find("holds no data, but the request gives 4 bytes"),
+                std::string::npos)
+          << error.what();
+    }
+  }
+}
+
 // Two sub-models behind an If: with validate_io_params off a request gives
 // only the anchors of the one it selects.
 TEST(ModelRunnerConditional, RequestsGiveOnlyTheSelectedSubModelsAnchors) {
