@@ -15,6 +15,7 @@
 #include "kiln/package_reader.h"
 #include "kiln/step_trace.h"
 #include "format/graph_package.h"
+#include "runtime/device_internal.h"
 #include "runtime/program.h"
 #if KILN_HAVE_CUDA
 #include "kernels/cuda/cuda_steps.h"
@@ -179,9 +180,13 @@ struct Executor::Impl {
 #endif
     }
     if (!options.external_arena) {
-      const uint64_t arena_bytes = std::max<uint64_t>(spec.arena_bytes, 64);
-      own_arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64)));
-      if (!own_arena) throw std::bad_alloc();
+      // Checked: a declared size near 2^64 used to round up to 0 bytes, and
+      // the kernels wrote into that (issue 12).
+      own_arena.reset(device_internal::allocateAligned(spec.arena_bytes));
+      if (!own_arena) {
+        throw UsageError(fmt::format("{}: the program's arena of {} bytes ({}) cannot be allocated on this machine",
+                                     source, spec.arena_bytes, device_internal::humanBytes(spec.arena_bytes)));
+      }
       arena = own_arena.get();
     }
     prepare();

@@ -9,6 +9,7 @@
 
 #include "kiln/blob.h"
 #include "kiln/error.h"
+#include "runtime/device_internal.h"
 
 namespace kiln {
 namespace {
@@ -35,7 +36,7 @@ struct FreeDeleter {
 using HostBuffer = std::unique_ptr<std::byte, FreeDeleter>;
 
 HostBuffer allocateHost(uint64_t bytes) {
-  HostBuffer buffer(static_cast<std::byte*>(std::aligned_alloc(64, (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64)));
+  HostBuffer buffer(device_internal::allocateAligned(bytes));  // checked rounding; null when too large
   if (!buffer) throw std::bad_alloc();
   return buffer;
 }

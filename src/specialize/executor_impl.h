@@ -29,6 +29,7 @@
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "runtime/device_internal.h"
 #include "specialize/host_loop.h"
 
 namespace kiln {
@@ -365,8 +366,8 @@ struct DynamicExecutor::Impl {
   // holds intermediates of one call).
   void reserveArena(uint64_t needed) {
     if (needed <= arena_bytes && arena) return;
-    const uint64_t size = (std::max<uint64_t>(needed, 64) + 63) / 64 * 64;
-    arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, size)));
+    const uint64_t size = std::max<uint64_t>(needed, 64);
+    arena.reset(device_internal::allocateAligned(size));  // checked rounding; null when too large
     if (!arena) throw std::bad_alloc();
     arena_bytes = size;
     arena_size = size;
