@@ -11,15 +11,23 @@ std::optional<std::vector<std::vector<std::byte>>> evaluateOnce(const std::strin
                                                                std::span<const TensorInfo> outputs) {
   const KernelDef* def = KernelRegistry::cpu().find(kernel);
   if (def == nullptr) return std::nullopt;
+  // An empty constant (Slice's starts of a crafted model, say) has no bytes
+  // and so, from a std::vector, a null pointer, which the kernels read as
+  // "omitted" (or, for prepare, "not a constant"): it gets this address.
+  alignas(64) static const std::byte kEmpty[64] = {};
+  std::vector<const std::byte*> bytes(data.begin(), data.end());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (bytes[i] == nullptr && inputs[i].dtype != DType::kUndefined && inputs[i].sizeInBytes() == 0) bytes[i] = kEmpty;
+  }
   std::unique_ptr<KernelState> state;
   try {
-    state = def->prepare(KernelSetup{params, inputs, outputs, data});
+    state = def->prepare(KernelSetup{params, inputs, outputs, bytes});
   } catch (const Error&) {
     return std::nullopt;
   }
   std::vector<TensorView> input_views;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    input_views.push_back(data[i] == nullptr ? TensorView{} : viewOf(inputs[i], const_cast<std::byte*>(data[i])));
+    input_views.push_back(bytes[i] == nullptr ? TensorView{} : viewOf(inputs[i], const_cast<std::byte*>(bytes[i])));
   }
   std::vector<std::vector<std::byte>> results;
   std::vector<TensorView> output_views;

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 
+#include "core/wrapping_arithmetic.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -68,8 +69,9 @@ size_t normalized(int64_t axis, size_t rank) {
   return static_cast<size_t>(axis < 0 ? axis + r : axis);
 }
 
-// Elementwise binary op with numpy broadcasting over small tensors.
-IntTensor broadcast(const IntTensor& a, const IntTensor& b, const std::function<int64_t(int64_t, int64_t)>& f) {
+// Elementwise binary op with numpy broadcasting over small tensors; nullopt
+// when the result would not be small.
+std::optional<IntTensor> broadcast(const IntTensor& a, const IntTensor& b, const std::function<int64_t(int64_t, int64_t)>& f) {
   const size_t rank = std::max(a.dims.size(), b.dims.size());
   auto dimOf = [&](const IntTensor& t, size_t i) {
     const size_t offset = rank - t.dims.size();
@@ -79,10 +81,17 @@ IntTensor broadcast(const IntTensor& a, const IntTensor& b, const std::function<
   for (size_t i = 0; i < rank; ++i) {
     const int64_t da = dimOf(a, i), db = dimOf(b, i);
     if (da != db && da != 1 && db != 1) throw GraphError("cannot broadcast constant shapes");
-    out.dims.push_back(std::max(da, db));
+    out.dims.push_back(da == 1 ? db : da);  // 1 against 0 is 0, not max(1, 0)
   }
+  // Checked: a zero dimension makes it empty whatever the others; otherwise
+  // a count past kMaxFoldedElements is left to run time (it is no shape).
   int64_t count = 1;
-  for (int64_t d : out.dims) count *= d;
+  if (std::find(out.dims.begin(), out.dims.end(), 0) != out.dims.end()) count = 0;
+  for (int64_t d : out.dims) {
+    if (count != 0 && (__builtin_mul_overflow(count, d, &count) || count > int64_t{kMaxFoldedElements})) {
+      return std::nullopt;
+    }
+  }
   out.values.resize(static_cast<size_t>(count));
   for (int64_t flat = 0; flat < count; ++flat) {
     int64_t rest = flat, ia = 0, ib = 0, sa = 1, sb = 1;
@@ -114,7 +123,9 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
     for (const Dim& d : *type.shape) dims.push_back(d.size);
     if (op == "Size") {
       int64_t n = 1;
-      for (int64_t d : dims) n *= d;
+      for (int64_t d : dims) {
+        if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+      }
       return std::pair{IntTensor{{}, {n}}, DType::kI64};
     }
     const auto rank = static_cast<int64_t>(dims.size());
@@ -131,21 +142,26 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
   const IntTensor a = *input(0);
   const DType in_dtype = graph.value(node.inputs[0]).initializer->info.dtype;
 
+  // The kernels' integer semantics (core/wrapping_arithmetic.h): values of
+  // i32 tensors are widened here and narrowed back by toConstant, which
+  // wraps them as the 32-bit kernel would.
   static const std::map<std::string, std::function<int64_t(int64_t, int64_t)>> kBinary = {
-      {"Add", std::plus<>()}, {"Sub", std::minus<>()}, {"Mul", std::multiplies<>()},
-      {"Div", [](int64_t x, int64_t y) { return y == 0 ? 0 : x / y; }},
+      {"Add", wrapAdd<int64_t>}, {"Sub", wrapSub<int64_t>}, {"Mul", wrapMul<int64_t>},
+      {"Div", [](int64_t x, int64_t y) { return wrapDiv(x, y); }},
       {"Equal", [](int64_t x, int64_t y) { return int64_t{x == y}; }},
       {"Less", [](int64_t x, int64_t y) { return int64_t{x < y}; }},
       {"Greater", [](int64_t x, int64_t y) { return int64_t{x > y}; }},
       {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
       {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
   if (const auto it = kBinary.find(op); it != kBinary.end() && node.inputs.size() == 2) {
-    return std::pair{broadcast(a, *input(1), it->second), out_dtype};
+    std::optional<IntTensor> out = broadcast(a, *input(1), it->second);
+    if (!out) return std::nullopt;
+    return std::pair{std::move(*out), out_dtype};
   }
   if (op == "Identity") return std::pair{a, in_dtype};
   if (op == "Neg") {
     IntTensor out = a;
-    for (int64_t& v : out.values) v = -v;
+    for (int64_t& v : out.values) v = wrapSub(int64_t{0}, v);
     return std::pair{out, in_dtype};
   }
   if (op == "Cast" && (out_dtype == DType::kI64 || out_dtype == DType::kI32 || out_dtype == DType::kF32)) {
@@ -181,11 +197,19 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
     }
     return std::pair{out, in_dtype};
   }
+  // One value each (a crafted model may give none: left to the kernel).
+  auto scalarOf = [&](size_t i) -> std::optional<int64_t> {
+    const auto t = input(i);
+    if (!t || t->values.size() != 1) return std::nullopt;
+    return t->values[0];
+  };
   if (op == "Slice" && a.dims.size() == 1 && node.inputs.size() >= 3) {
     const int64_t n = a.dims[0];
-    int64_t start = input(1)->values.at(0), end = input(2)->values.at(0);
-    const int64_t step = node.inputs.size() > 4 && node.inputs[4] != kNoValue ? input(4)->values.at(0) : 1;
-    if (step != 1) return std::nullopt;
+    const auto first = scalarOf(1), last = scalarOf(2);
+    const auto stride = node.inputs.size() > 4 && node.inputs[4] != kNoValue ? scalarOf(4) : std::optional<int64_t>(1);
+    if (!first || !last || stride != 1) return std::nullopt;
+    if (node.inputs.size() > 3 && node.inputs[3] != kNoValue && scalarOf(3) != 0 && scalarOf(3) != -1) return std::nullopt;
+    int64_t start = *first, end = *last;
     start = std::clamp(start < 0 ? start + n : start, int64_t{0}, n);
     end = std::clamp(end < 0 ? end + n : end, int64_t{0}, n);
     IntTensor out{{std::max<int64_t>(0, end - start)}, {}};
@@ -193,12 +217,12 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
     return std::pair{out, in_dtype};
   }
   if (op == "Range") {
-    const int64_t start = a.values.at(0), limit = input(1)->values.at(0), delta = input(2)->values.at(0);
-    if (delta == 0) return std::nullopt;
+    const auto first = scalarOf(0), limit = scalarOf(1), delta = scalarOf(2);
+    if (!first || !limit || !delta || *delta == 0) return std::nullopt;
     IntTensor out{{0}, {}};
-    for (int64_t v = start; delta > 0 ? v < limit : v > limit; v += delta) {
+    for (int64_t v = *first; *delta > 0 ? v < *limit : v > *limit;) {
       out.values.push_back(v);
-      if (out.values.size() > kMaxFoldedElements) return std::nullopt;
+      if (out.values.size() > kMaxFoldedElements || __builtin_add_overflow(v, *delta, &v)) return std::nullopt;
     }
     out.dims[0] = static_cast<int64_t>(out.values.size());
     return std::pair{out, in_dtype};

@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/wrapping_arithmetic.h"
 #include "core/float_formats.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -223,26 +224,6 @@ void expectOutput(std::string_view op, const KernelSetup& setup, DType dtype, co
 
 const std::byte* constantInput(const KernelSetup& setup, size_t index) {
   return index < setup.constants.size() ? setup.constants[index] : nullptr;
-}
-
-// Two's-complement wrap-around for integer arithmetic (signed overflow is
-// undefined behaviour in C++; ONNX, like numpy, wraps).
-template <typename T>
-T wrapAdd(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-}
-template <typename T>
-T wrapSub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-}
-template <typename T>
-T wrapMul(T a, T b) {
-  // Types narrower than int would be promoted to (signed) int, whose
-  // product can overflow: multiply them as unsigned int.
-  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
 }
 
 // 1 / (1 + e^-x) without overflow or cancellation for large |x|.
@@ -912,14 +893,7 @@ struct Div {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      // Truncating, like C++ and onnxruntime. ONNX leaves x / 0 undefined; the
-      // hardware traps on it and on INT_MIN / -1, which must not kill the
-      // process: they give 0 and INT_MIN (wrapped).
-      if (b == 0) return 0;
-      if constexpr (std::is_signed_v<T>) {
-        if (b == -1) return wrapSub(T(0), a);
-      }
-      return static_cast<T>(a / b);
+      return wrapDiv(a, b);  // x / 0 gives 0, INT_MIN / -1 INT_MIN
     } else {
       return a / b;
     }

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/wrapping_arithmetic.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/setup_helpers.h"
@@ -41,20 +42,19 @@ constexpr int64_t kBlock = 16;
 using setup_helpers::reduceAxes;
 using setup_helpers::typeString;
 
+// Sums of integers wrap (core/wrapping_arithmetic.h); of floats, round.
 template <typename T>
-T wrapAdd(T a, T b) {
+T sumStep(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    return wrapAdd(a, b);
   } else {
     return a + b;
   }
 }
 template <typename T>
-T wrapMul(T a, T b) {
+T productStep(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    return wrapMul(a, b);
   } else {
     return a * b;
   }
@@ -84,7 +84,7 @@ struct Sum {
   }
   template <typename T>
   static T combine(T a, T b) {
-    return wrapAdd(a, b);
+    return sumStep(a, b);
   }
   template <typename T>
   static T finish(T a, int64_t) {
@@ -157,7 +157,7 @@ struct Prod : Sum {
   }
   template <typename T>
   static T combine(T a, T b) {
-    return wrapMul(a, b);
+    return productStep(a, b);
   }
 };
 // Max and Min propagate NaN, as numpy's max and min do.

@@ -1,0 +1,76 @@
+"""Models crafted to crash the compiler's constant folding (issue 12, finding
+3), each of which killed the process before the fix: Add of int64 [0] and
+[1] read an empty vector (broadcasting 1 against 0 gave 1), INT64_MIN / -1
+trapped (SIGFPE), a Slice with empty starts threw from .at(0) (and its
+kernel, handed the empty constant as a null pointer, read it as a scalar), a
+broadcast of zero-sized constants asked for 2^40 elements. Each now compiles and gives
+what the kernels give at run time (core/wrapping_arithmetic.h: wrap-around,
+x / 0 = 0, INT_MIN / -1 = INT_MIN)."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+INT64_MIN = np.iinfo(np.int64).min
+
+
+def compile_and_run(tmp_path, nodes, inits, outputs, inputs=(), feeds=None):
+    graph = helper.make_graph(nodes, "hostile", list(inputs), outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    return kiln.Runner(tmp_path / "m.kiln").run(feeds or {})
+
+
+def out(name, dtype=TensorProto.INT64):
+    return helper.make_tensor_value_info(name, dtype, None)
+
+
+def test_broadcast_of_one_against_zero_is_empty(tmp_path):
+    inits = [numpy_helper.from_array(np.zeros(0, np.int64), "a"), numpy_helper.from_array(np.array([5], np.int64), "b")]
+    y = compile_and_run(tmp_path, [helper.make_node("Add", ["a", "b"], ["y"])], inits, [out("y")])["y"]
+    assert y.shape == (0,)
+
+
+def test_integer_division_never_traps(tmp_path):
+    inits = [numpy_helper.from_array(np.array([INT64_MIN, 7, -7, 9], np.int64), "a"),
+             numpy_helper.from_array(np.array([-1, 0, 2, -2], np.int64), "b")]
+    nodes = [helper.make_node("Div", ["a", "b"], ["y"]), helper.make_node("Neg", ["a"], ["n"]),
+             helper.make_node("Mul", ["a", "b"], ["m"]), helper.make_node("Sub", ["a", "b"], ["s"])]
+    result = compile_and_run(tmp_path, nodes, inits, [out("y"), out("n"), out("m"), out("s")])
+    np.testing.assert_array_equal(result["y"], [INT64_MIN, 0, -3, -4])  # truncating; x / 0 = 0
+    with np.errstate(over="ignore"):
+        a = np.array([INT64_MIN, 7, -7, 9], np.int64)
+        b = np.array([-1, 0, 2, -2], np.int64)
+        np.testing.assert_array_equal(result["n"], -a)     # -INT64_MIN wraps to itself
+        np.testing.assert_array_equal(result["m"], a * b)  # wraps as numpy does
+        np.testing.assert_array_equal(result["s"], a - b)
+
+
+def test_slice_with_empty_starts_is_the_whole_tensor(tmp_path):
+    data = np.array([3, 1, 4, 1, 5], np.int64)
+    inits = [numpy_helper.from_array(data, "x"), numpy_helper.from_array(np.zeros(0, np.int64), "starts"),
+             numpy_helper.from_array(np.zeros(0, np.int64), "ends")]
+    y = compile_and_run(tmp_path, [helper.make_node("Slice", ["x", "starts", "ends"], ["y"])], inits, [out("y")])["y"]
+    np.testing.assert_array_equal(y, data)
+
+
+def test_range_that_would_overflow_is_not_folded(tmp_path):
+    top = np.iinfo(np.int64).max
+    inits = [numpy_helper.from_array(np.array(top - 2, np.int64), "start"),
+             numpy_helper.from_array(np.array(top, np.int64), "limit"),
+             numpy_helper.from_array(np.array(5, np.int64), "delta")]
+    y = compile_and_run(tmp_path, [helper.make_node("Range", ["start", "limit", "delta"], ["y"])], inits, [out("y")])["y"]
+    np.testing.assert_array_equal(y, [top - 2])
+
+
+def test_broadcast_of_zero_sized_constants_with_huge_dimensions(tmp_path):
+    # (numpy itself refuses a shape whose non-zero dimensions pass 2^63 bytes;
+    # 2^20 x 2^20 is as good a test: before the fix 2^40 elements were asked for.)
+    inits = [numpy_helper.from_array(np.zeros((0, 1 << 20, 1, 1), np.int64), "a"),
+             numpy_helper.from_array(np.zeros((1, 1, 1 << 20, 0), np.int64), "b")]
+    y = compile_and_run(tmp_path, [helper.make_node("Add", ["a", "b"], ["y"])], inits, [out("y")])["y"]
+    assert y.shape == (0, 1 << 20, 1 << 20, 0)
