@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,9 @@ struct TensorInfo {
   // True when no dimension is kDynamicDim.
   bool isStatic() const;
 
-  // Product of the dimensions. Requires isStatic(). Throws UsageError when
-  // the product does not fit in 63 bits.
+  // Product of the dimensions: 0 when any is 0, whatever the others.
+  // Requires isStatic(). Throws UsageError when the product does not fit in
+  // 63 bits.
   uint64_t numElements() const;
 
   // numElements() * dtypeSize(dtype), with the same overflow check.
@@ -43,5 +45,9 @@ struct TensorInfo {
 
   friend bool operator==(const TensorInfo&, const TensorInfo&) = default;
 };
+
+// a * b for sizes and element counts (a, b >= 0), or nullopt when the
+// product leaves [0, 2^63): the one checked product for shape arithmetic.
+std::optional<int64_t> multiplySizes(int64_t a, int64_t b);
 
 }  // namespace kiln

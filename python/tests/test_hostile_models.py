@@ -74,3 +74,41 @@ def test_broadcast_of_zero_sized_constants_with_huge_dimensions(tmp_path):
              numpy_helper.from_array(np.zeros((1, 1, 1 << 20, 0), np.int64), "b")]
     y = compile_and_run(tmp_path, [helper.make_node("Add", ["a", "b"], ["y"])], inits, [out("y")])["y"]
     assert y.shape == (0, 1 << 20, 1 << 20, 0)
+
+
+def compile_error(tmp_path, nodes, inits, inputs, outputs):
+    graph = helper.make_graph(nodes, "hostile", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    try:
+        kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    except kiln.Error as error:
+        return str(error)
+    return "(compiled)"
+
+
+def test_reshape_whose_sizes_overflow_is_refused(tmp_path):
+    """Shape inference (finding 4): [2, 2^62] to [-1] multiplied past 2^63
+    and computed INT64_MIN % -1 (SIGFPE)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1 << 62])
+    shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
+    message = compile_error(tmp_path, [helper.make_node("Reshape", ["x", "shape"], ["y"])], [shape], [x],
+                            [out("y", TensorProto.FLOAT)])
+    assert "overflow" in message, message
+
+
+def test_col2im_whose_block_overflows_is_refused(tmp_path):
+    """[2^32, 2^32] blocks multiplied to 0 and were divided by (SIGFPE)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4])
+    inits = [numpy_helper.from_array(np.array([4, 4], np.int64), "image"),
+             numpy_helper.from_array(np.array([1 << 32, 1 << 32], np.int64), "block")]
+    message = compile_error(tmp_path, [helper.make_node("Col2Im", ["x", "image", "block"], ["y"])], inits, [x],
+                            [out("y", TensorProto.FLOAT)])
+    if message == "(compiled)":  # its shape left to run time: the refusal comes with the first call
+        try:
+            kiln.Runner(tmp_path / "m.kiln").run({"x": np.zeros((1, 4, 4), np.float32)})
+            message = "(ran)"
+        except kiln.Error as error:
+            message = str(error)
+    assert "holds more than 2^63 elements" in message, message

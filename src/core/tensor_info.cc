@@ -18,6 +18,12 @@ uint64_t checkedMultiply(uint64_t a, uint64_t b) {
 
 }  // namespace
 
+std::optional<int64_t> multiplySizes(int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &product)) return std::nullopt;
+  return product;
+}
+
 bool TensorInfo::isStatic() const {
   for (int64_t dim : shape) {
     if (dim < 0) return false;
@@ -27,6 +33,11 @@ bool TensorInfo::isStatic() const {
 
 uint64_t TensorInfo::numElements() const {
   if (!isStatic()) throw UsageError("numElements() of a tensor with dynamic dimensions " + shapeString());
+  // A zero anywhere makes it empty: [2^62, 2^62, 0] holds 0 elements, as
+  // [0, 2^62, 2^62] does (multiplying in order overflowed on the first).
+  for (int64_t dim : shape) {
+    if (dim == 0) return 0;
+  }
   uint64_t count = 1;
   for (int64_t dim : shape) count = checkedMultiply(count, static_cast<uint64_t>(dim));
   return count;

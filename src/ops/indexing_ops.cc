@@ -164,12 +164,15 @@ void col2Im(InferenceContext& context) {
     spatial = static_cast<size_t>((*image_shape)[0].size);
   }
   if (!in || !spatial) return setUnknownShape(context, dtype);
+  if (*spatial + 2 > kMaxRank) context.fail("{} spatial dimensions: more than kiln's rank limit of {}", *spatial, kMaxRank);
   std::vector<Dim> out{(*in)[0], Dim{}};
   if (block) {
     int64_t block_size = 1;
     for (int64_t b : *block) {
       if (b < 1) context.fail("block_shape [{}] must be positive", fmt::join(*block, ", "));
-      block_size *= b;
+      const std::optional<int64_t> product = multiplySizes(block_size, b);  // [2^32, 2^32] wrapped to 0
+      if (!product) context.fail("block_shape [{}] holds more than 2^63 elements", fmt::join(*block, ", "));
+      block_size = *product;
     }
     const Dim& columns = (*in)[1];
     if (columns.isKnown()) {
@@ -179,7 +182,10 @@ void col2Im(InferenceContext& context) {
       out[1] = Dim::known(columns.size / block_size);
     }
   }
-  for (size_t i = 0; i < *spatial; ++i) out.push_back(image ? Dim::known((*image)[i]) : Dim{});
+  for (size_t i = 0; i < *spatial; ++i) {
+    if (image && (*image)[i] < 0) context.fail("image_shape [{}] must not be negative", fmt::join(*image, ", "));
+    out.push_back(image ? Dim::known((*image)[i]) : Dim{});
+  }
   context.output(0) = ValueType{dtype, out};
 }
 

@@ -131,6 +131,14 @@ void setUnknownShape(InferenceContext& context, DType dtype, size_t output = 0) 
 
 // ---------------------------------------------------------------- Reshape
 
+// a * b, or the inference fails: a crafted shape's product must not wrap
+// (Reshape of [2, 2^62] to [-1] computed INT64_MIN % -1 and trapped).
+int64_t productOrFail(InferenceContext& context, int64_t a, int64_t b, const Ints& target) {
+  const std::optional<int64_t> product = multiplySizes(a, b);
+  if (!product) context.fail("the sizes of the reshape to [{}] overflow 63 bits", fmt::join(target, ", "));
+  return *product;
+}
+
 // The output shape of reshaping the input to `target`: 0 copies the input's
 // dimension (unless allowzero), one -1 takes what is left of the elements.
 void reshapeTo(InferenceContext& context, const Ints& target, bool allow_zero) {
@@ -159,7 +167,7 @@ void reshapeTo(InferenceContext& context, const Ints& target, bool allow_zero) {
     } else {
       has_zero |= size == 0;
       out[i] = Dim::known(size);
-      given_product *= size;
+      given_product = productOrFail(context, given_product, size, target);
     }
   }
   if (allow_zero && has_zero && inferred) {
@@ -176,7 +184,7 @@ void reshapeTo(InferenceContext& context, const Ints& target, bool allow_zero) {
   for (size_t i = 0; i < in->size(); ++i) {
     if (copied[i]) continue;
     if ((*in)[i].isKnown()) {
-      rest_known *= (*in)[i].size;
+      rest_known = productOrFail(context, rest_known, (*in)[i].size, target);
     } else {
       rest_unknown.push_back((*in)[i]);
     }

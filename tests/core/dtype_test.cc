@@ -79,6 +79,21 @@ TEST(TensorInfo, SizesAndText) {
 
   const TensorInfo huge{DType::kF64, {int64_t{1} << 40, int64_t{1} << 40}};
   EXPECT_THROW(huge.sizeInBytes(), UsageError);
+
+  // A zero dimension empties the tensor wherever it stands (issue 12: the
+  // product overflowed before reaching a trailing 0).
+  constexpr int64_t kBig = int64_t{1} << 62;
+  EXPECT_EQ((TensorInfo{DType::kF32, {kBig, kBig, 0}}).numElements(), 0u);
+  EXPECT_EQ((TensorInfo{DType::kF32, {0, kBig, kBig}}).sizeInBytes(), 0u);
+}
+
+TEST(TensorInfo, MultiplySizesIsChecked) {
+  EXPECT_EQ(multiplySizes(6, 7), 42);
+  EXPECT_EQ(multiplySizes(0, INT64_MAX), 0);
+  EXPECT_EQ(multiplySizes(int64_t{1} << 31, int64_t{1} << 31), int64_t{1} << 62);
+  EXPECT_EQ(multiplySizes(int64_t{1} << 32, int64_t{1} << 31), std::nullopt);
+  EXPECT_EQ(multiplySizes(2, int64_t{1} << 62), std::nullopt);
+  EXPECT_EQ(multiplySizes(-1, 4), std::nullopt);
 }
 
 }  // namespace
