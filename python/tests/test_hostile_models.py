@@ -112,3 +112,72 @@ def test_col2im_whose_block_overflows_is_refused(tmp_path):
         except kiln.Error as error:
             message = str(error)
     assert "holds more than 2^63 elements" in message, message
+
+
+def external_data_model(directory, data_name="w.bin"):
+    """y = x @ w with w's 64 floats stored in `data_name` beside the model."""
+    w = np.arange(64, dtype=np.float32).reshape(8, 8)
+    tensor = numpy_helper.from_array(w, "w")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", data_name), ("offset", "0"), ("length", str(w.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [out("y", TensorProto.FLOAT)], [tensor])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, directory / "m.onnx")
+    return w
+
+
+def test_external_data_through_a_symlink_out_of_the_model_directory_is_refused(tmp_path):
+    """Finding 9: a symlink shipped beside a model read any file of the
+    machine into the package (and its outputs)."""
+    (tmp_path / "model").mkdir()
+    w = external_data_model(tmp_path / "model")
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(w.tobytes())
+    (tmp_path / "model" / "w.bin").symlink_to(secret)
+    try:
+        kiln.compile(tmp_path / "model" / "m.onnx", tmp_path / "m.kiln")
+        message = "(compiled)"
+    except kiln.Error as error:
+        message = str(error)
+    assert "outside the model's directory" in message, message
+
+
+def test_external_data_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+    external_data_model(tmp_path)
+    os.mkfifo(tmp_path / "w.bin")
+    try:
+        kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+        message = "(compiled)"
+    except kiln.Error as error:
+        message = str(error)
+    assert "not a regular file" in message, message
+
+
+def test_external_data_links_that_stay_inside_are_read(tmp_path):
+    """A link inside the directory, and the Hugging Face cache's layout (the
+    model and its data both links into blobs/), still load."""
+    x = np.ones((1, 8), np.float32)
+    (tmp_path / "plain").mkdir()
+    w = external_data_model(tmp_path / "plain", data_name="link.bin")
+    (tmp_path / "plain" / "real.bin").write_bytes(w.tobytes())
+    (tmp_path / "plain" / "link.bin").symlink_to("real.bin")
+    kiln.compile(tmp_path / "plain" / "m.onnx", tmp_path / "a.kiln")
+    np.testing.assert_allclose(kiln.Runner(tmp_path / "a.kiln").run({"x": x})["y"], x @ w, rtol=1e-6)
+
+    blobs, snapshot = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "rev"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    external_data_model(blobs, data_name="w.bin")
+    (blobs / "m.onnx").rename(blobs / "sha-model")
+    (blobs / "sha-data").write_bytes(w.tobytes())
+    (snapshot / "m.onnx").symlink_to("../../blobs/sha-model")
+    (snapshot / "w.bin").symlink_to("../../blobs/sha-data")
+    kiln.compile(snapshot / "m.onnx", tmp_path / "b.kiln")
+    np.testing.assert_allclose(kiln.Runner(tmp_path / "b.kiln").run({"x": x})["y"], x @ w, rtol=1e-6)

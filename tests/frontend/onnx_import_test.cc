@@ -378,7 +378,7 @@ TEST(OnnxImport, ConstantNodesBecomeInitializers) {
 // ONNX packs 4-bit elements two to a byte, 2-bit ones four, the first in the
 // low bits; kiln keeps one element per byte.
 TEST(OnnxImport, SubByteTensorsAreUnpackedOnePerByte) {
-  const onnx_import::ModelSource source{"m.onnx", {}};
+  const onnx_import::ModelSource source{"m.onnx", {}, {}};
   // ONNX codes (kiln's copy of onnx.proto predates some of their names).
   constexpr int kInt4 = 22, kUint2 = 25, kFloat4E2M1 = 23, kFloat8E4M3Fnuz = 18;
   auto bytesOf = [](const ConstantPtr& c) {

@@ -369,7 +369,7 @@ OnnxModel importOnnxFromMemory(std::span<const std::byte> bytes, const std::stri
     throw GraphError(fmt::format("{}: not a valid ONNX model (protobuf parsing failed after {} bytes)", source_name,
                                  bytes.size()));
   }
-  return importModel(model, ModelSource{source_name, base_directory}, options);
+  return importModel(model, ModelSource{source_name, base_directory, {}}, options);
 }
 
 OnnxModel importOnnx(const std::filesystem::path& path, const OnnxImportOptions& options) {
@@ -380,7 +380,16 @@ OnnxModel importOnnx(const std::filesystem::path& path, const OnnxImportOptions&
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (!in) throw IoError("cannot read " + path.string(), errno);
   const std::filesystem::path directory = path.parent_path().empty() ? "." : path.parent_path();
-  return importOnnxFromMemory(bytes, path.string(), directory, options);
+  std::error_code error;
+  const std::filesystem::path resolved = std::filesystem::canonical(path, error);
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    throw GraphError(fmt::format("{}: not a valid ONNX model (protobuf parsing failed after {} bytes)", path.string(),
+                                 bytes.size()));
+  }
+  return importModel(model, ModelSource{path.string(), directory, error ? std::filesystem::path() : resolved.parent_path()},
+                     options);
 }
 
 std::vector<int64_t> parseDims(const std::string& text) {

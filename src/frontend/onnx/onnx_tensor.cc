@@ -65,6 +65,26 @@ std::vector<std::byte> readExternal(const onnx::TensorProto& tensor, const Model
                                      expected));
   }
   const std::filesystem::path path = source.base_directory / relative;
+  // The file, links followed, must be a regular file (a FIFO would block
+  // open() forever) inside the model's directory: a symlink shipped with a
+  // model must not read any other file of this machine into the package.
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    fail(source, tensor, fmt::format("external data {} is missing or not a regular file", path.string()));
+  }
+  const std::filesystem::path target = std::filesystem::canonical(path, error);
+  const auto inside = [&](const std::filesystem::path& directory) {
+    std::error_code ignored;
+    const std::filesystem::path base = directory.empty() ? directory : std::filesystem::canonical(directory, ignored);
+    if (base.empty() || ignored) return false;
+    const std::filesystem::path rest = target.lexically_relative(base);
+    return !rest.empty() && *rest.begin() != "..";
+  };
+  if (error || (!inside(source.base_directory) && !inside(source.resolved_directory))) {
+    fail(source, tensor, fmt::format("external data {} leads to {}, outside the model's directory (a symbolic link "
+                                     "out of it is refused)",
+                                     path.string(), target.string()));
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(source, tensor, fmt::format("cannot open external data file {}", path.string()));
   const auto file_size = static_cast<uint64_t>(in.tellg());

@@ -16,6 +16,10 @@ namespace kiln::onnx_import {
 struct ModelSource {
   std::string name;
   std::filesystem::path base_directory;
+  // The directory of the model file with symlinks resolved (empty for
+  // in-memory models): external data may resolve inside either directory
+  // (a Hugging Face cache links both the model and its data into blobs/).
+  std::filesystem::path resolved_directory;
 };
 
 // The kiln DType of an ONNX data type code; throws GraphError naming `what`
