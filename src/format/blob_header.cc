@@ -125,6 +125,15 @@ BlobHeader decodeBlobHeader(std::span<const std::byte> file, uint64_t offset, co
   if ((h.flags & ~kBlobFlagCompressed) != 0) {
     fail(offset + 20, fmt::format("unknown flags 0x{:x}", h.flags & ~kBlobFlagCompressed));
   }
+  // A zstd frame expands at most 32768 times (an RLE block: 4 bytes for 128
+  // KiB). A raw size beyond that is a lie that would size an allocation
+  // before decompression could refute it (a 704-byte frame declaring 3 GB).
+  constexpr uint64_t kZstdMaxRatio = 32768;
+  if ((h.flags & kBlobFlagCompressed) && h.raw_size / kZstdMaxRatio > h.stored_size) {
+    fail(offset + 48, fmt::format("compressed payload of {} bytes cannot hold the raw size {} (zstd expands at most "
+                                  "{} times)",
+                                  h.stored_size, h.raw_size, kZstdMaxRatio));
+  }
   if (!(h.flags & kBlobFlagCompressed) && h.raw_size != h.stored_size) {
     fail(offset + 48, fmt::format("uncompressed payload: raw size {} differs from stored size {}", h.raw_size,
                                   h.stored_size));

@@ -109,6 +109,13 @@ const std::vector<MalformedCase>& cases() {
        [](const Layout& l, auto&) { return l.model + 64; }, "header checksum mismatch"},
       {"PayloadChecksumMismatch", [](auto& f, const Layout& l) { f[payloadOf(f, l.exe) + 10] ^= std::byte{1}; },
        [](const Layout& l, auto& f) { return payloadOf(f, l.exe); }, "payload checksum mismatch in Executable 'exe'"},
+      {"CompressedRawSizeBeyondZstdRatio",
+       [](auto& f, const Layout& l) {
+         poke<uint32_t>(f, l.exe + 20, kBlobFlagCompressed);
+         poke<uint64_t>(f, l.exe + 48, peek<uint64_t>(f, l.exe + 40) * 32768 + 32768);
+         resealHeader(f, l.exe);
+       },
+       [](const Layout& l, auto&) { return l.exe + 48; }, "zstd expands at most 32768 times"},
       {"CompressedTensorData",
        [](auto& f, const Layout& l) {
          poke<uint32_t>(f, l.w + 20, kBlobFlagCompressed);
