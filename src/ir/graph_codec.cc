@@ -168,6 +168,8 @@ class GraphDecoder {
   ConstantPtr constant() {
     TensorInfo info;
     info.dtype = dtype("constant dtype");
+    // Undefined has no element size: 2^62 such elements would fit in 0 bytes.
+    if (info.dtype == DType::kUndefined) in_.fail("a constant has no dtype (code 0)");
     const uint32_t rank = in_.count("constant rank", 8);
     if (rank > kMaxRank) in_.fail(fmt::format("constant rank {} is more than {}", rank, kMaxRank));
     for (uint32_t i = 0; i < rank; ++i) {

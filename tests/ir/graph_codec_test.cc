@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 #include "kiln/error.h"
@@ -82,6 +83,36 @@ TEST(GraphCodec, EveryTruncationIsAFormatError) {
   const auto bytes = encodeGraph(sampleGraph());
   for (size_t size = 0; size < bytes.size(); ++size) {
     EXPECT_THROW(decodeGraph(std::span(bytes).first(size), "test"), FormatError) << size;
+  }
+}
+
+// A constant of dtype 0 (undefined, no element size) declared 2^62 elements
+// in 0 bytes and was accepted (issue 12).
+TEST(GraphCodec, ConstantWithoutDtypeIsRefused) {
+  Graph graph("main");
+  const std::vector<float> marker = {1.5f, -2.25f, 3.125f, 7.75f};
+  const ValueId w = graph.addInitializer("w", floats(marker, {4}));
+  graph.addOutput(graph.node(graph.addNode("Neg", {w}, {"y"})).outputs[0]);
+  auto bytes = encodeGraph(graph);
+  std::vector<std::byte> data(16);
+  std::memcpy(data.data(), marker.data(), 16);
+  const auto at = std::search(bytes.begin(), bytes.end(), data.begin(), data.end());
+  ASSERT_NE(at, bytes.end());
+  // Before the data: u8 dtype, u32 rank (1), i64 dimension (4), u64 size (16).
+  const auto data_offset = static_cast<size_t>(at - bytes.begin());
+  const int64_t huge = int64_t{1} << 62;
+  const uint64_t none = 0;
+  ASSERT_EQ(bytes[data_offset - 21], static_cast<std::byte>(DType::kF32));
+  bytes[data_offset - 21] = std::byte{0};
+  std::memcpy(&bytes[data_offset - 16], &huge, 8);
+  std::memcpy(&bytes[data_offset - 8], &none, 8);
+  bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(data_offset),
+              bytes.begin() + static_cast<std::ptrdiff_t>(data_offset + 16));
+  try {
+    decodeGraph(bytes, "test");
+    ADD_FAILURE() << "a constant without a dtype was decoded";
+  } catch (const FormatError& error) {
+    EXPECT_NE(std::string(error.what()).find("a constant has no dtype"), std::string::npos) << error.what();
   }
 }
 
