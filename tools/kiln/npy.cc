@@ -87,8 +87,10 @@ class HeaderReader {
       }
       int64_t dim = 0;
       while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        dim = dim * 10 + (text_[pos_++] - '0');
-        if (dim > kMaxDimension) fail_("header: a dimension above 2^62");
+        const int digit = text_[pos_++] - '0';
+        // Checked before multiplying: the product itself must not overflow.
+        if (dim > (kMaxDimension - digit) / 10) fail_("header: a dimension above 2^62");
+        dim = dim * 10 + digit;
       }
       out.push_back(dim);
       if (out.size() > kMaxRank) fail_(fmt::format("header: more than {} dimensions", kMaxRank));
