@@ -357,6 +357,28 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
   if (m.outputs.size() != m.spec.outputs.size()) {
     throw FormatError(package.string(), chosen->info().offset, "metadata and executable disagree on the outputs");
   }
+  // Callers size their memory by the anchors and the steps write (or read)
+  // the executable's values: the two must be one size, or a package with a
+  // shrunk anchor writes past the caller's block (issue 12).
+  auto disagree = [&](const Anchor& anchor, const TensorInfo& value) {
+    throw FormatError(package.string(), chosen->info().offset,
+                      fmt::format("anchor '{}' is {} but the executable's value is {}", anchor.name,
+                                  anchor.info.toString(), value.toString()));
+  };
+  for (size_t i = 0; i < m.outputs.size(); ++i) {
+    const TensorInfo& value = m.spec.values[m.spec.outputs[i]].info;
+    const Anchor* anchor = chosen->metadata().outputs()[i];
+    if (value.dtype != anchor->info.dtype || value.sizeInBytes() != anchor->info.sizeInBytes()) disagree(*anchor, value);
+  }
+  for (const Anchor* anchor : chosen->metadata().inputs()) {
+    for (uint32_t input : m.spec.inputs) {
+      const ValueSpec& value = m.spec.values[input];
+      if (value.name == anchor->name && anchor->info.isStatic() &&
+          (value.info.dtype != anchor->info.dtype || value.info.sizeInBytes() != anchor->info.sizeInBytes())) {
+        disagree(*anchor, value.info);
+      }
+    }
+  }
   m.finishLoad(options);
 }
 

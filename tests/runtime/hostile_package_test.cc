@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fmt/format.h>
+
 #include <functional>
 #include <string>
 
@@ -21,8 +23,10 @@ namespace {
 
 using testing::TempPackage;
 
-// The affine model's package with its executable spec passed through `edit`.
-void writeEdited(const std::filesystem::path& path, const std::function<void(ExecutableSpec&)>& edit) {
+// The affine model's package with its executable spec passed through `edit`
+// (and its metadata through `edit_metadata`).
+void writeEdited(const std::filesystem::path& path, const std::function<void(ExecutableSpec&)>& edit,
+                 const std::function<void(Metadata&)>& edit_metadata = [](Metadata&) {}) {
   TempPackage compiled("hostile_source");
   testing::writeAffineModel(compiled.path(), testing::kBatch, testing::kFeatures);
   PackageReader reader(compiled.path());
@@ -32,7 +36,9 @@ void writeEdited(const std::filesystem::path& path, const std::function<void(Exe
   edit(spec);
   PackageWriter writer(path);
   writer.writeExecutable(executable->name(), encodeExecutable(spec));
-  writer.writeMetadata(metadata->name(), metadata->metadata());
+  Metadata edited = metadata->metadata();
+  edit_metadata(edited);
+  writer.writeMetadata(metadata->name(), edited);
   for (const TensorDataBlob* tensor : reader.tensorData()) writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
   writer.close();
 }
@@ -54,6 +60,26 @@ TEST(HostilePackage, ArenaSizeNearTwoToTheSixtyFourIsRefused) {
     writeEdited(package.path(), [&](ExecutableSpec& spec) { spec.arena_bytes = arena; });
     EXPECT_NE(loadError(package.path()).find("cannot be allocated on this machine"), std::string::npos)
         << arena << ": " << loadError(package.path());
+  }
+}
+
+// An anchor shrunk below the executable's value (y as [1, 1] of a [4, 8]
+// output) passed `kiln dump --verify`, and the runs wrote the whole output
+// into the caller's 4-byte block. Likewise an input anchor larger or smaller
+// than the value the steps read.
+TEST(HostilePackage, AnchorsThatDisagreeWithTheExecutableAreRefused) {
+  for (const char* name : {"y", "x"}) {
+    TempPackage package("hostile_anchor");
+    writeEdited(
+        package.path(), [](ExecutableSpec&) {},
+        [&](Metadata& metadata) {
+          for (Anchor& anchor : metadata.anchors) {
+            if (anchor.name == name) anchor.info.shape = {1, 1};
+          }
+        });
+    const std::string error = loadError(package.path());
+    EXPECT_NE(error.find(fmt::format("anchor '{}' is", name)), std::string::npos) << error;
+    EXPECT_NE(error.find("but the executable's value is"), std::string::npos) << error;
   }
 }
 
