@@ -351,7 +351,8 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
   const ExecutableBlob* executable = m.reader->findExecutable(chosen->metadata().executable);
   m.spec = decodeExecutable(executable->read(), package.string() + " (executable '" + executable->name() + "')");
   m.bindPackageConstants();
-  for (const Anchor* anchor : chosen->metadata().outputs()) {
+  const std::vector<const Anchor*> output_anchors = chosen->metadata().outputs();
+  for (const Anchor* anchor : output_anchors) {
     m.outputs.push_back({anchor->name, anchor->info});
   }
   if (m.outputs.size() != m.spec.outputs.size()) {
@@ -367,7 +368,7 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
   };
   for (size_t i = 0; i < m.outputs.size(); ++i) {
     const TensorInfo& value = m.spec.values[m.spec.outputs[i]].info;
-    const Anchor* anchor = chosen->metadata().outputs()[i];
+    const Anchor* anchor = output_anchors[i];
     if (value.dtype != anchor->info.dtype || value.sizeInBytes() != anchor->info.sizeInBytes()) disagree(*anchor, value);
   }
   for (const Anchor* anchor : chosen->metadata().inputs()) {
