@@ -114,6 +114,32 @@ def conv_net(tmp_path, batch=2):
     return path, {"x": RNG.standard_normal((batch, 3, 32, 32)).astype(np.float32)}
 
 
+def middle_axes(tmp_path):
+    """Elementwise programs over every broadcast pattern the specialized
+    kernels handle (full-size, a row of four, a column, an odd row, a
+    scalar), Softmax and reductions over a middle axis with many rows
+    (YOLOv8's distance bins), and a ConvTranspose whose kernel equals its
+    stride (a segmentation head's upsampling)."""
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["sm"], axis=1),
+        helper.make_node("Mul", ["sm", "row"], ["a"]),            # a [300] row, 4-wide
+        helper.make_node("Add", ["a", "col"], ["b"]),             # [4, 1] column
+        helper.make_node("Sigmoid", ["b"], ["c"]),
+        helper.make_node("Mul", ["c", "half"], ["d"]),            # a scalar
+        helper.make_node("ReduceSum", ["d", "axes"], ["e"], keepdims=1),
+        helper.make_node("Sub", ["d", "e"], ["f"]),               # [2, 1, 4, 300] over [2, 8, 4, 300]
+        helper.make_node("Reshape", ["f", "as_image"], ["g"]),
+        helper.make_node("ConvTranspose", ["g", "Wt", "Bt"], ["h"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Add", ["h", "odd"], ["y"]),             # a [50] row: one wide
+    ]
+    inits = [weight("row", 300), weight("col", 4, 1), numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes"),
+             numpy_helper.from_array(np.array([2, 8, 48, 25], np.int64), "as_image"),
+             weight("Wt", 8, 3, 2, 2), weight("Bt", 3), weight("odd", 50)]
+    path = save(tmp_path, "middle_axes", nodes, [f32("x", [2, 8, 4, 300])], [f32("y", [2, 3, 96, 50])], inits)
+    return path, {"x": (RNG.standard_normal((2, 8, 4, 300)) * 3).astype(np.float32)}
+
+
 def gpu_present(kiln, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
     env["KILN_DEVICE_LOCK_DIR"] = str(tmp_path / "locks")
@@ -167,14 +193,17 @@ def test_dynamic_shapes_are_refused_for_cuda(kiln, tmp_path):
     assert "the cuda target needs static shapes" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("make", [encoder_block, conv_net], ids=["encoder", "convnet"])
+@pytest.mark.parametrize("make", [encoder_block, conv_net, middle_axes], ids=["encoder", "convnet", "middle_axes"])
 @pytest.mark.parametrize("graphs", ["1", "0"], ids=["graphs", "no_graphs"])
-def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs):
+@pytest.mark.parametrize("jit", ["1", "0"], ids=["specialized", "interpreted"])
+def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs, jit):
+    """Each model on cuda, with CUDA graphs and without, with the elementwise
+    kernels the runtime compiler specializes and with the interpreter."""
     if not gpu_present(kiln, tmp_path):
         pytest.skip("no GPU on this machine")
     path, feeds = make(tmp_path)
     package, _ = compile_for(kiln, path, "cuda", tmp_path)
-    env = dict(os.environ, KILN_CUDA_GRAPHS=graphs, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    env = dict(os.environ, KILN_CUDA_GRAPHS=graphs, KILN_CUDA_JIT=jit, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
     ours = run(kiln, package, feeds, tmp_path, "cuda", env=env)
     theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
     (name,) = ours

@@ -94,8 +94,9 @@
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/pointwise_conv.h"
 #include "kernels/cuda/step_timer.h"
+#include "kernels/cuda/tiled_conv_transpose.h"
 #include "kernels/cuda/cuda_queue.h"
-#include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/elementwise_pass.h"
 #include "kernels/cuda/post_ops.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -810,13 +811,24 @@ std::unique_ptr<KernelState> prepareConv(const KernelSetup& setup) {
   return fasterOf(std::move(state), &runConv, std::move(pointwise), setup);
 }
 
+// A ConvTranspose whose kernel equals its stride runs on kiln's kernel
+// (tiled_conv_transpose.h) or on cuDNN, whichever measures faster.
 std::unique_ptr<KernelState> prepareConvTranspose(const KernelSetup& setup) {
+  std::unique_ptr<KernelState> tiled = prepareTiledConvTranspose(setup);
   auto state = std::make_unique<ConvState>();
   state->transposed = true;
-  const std::optional<Plan> plan = planConvolution("ConvTranspose", setup, 3, *state);
-  if (!plan) return state;
-  pickBackwardDataAlgorithm(setup, queueOf(setup.queue), *state, plan->budget);
-  return state;
+  try {
+    const std::optional<Plan> plan = planConvolution("ConvTranspose", setup, 3, *state);
+    if (!plan) return state;
+    pickBackwardDataAlgorithm(setup, queueOf(setup.queue), *state, plan->budget);
+  } catch (const KernelUnsupported&) {
+    if (tiled) return tiled;
+    throw;
+  }
+  if (!tiled) return state;
+  const double tiled_ms = timeStep(&runTiledConvTranspose, *tiled, setup);
+  const double cudnn_ms = timeStep(&runConv, *state, setup);
+  return tiled_ms < cudnn_ms ? std::move(tiled) : std::unique_ptr<KernelState>(std::move(state));
 }
 
 // --------------------------------------------------------------------- run
@@ -836,6 +848,7 @@ const void* convolutionInput(const ConvState& state, const void* x, std::byte*& 
 void runConv(const KernelCall& call) {
   if (isDepthwiseConv(call.state)) return runDepthwiseConv(call);
   if (isPointwiseConv(call.state)) return runPointwiseConv(call);
+  if (isTiledConvTranspose(call.state)) return runTiledConvTranspose(call);
   const auto& state = static_cast<const ConvState&>(*call.state);
   if (state.empty) return;
   const CudaQueue& queue = queueOf(call.queue);
@@ -872,8 +885,7 @@ void runConv(const KernelCall& call) {
 struct FusedConvState final : ConvState {
   bool adds_residual = false;  // the post-ops add input 3
   bool post_pass = false;
-  DeviceProgram post_ops;  // over y (input 0) and the residual (input 1)
-  uint64_t y_elements = 0;
+  ElementwisePass post_ops;  // over y (input 0) and the residual (input 1)
   bool in_cudnn = false;
   ActivationDescriptor activation;
   cudnnConvolutionFwdAlgo_t fused_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
@@ -919,9 +931,9 @@ void checkResidual(std::string_view op, const KernelSetup& setup) {
 void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState& state) {
   const std::optional<ElementwiseProgram> program = postOpProgram(op, setup.params);
   if (!program) return;
-  state.post_ops = toDeviceProgram(op, *program);
+  state.post_ops.prepare(op, toDeviceProgram(op, *program), Indexing{}, setup.outputs[0].numElements(),
+                         queueOf(setup.queue));
   state.post_pass = true;
-  state.y_elements = setup.outputs[0].numElements();
 }
 
 // The whole step in one cuDNN call. Without a residual, z is y weighted 0
@@ -946,7 +958,7 @@ void queuePostPass(const KernelCall& call, const FusedConvState& state) {
   pointers.in[0] = call.outputs[0].as<const float>();
   if (state.adds_residual) pointers.in[1] = call.inputs[3].as<const float>();
   pointers.out = call.outputs[0].as<float>();
-  launchElementwise(state.post_ops, Indexing{}, pointers, state.y_elements, queueOf(call.queue).stream);
+  state.post_ops.launch(pointers, queueOf(call.queue).stream);
 }
 
 void runFusedConv(const KernelCall& call) {

@@ -1,5 +1,5 @@
-// The device side of depthwise_conv.cc: geometry and launch (plain types,
-// shared by the host code and conv_kernels.cu).
+// The device side of depthwise_conv.cc and tiled_conv_transpose.cc: geometry
+// and launches (plain types, shared by the host code and conv_kernels.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,5 +21,13 @@ struct DepthwiseGeometry {
 // post.ops == 0 nothing is applied. bias and residual may be null.
 void launchDepthwiseConv(const float* x, const float* w, const float* bias, const float* residual, float* y,
                          const DepthwiseGeometry& geometry, const DeviceProgram& post, cudaStream_t stream);
+
+// y[n, co, iy * kh + ky, ix * kw + kx] = bias[co] +
+//   sum over ci of x[n, ci, iy, ix] * w[ci, co, ky, kx]   (bias may be null)
+struct TiledGeometry {
+  int64_t batch = 0, in_channels = 0, out_channels = 0, in_h = 0, in_w = 0, kernel_h = 1, kernel_w = 1;
+};
+void launchTiledConvTranspose(const float* x, const float* w, const float* bias, float* y, const TiledGeometry& geometry,
+                              cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -2,13 +2,12 @@
 // (core/elementwise_program.h) and the single f32 ONNX ops, which run as
 // one-instruction programs of the same kernel.
 //
-// One thread per output element (grid-stride): it loads its element of
-// every input (through broadcast strides, or directly when each input is
-// either the output's full shape or a single element), runs the program in
-// its own slots, and stores the last result. The program and the indexing
-// travel as kernel parameters, so a step is one launch with nothing to set
-// up per call. Ops not in ElementwiseOp, and other dtypes, are declined
-// (KernelUnsupported): they run as host steps.
+// Each step is one ElementwisePass (elementwise_pass.h): a kernel the
+// runtime compiler specializes to the program and shapes at load, or the
+// interpreter kernel. prepare works out where each input's element lies
+// (broadcast strides, adjacent dimensions merged); a run is one launch with
+// nothing to set up. Ops not in ElementwiseOp, and other dtypes, are
+// declined (KernelUnsupported): they run as host steps.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -19,6 +18,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/elementwise_pass.h"
 #include "kernels/cuda/post_ops.h"
 
 namespace kiln::cuda {
@@ -29,9 +29,7 @@ constexpr int kMaxDims = kMaxElementwiseDims;
 using E = ElementwiseOp;
 
 struct ElementwiseState final : KernelState {
-  DeviceProgram program;
-  Indexing indexing;
-  uint64_t elements = 0;
+  ElementwisePass pass;
 };
 
 [[noreturn]] void decline(const std::string& op, const std::string& why) {
@@ -93,9 +91,8 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
 std::unique_ptr<KernelState> finish(const std::string& op, const KernelSetup& setup, const ElementwiseProgram& program) {
   if (setup.outputs.size() != 1 || setup.outputs[0].dtype != DType::kF32) decline(op, "a non-f32 output");
   auto state = std::make_unique<ElementwiseState>();
-  state->indexing = planIndexing(op, setup);
-  state->program = toDeviceProgram(op, program);
-  state->elements = setup.outputs[0].numElements();
+  state->pass.prepare(op, toDeviceProgram(op, program), planIndexing(op, setup), setup.outputs[0].numElements(),
+                      queueOf(setup.queue));
   return state;
 }
 
@@ -158,9 +155,9 @@ std::unique_ptr<KernelState> prepareClip(const KernelSetup& setup) {
 void run(const KernelCall& call) {
   const auto& s = *static_cast<const ElementwiseState*>(call.state);
   Pointers pointers;
-  for (int k = 0; k < s.program.inputs; ++k) pointers.in[k] = call.inputs[k].as<const float>();
+  for (int k = 0; k < s.pass.inputs(); ++k) pointers.in[k] = call.inputs[k].as<const float>();
   pointers.out = call.outputs[0].as<float>();
-  launchElementwise(s.program, s.indexing, pointers, s.elements, queueOf(call.queue).stream);
+  s.pass.launch(pointers, queueOf(call.queue).stream);
 }
 
 template <ElementwiseOp kOp>

@@ -1,8 +1,7 @@
-// Device code shared by the kernels that run elementwise programs
+// Device code shared by the kernels that interpret elementwise programs
 // (elementwise_kernels.cu, and the convolutions that apply their post-ops
-// in the same pass): what each ElementwiseOp computes -- the same as the CPU
-// kernels, NaN handling included -- and the interpreter over a thread's
-// slots. Included by .cu files only.
+// in the same pass): what each ElementwiseOp computes (elementwise_ops.inc)
+// and the interpreter over a thread's slots. Included by .cu files only.
 #pragma once
 
 #include <cmath>
@@ -16,36 +15,14 @@ inline constexpr int kMaxProgramSlots = kMaxElementwiseInputs + kMaxElementwiseI
 
 using E = ElementwiseOp;
 
+// Every op of elementwise_ops.inc; `op` is an ElementwiseOp.
 __device__ inline float apply(E op, float x, float y, float alpha, float beta) {
   switch (op) {
-    case E::kRelu: return x < 0.0f ? 0.0f : x;
-    case E::kLeakyRelu: return x < 0.0f ? alpha * x : x;
-    case E::kElu: return x < 0.0f ? alpha * (expf(x) - 1.0f) : x;
-    case E::kSigmoid: return 1.0f / (1.0f + expf(-x));
-    case E::kHardSigmoid: return fmaxf(0.0f, fminf(1.0f, alpha * x + beta));
-    case E::kHardSwish: return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
-    case E::kSoftplus: return x > 20.0f ? x : log1pf(expf(x));
-    case E::kTanh: return tanhf(x);
-    case E::kGelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case E::kGeluTanh: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case E::kExp: return expf(x);
-    case E::kLog: return logf(x);
-    case E::kSqrt: return sqrtf(x);
-    case E::kErf: return erff(x);
-    case E::kAbs: return fabsf(x);
-    case E::kNeg: return -x;
-    case E::kReciprocal: return 1.0f / x;
-    case E::kFloor: return floorf(x);
-    case E::kCeil: return ceilf(x);
-    case E::kClip: return x < alpha ? alpha : (x > beta ? beta : x);  // NaN passes through
-    case E::kSquare: return x * x;
-    case E::kPowHalf: return isinf(x) ? fabsf(x) : sqrtf(x) + 0.0f;  // -0 -> +0, -inf -> +inf
-    case E::kAdd: return x + y;
-    case E::kSub: return x - y;
-    case E::kMul: return x * y;
-    case E::kDiv: return x / y;
-    case E::kMax: return (isnan(x) || isnan(y)) ? NAN : fmaxf(x, y);
-    case E::kMin: return (isnan(x) || isnan(y)) ? NAN : fminf(x, y);
+#define KILN_ELEMENTWISE_OP(name, expression) \
+  case E::k##name:                            \
+    return expression;
+#include "kernels/cuda/elementwise_ops.inc"
+#undef KILN_ELEMENTWISE_OP
     case E::kCount: break;
   }
   return NAN;

@@ -31,7 +31,7 @@
 #include "core/fused_activation.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
-#include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/elementwise_pass.h"
 #include "kernels/cuda/post_ops.h"
 
 namespace kiln::cuda {
@@ -59,8 +59,7 @@ struct ProductState final : KernelState {
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, y_layout = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool has_activation = false;
-  DeviceProgram activation;  // over Y in place
-  uint64_t y_elements = 0;
+  ElementwisePass activation;  // over Y in place
 
   ~ProductState() override {
     if (a_layout != nullptr) cublasLtMatrixLayoutDestroy(a_layout);
@@ -114,7 +113,6 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   const CudaQueue& queue = queueOf(setup.queue);
   auto state = std::make_unique<ProductState>();
   state->shape = s;
-  state->y_elements = setup.outputs[0].numElements();
   check(cublasLtMatmulDescCreate(&state->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Column-major: Y^T [N, M] = opB^T [N, K] x opA^T [K, M].
   const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -146,7 +144,7 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) decline(op, "cuBLASLt has no algorithm for this product");
   state->algo = result.algo;
   if (activation) {
-    state->activation = toDeviceProgram(op, *activation);
+    state->activation.prepare(op, toDeviceProgram(op, *activation), Indexing{}, setup.outputs[0].numElements(), queue);
     state->has_activation = true;
   }
   return state;
@@ -261,7 +259,7 @@ void runProduct(const KernelCall& call) {
     Pointers pointers;
     pointers.in[0] = y;
     pointers.out = y;
-    launchElementwise(s.activation, Indexing{}, pointers, s.y_elements, queue.stream);
+    s.activation.launch(pointers, queue.stream);
   }
 }
 

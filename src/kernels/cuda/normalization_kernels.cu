@@ -1,7 +1,9 @@
 // Softmax, LogSoftmax, LayerNormalization and reductions on cuda
-// (launch.h): one warp per row for rows of up to 2,048 contiguous elements,
-// else one block per row (per output element for reductions), the threads
-// striding over the row and combining through a warp or block reduction.
+// (launch.h): one warp per row for rows of up to 2,048 contiguous elements;
+// one thread per row for many rows whose elements lie apart (a softmax or
+// reduction over a middle axis); else one block per row (per output
+// element for reductions), the threads striding over the row and combining
+// through a warp or block reduction.
 // Rows are read again for each pass rather than held, so any row length
 // works; LayerNormalization takes the variance about the mean (two passes),
 // as the CPU kernel does, which stays exact for rows with a large mean.
@@ -14,6 +16,10 @@ namespace kiln::cuda {
 namespace {
 
 constexpr int kBlock = 256;
+// From this many rows whose elements lie apart (inner > 1), a thread per
+// row keeps the GPU busy and reads coalesced; fewer, longer rows get a
+// block each.
+constexpr int64_t kColumnRowsMin = 2048;
 
 template <typename Combine>
 __device__ float blockReduce(float value, Combine combine, float identity) {
@@ -59,6 +65,27 @@ __global__ void softmaxRows(const float* x, float* y, int64_t axis, int64_t inne
   } else {
     const float scale = 1.0f / sum;
     for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) y[base + a * inner] = expf(x[base + a * inner] - max) * scale;
+  }
+}
+
+// Rows whose elements lie `inner` apart (a softmax over the channels of
+// [N, C, H, W], or over YOLOv8's 16 distance bins): one thread per row,
+// neighbouring threads on neighbouring rows, so each of its three passes
+// over the axis reads memory coalesced.
+__global__ void softmaxColumns(const float* x, float* y, int64_t rows, int64_t axis, int64_t inner, bool log) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  const int64_t base = (row / inner) * axis * inner + row % inner;
+  float max = -INFINITY;
+  for (int64_t a = 0; a < axis; ++a) max = Max()(max, x[base + a * inner]);
+  float sum = 0;
+  for (int64_t a = 0; a < axis; ++a) sum += expf(x[base + a * inner] - max);
+  if (log) {
+    const float log_sum = logf(sum);
+    for (int64_t a = 0; a < axis; ++a) y[base + a * inner] = x[base + a * inner] - max - log_sum;
+  } else {
+    const float scale = 1.0f / sum;
+    for (int64_t a = 0; a < axis; ++a) y[base + a * inner] = expf(x[base + a * inner] - max) * scale;
   }
 }
 
@@ -160,6 +187,35 @@ __device__ float finishValue(float v, Reduction reduction, int64_t count, float 
   }
 }
 
+// reduceRows' reduction, one thread per output element, for reductions
+// over an axis whose elements lie `inner` apart.
+__global__ void reduceColumns(const float* x, float* y, int64_t outputs, int64_t reduced, int64_t inner,
+                              Reduction reduction) {
+  const int64_t output = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (output >= outputs) return;
+  const int64_t base = (output / inner) * reduced * inner + output % inner;
+  float max = 0;
+  if (reduction == Reduction::kLogSumExp) {
+    max = -INFINITY;
+    for (int64_t r = 0; r < reduced; ++r) max = Max()(max, x[base + r * inner]);
+  }
+  float value;
+  if (reduction == Reduction::kMax || reduction == Reduction::kMin) {
+    value = reduction == Reduction::kMax ? -INFINITY : INFINITY;
+    for (int64_t r = 0; r < reduced; ++r) {
+      const float v = x[base + r * inner];
+      value = reduction == Reduction::kMax ? Max()(value, v) : Min()(value, v);
+    }
+  } else {
+    value = 0;
+    for (int64_t r = 0; r < reduced; ++r) {
+      const float v = x[base + r * inner];
+      value += reduction == Reduction::kLogSumExp ? expf(v - max) : prepareValue(v, reduction);
+    }
+  }
+  y[output] = finishValue(value, reduction, reduced, max);
+}
+
 // One block per output element.
 __global__ void reduceRows(const float* x, float* y, int64_t reduced, int64_t inner, Reduction reduction) {
   const int64_t output = blockIdx.x;
@@ -200,6 +256,11 @@ void launchSoftmax(const float* x, float* y, int64_t outer, int64_t axis, int64_
     softmaxWarpRows<<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, y, rows, axis, log);
     return;
   }
+  if (inner > 1 && rows >= kColumnRowsMin) {
+    const auto blocks = static_cast<unsigned>((rows + kBlock - 1) / kBlock);
+    softmaxColumns<<<blocks, kBlock, 0, stream>>>(x, y, rows, axis, inner, log);
+    return;
+  }
   softmaxRows<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, y, axis, inner, log);
 }
 
@@ -220,6 +281,11 @@ void launchReduce(const float* x, float* y, int64_t outer, int64_t reduced, int6
                   cudaStream_t stream) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return;
+  if (inner > 1 && outputs >= kColumnRowsMin) {
+    const auto blocks = static_cast<unsigned>((outputs + kBlock - 1) / kBlock);
+    reduceColumns<<<blocks, kBlock, 0, stream>>>(x, y, outputs, reduced, inner, reduction);
+    return;
+  }
   reduceRows<<<static_cast<unsigned>(outputs), kBlock, 0, stream>>>(x, y, reduced, inner, reduction);
 }
 

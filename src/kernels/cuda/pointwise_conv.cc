@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_queue.h"
-#include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/elementwise_pass.h"
 #include "kernels/cuda/post_ops.h"
 
 namespace kiln::cuda {
@@ -16,8 +16,7 @@ using setup_helpers::present;
 struct PointwiseState final : KernelState {
   int64_t batch = 0, in_channels = 0, out_channels = 0, pixels = 0;
   bool has_bias = false, has_residual = false, has_post = false;
-  DeviceProgram post;  // over y, the bias, the residual
-  Indexing indexing;   // y and the residual full-size, the bias per channel
+  ElementwisePass post;  // over y, the bias, the residual
 };
 
 
@@ -62,14 +61,13 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
   }
   state->has_bias = present(setup, 2);
   if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params, state->has_bias)) {
-    state->post = toDeviceProgram(op, *post);
     state->has_post = true;
     state->has_residual = post->input_count > (state->has_bias ? 2u : 1u);
     if (state->has_residual && (!present(setup, 3) || setup.inputs[3].numElements() != y.numElements())) {
       return nullptr;
     }
     // [N, C, pixels]: y and the residual walk all three, the bias only C.
-    Indexing& ix = state->indexing;
+    Indexing ix;
     ix.direct = false;
     ix.rank = 3;
     ix.out_dims[0] = state->batch;
@@ -82,6 +80,7 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
       if (state->has_bias) ix.strides[1][d] = per_channel[d];
       if (state->has_residual) ix.strides[state->has_bias ? 2 : 1][d] = full[d];
     }
+    state->post.prepare(op, toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
   }
   return state;
 }
@@ -108,8 +107,7 @@ void runPointwiseConv(const KernelCall& call) {
   if (s.has_bias) pointers.in[next++] = call.inputs[2].as<const float>();
   if (s.has_residual) pointers.in[next++] = call.inputs[3].as<const float>();
   pointers.out = y;
-  launchElementwise(s.post, s.indexing, pointers, static_cast<uint64_t>(s.batch * s.out_channels * s.pixels),
-                    queue.stream);
+  s.post.launch(pointers, queue.stream);
 }
 
 }  // namespace kiln::cuda

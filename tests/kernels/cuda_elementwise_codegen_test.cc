@@ -1,0 +1,123 @@
+// The kernels the runtime compiler specializes to an elementwise program
+// (kernels/cuda/elementwise_codegen.h): which shapes get the four-wide
+// kernel, what is left to the interpreter, and that NVRTC compiles the
+// source for every op, for the GPUs kiln builds for. Compiling needs no
+// GPU; running them is tests/cli/test_cuda.py's part, on a GPU.
+#include "kernels/cuda/elementwise_codegen.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/elementwise_program.h"
+#include "kernels/cuda/runtime_compiler.h"
+
+namespace kiln::cuda {
+namespace {
+
+// y = op(x0, x1) for one binary op, or op(x0) for a unary one.
+DeviceProgram single(ElementwiseOp op, int inputs = 2) {
+  DeviceProgram program;
+  program.ops = 1;
+  program.inputs = inputs;
+  program.op[0] = static_cast<uint8_t>(op);
+  program.a[0] = 0;
+  program.b[0] = static_cast<int8_t>(isBinary(op) ? 1 : -1);
+  return program;
+}
+
+// x0 [rows, cols] with x1 broadcast as a [cols] row (or [rows, 1] column).
+Indexing broadcast(int64_t rows, int64_t cols, bool column) {
+  Indexing indexing;
+  indexing.direct = false;
+  indexing.rank = 2;
+  indexing.out_dims[0] = rows;
+  indexing.out_dims[1] = cols;
+  indexing.strides[0][0] = cols;
+  indexing.strides[0][1] = 1;
+  indexing.strides[1][0] = column ? 1 : 0;
+  indexing.strides[1][1] = column ? 0 : 1;
+  return indexing;
+}
+
+TEST(CudaElementwiseCodegen, FullSizeInputsMoveFourElementsAtATime) {
+  const auto source = elementwiseSource(single(ElementwiseOp::kAdd), Indexing{}, 1024);
+  ASSERT_TRUE(source);
+  EXPECT_EQ(source->vector_width, 4);
+  EXPECT_NE(source->text.find("kiln_elementwise_v4"), std::string::npos);
+  EXPECT_NE(source->text.find("kiln_elementwise_v1"), std::string::npos);
+}
+
+TEST(CudaElementwiseCodegen, OddCountsAndOddRowsGetTheOneWideKernelOnly) {
+  const auto odd = elementwiseSource(single(ElementwiseOp::kAdd), Indexing{}, 1023);
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->vector_width, 1);
+  EXPECT_EQ(odd->text.find("kiln_elementwise_v4"), std::string::npos);
+  // A [6] row over [4, 6]: four lanes would straddle two rows.
+  const auto rows = elementwiseSource(single(ElementwiseOp::kMul), broadcast(4, 6, false), 24);
+  ASSERT_TRUE(rows);
+  EXPECT_EQ(rows->vector_width, 1);
+}
+
+TEST(CudaElementwiseCodegen, RowsAndColumnsOfFourBroadcastFourWide) {
+  const auto row = elementwiseSource(single(ElementwiseOp::kSub), broadcast(3, 128, false), 384);
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->vector_width, 4);
+  const auto column = elementwiseSource(single(ElementwiseOp::kDiv), broadcast(3, 128, true), 384);
+  ASSERT_TRUE(column);
+  EXPECT_EQ(column->vector_width, 4);
+  // The sizes are constants of the kernel, not parameters.
+  EXPECT_NE(column->text.find("% 128u"), std::string::npos) << column->text;
+}
+
+TEST(CudaElementwiseCodegen, LeavesWhatNeedsSixtyFourBitIndicesToTheInterpreter) {
+  EXPECT_FALSE(elementwiseSource(single(ElementwiseOp::kRelu, 1), Indexing{}, 1ull << 31));
+  EXPECT_TRUE(elementwiseSource(single(ElementwiseOp::kRelu, 1), Indexing{}, (1ull << 31) - 4));
+  EXPECT_FALSE(elementwiseSource(single(ElementwiseOp::kRelu, 1), Indexing{}, 0));
+}
+
+TEST(CudaElementwiseCodegen, RefusesAnOpOutsideTheList) {
+  DeviceProgram program = single(ElementwiseOp::kRelu, 1);
+  program.op[0] = static_cast<uint8_t>(ElementwiseOp::kCount);
+  EXPECT_FALSE(elementwiseSource(program, Indexing{}, 16));
+}
+
+// Every op in one program (each applied to the previous result and, for
+// binary ops, to an immediate), so that NVRTC sees every expression.
+TEST(CudaElementwiseCodegen, EveryOpCompilesForEachGpuGeneration) {
+  DeviceProgram program;
+  program.inputs = 1;
+  program.immediates = 1;
+  program.immediate[0] = 0.5f;
+  const int first_result = program.inputs + program.immediates;
+  for (int op = 0; op < static_cast<int>(ElementwiseOp::kCount); ++op) {
+    const auto which = static_cast<ElementwiseOp>(op);
+    program.op[op] = static_cast<uint8_t>(op);
+    program.a[op] = static_cast<int8_t>(op == 0 ? 0 : first_result + op - 1);
+    program.b[op] = static_cast<int8_t>(isBinary(which) ? 1 : -1);
+    program.alpha[op] = 0.25f;
+    program.beta[op] = 4.0f;
+  }
+  program.ops = static_cast<int>(ElementwiseOp::kCount);
+  ASSERT_LE(program.ops, kMaxElementwiseOps);
+  const auto source = elementwiseSource(program, Indexing{}, 4096);
+  ASSERT_TRUE(source);
+  for (int op = 0; op < program.ops; ++op) {
+    const std::string name(elementwiseOpName(static_cast<ElementwiseOp>(op)));
+    EXPECT_NE(source->text.find("float kiln_" + name + "("), std::string::npos) << name;
+  }
+  for (int capability : {80, 90}) {
+    std::string error;
+    const std::string image = compileImage(source->text, capability, &error);
+    EXPECT_FALSE(image.empty()) << "sm_" << capability << ": " << error << "\n" << source->text;
+  }
+}
+
+TEST(CudaElementwiseCodegen, ACompileErrorIsReportedNotThrown) {
+  std::string error;
+  EXPECT_TRUE(compileImage("this is not CUDA", 90, &error).empty());
+  EXPECT_NE(error.find("NVRTC"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace kiln::cuda
