@@ -5,7 +5,7 @@ the same GPU, in the same run (the CUDA issue's benchmark).
     python3 bench/cuda_compare.py --kiln build/release/tools/kiln \\
         [--models-dir build/bench/models] [--models mlp,resnet50,...] \\
         [--zoo-dir ~/.cache/kiln/zoo/models] [--zoo ppocr4_det,...] \\
-        [--batches 1,32] [--seconds 3] [--out cuda_results.md]
+        [--batches 1,32] [--seconds 3] [--tf32] [--out cuda_results.md]
 
 For each model and batch: kiln compiles it with `--target cuda` at that
 batch; both engines run the same random inputs (the seeds of
@@ -64,10 +64,10 @@ def run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
 
 
-def kiln_case(kiln, model, feeds, work, seconds):
+def kiln_case(kiln, model, feeds, work, seconds, tf32=False):
     package = os.path.join(work, "model.kiln")
     shapes = [a for name, v in feeds.items() for a in ("--shape", f"{name}:{'x'.join(map(str, v.shape)) or '1'}")]
-    compiled = run([kiln, "compile", model, "-o", package, "--target", "cuda", *shapes])
+    compiled = run([kiln, "compile", model, "-o", package, "--target", "cuda", *shapes, *(["--tf32"] if tf32 else [])])
     if compiled.returncode != 0:
         return {"error": compiled.stderr.strip().splitlines()[-1]}
     host = [line for line in compiled.stderr.splitlines() if "run on the host" in line]
@@ -142,6 +142,8 @@ def main(argv=None):
     parser.add_argument("--no-ort", action="store_true", help="time kiln alone (no onnxruntime-gpu at hand)")
     parser.add_argument("--ort-tf32", type=int, default=0, choices=[0, 1],
                         help="onnxruntime's use_tf32 (default 0: f32 like kiln's default; 1 is its own default)")
+    parser.add_argument("--tf32", action="store_true",
+                        help="both engines with TF32 tensor cores: kiln compile --tf32, onnxruntime use_tf32=1")
     args = parser.parse_args(argv)
 
     cases = []
@@ -170,9 +172,9 @@ def main(argv=None):
         feeds = make()
         with tempfile.TemporaryDirectory() as work:
             try:
-                ours = kiln_case(args.kiln, path, feeds, work, args.seconds)
+                ours = kiln_case(args.kiln, path, feeds, work, args.seconds, args.tf32)
                 theirs = {"outputs": ours.get("outputs", {}), "mean_ms": float("nan")} if args.no_ort else \
-                    ort_case(path, feeds, args.seconds, args.ort_tf32)
+                    ort_case(path, feeds, args.seconds, 1 if args.tf32 else args.ort_tf32)
             except Exception as error:  # a row that says what failed, and go on
                 ours, theirs = {"error": str(error)}, {}
         if "error" in ours:

@@ -66,6 +66,10 @@ struct CompileOptions {
   // AVX-512 VNNI; changes results (about 5e-3 relative on a MiniLM), so off
   // by default. cpu target only.
   bool quantize_activations = false;
+  // cuda target: let products and convolutions use TF32 tensor cores
+  // (operands rounded to 10 bits of mantissa, about 1e-3 relative error;
+  // several times faster on NVIDIA GPUs since Ampere). Off: f32 throughout.
+  bool tf32 = false;
   // The device kind the package is for: "cpu" (also runs on sim) or
   // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored)
   // and needs static shapes.

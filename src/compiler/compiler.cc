@@ -27,6 +27,7 @@
 #include "passes/global_pool_rewrite.h"
 #include "passes/identity_removal.h"
 #include "core/elementwise_program.h"
+#include "core/math_mode.h"
 #include "passes/elementwise_fusion.h"
 #include "passes/integer_matmul_fusion.h"
 #include "passes/layernorm_fusion.h"
@@ -142,6 +143,18 @@ ParamValue scalarOf(const Constant& constant) {
 }
 
 std::string kernelName(const Node& node) { return node.domain.empty() ? node.op_type : node.domain + "." + node.op_type; }
+
+// --tf32: the products and convolutions may compute in TF32 (core/math_mode.h).
+void allowTf32(Graph& graph) {
+  for (NodeId id : graph.nodeIds()) {
+    Node& node = graph.node(id);
+    if (node.removed) continue;
+    const std::string name = kernelName(node);
+    if (std::find(kTf32Ops.begin(), kTf32Ops.end(), name) != kTf32Ops.end()) {
+      node.attributes[std::string(kMathAttribute)] = std::string(kMathTf32);
+    }
+  }
+}
 
 // A tensor attribute as a kernel parameter: its elements, flattened, as a
 // list of doubles (f32, f64) or of integers (integer and bool types). The
@@ -883,6 +896,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
               .max_immediates = kCudaMaxProgramImmediates};
   }
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
+  if (options.tf32) allowTf32(graph);
   optimizeSubgraphs(graph, opsets);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
@@ -913,6 +927,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     int8_matmuls = quantizeActivations(graph);
   }
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
+  if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");
   if (runtime.dynamic && options.target == "cuda") {
     throw UsageError("the cuda target needs static shapes, and " + runtime.reason +
                      ": fix the input shapes with --shape or --batch");

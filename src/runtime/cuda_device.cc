@@ -4,9 +4,13 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "kernels/cuda/cuda_queue.h"
 #include "kiln/error.h"
 #include "runtime/cuda_errors.h"
+#include "runtime/cuda_staging.h"
 #include "runtime/device_internal.h"
 
 namespace kiln {
@@ -76,11 +80,14 @@ CudaDevice::CudaDevice(uint32_t index, const CudaDeviceConfig& config, std::uniq
   cudaStream_t copies = nullptr;
   cuda::check(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
   copy_stream_ = copies;
+  const char* staging = std::getenv("KILN_CUDA_STAGING");
+  if (staging == nullptr || std::string_view(staging) != "0") staging_ = std::make_unique<PinnedStaging>();
   startWorkers();
 }
 
 CudaDevice::~CudaDevice() {
   stopWorkers();
+  staging_.reset();
   queue_.reset();
   cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
   // Buffers still alive break the contract (the device must outlive them).
@@ -139,8 +146,13 @@ std::exception_ptr CudaDevice::failure(int status, const char* during) {
 std::exception_ptr CudaDevice::runCopy(const DeviceJob& job) {
   if (job.bytes == 0) return nullptr;
   auto stream = static_cast<cudaStream_t>(copy_stream_);
-  cudaError_t status = cudaMemcpyAsync(job.destination, job.source, job.bytes, cudaMemcpyDefault, stream);
-  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  cudaError_t status;
+  if (staging_ != nullptr) {
+    status = staging_->copy(job.destination, job.source, job.bytes, stream);
+  } else {
+    status = cudaMemcpyAsync(job.destination, job.source, job.bytes, cudaMemcpyDefault, stream);
+    if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  }
   return status == cudaSuccess ? nullptr : failure(status, "copy");
 }
 

@@ -5,7 +5,9 @@
 //             at attach time; usesHostMemory() is false, so callers move
 //             data with copy jobs.
 //   copies    the copy worker issues cudaMemcpyAsync on a copy stream of
-//             its own and waits for it, so transfers overlap compute.
+//             its own and waits for it, so transfers overlap compute;
+//             large copies from or to pageable host memory go through
+//             pinned buffers (cuda_staging.h; KILN_CUDA_STAGING=0: not).
 //   compute   the compute worker runs the job (which launches kernels on
 //             the device's CudaQueue stream, kernels/cuda/cuda_queue.h),
 //             then waits for the stream; a CUDA error is reported in the
@@ -36,6 +38,8 @@ namespace kiln {
 namespace cuda {
 struct CudaQueue;
 }
+
+class PinnedStaging;
 
 class CudaDevice final : public QueuedDevice {
  public:
@@ -71,6 +75,7 @@ class CudaDevice final : public QueuedDevice {
   const std::unique_ptr<DeviceLock> lock_;
   std::unique_ptr<cuda::CudaQueue> queue_;
   void* copy_stream_ = nullptr;  // cudaStream_t
+  std::unique_ptr<PinnedStaging> staging_;  // null: KILN_CUDA_STAGING=0
   std::atomic<bool> context_lost_{false};
 
   mutable std::mutex memory_mutex_;

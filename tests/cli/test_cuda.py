@@ -210,6 +210,36 @@ def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs, jit):
     np.testing.assert_allclose(ours[name], theirs[0], rtol=1e-4, atol=1e-5)
 
 
+def test_tf32_is_recorded_for_cuda_and_refused_for_cpu(kiln, tmp_path):
+    path, _ = conv_net(tmp_path)
+    plain, _ = compile_for(kiln, path, "cuda", tmp_path)
+    fast = tmp_path / "convnet.tf32.kiln"
+    result = kiln("compile", path, "-o", fast, "--target", "cuda", "--tf32")
+    assert result.returncode == 0, result.stderr
+    # The steps' math attribute (core/math_mode.h) travels in the executable.
+    assert b"tf32" in fast.read_bytes() and b"tf32" not in plain.read_bytes()
+    refused = kiln("compile", path, "-o", tmp_path / "cpu.kiln", "--tf32")
+    assert refused.returncode == 1
+    assert "tf32 (--tf32) is for the cuda target" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("make", [encoder_block, conv_net], ids=["encoder", "convnet"])
+def test_tf32_stays_within_its_documented_tolerance(kiln, tmp_path, make):
+    """TF32 rounds each product's operands to 10 bits of mantissa: docs/cuda.md
+    documents 1e-2 of the output's largest magnitude as its bound."""
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    path, feeds = make(tmp_path)
+    package = tmp_path / "tf32.kiln"
+    result = kiln("compile", path, "-o", package, "--target", "cuda", "--tf32")
+    assert result.returncode == 0, result.stderr
+    env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    (ours,) = run(kiln, package, feeds, tmp_path, "tf32", env=env).values()
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    error = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
+    assert error <= 1e-2, error
+
+
 def test_bench_runs_a_cuda_package_through_the_runner(kiln, tmp_path):
     if not gpu_present(kiln, tmp_path):
         pytest.skip("no GPU on this machine")

@@ -1,8 +1,8 @@
-// The kernels the runtime compiler specializes to an elementwise program
-// (kernels/cuda/elementwise_codegen.h): which shapes get the four-wide
-// kernel, what is left to the interpreter, and that NVRTC compiles the
-// source for every op, for the GPUs kiln builds for. Compiling needs no
-// GPU; running them is tests/cli/test_cuda.py's part, on a GPU.
+// The kernels the runtime compiler specializes (kernels/cuda/
+// elementwise_codegen.h, depthwise_conv.h): which shapes get the four-wide
+// elementwise kernel, what is left to the built-in kernels, and that NVRTC
+// compiles the sources, for every op and the GPUs kiln builds for.
+// Compiling needs no GPU; running them is tests/cli/test_cuda.py's part.
 #include "kernels/cuda/elementwise_codegen.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/elementwise_program.h"
+#include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/runtime_compiler.h"
 
 namespace kiln::cuda {
@@ -111,6 +112,31 @@ TEST(CudaElementwiseCodegen, EveryOpCompilesForEachGpuGeneration) {
     const std::string image = compileImage(source->text, capability, &error);
     EXPECT_FALSE(image.empty()) << "sm_" << capability << ": " << error << "\n" << source->text;
   }
+}
+
+TEST(CudaDepthwiseCodegen, CompilesWithAndWithoutPostOps) {
+  DepthwiseGeometry g;
+  g.batch = 2;
+  g.channels = 8;
+  g.in_h = g.in_w = 9;
+  g.out_h = g.out_w = 5;
+  g.kernel_h = g.kernel_w = 3;
+  g.stride_h = g.stride_w = 2;
+  g.pad_top = g.pad_left = 1;
+  DeviceProgram clip_and_add = single(ElementwiseOp::kAdd);  // conv + residual, then Clip(0, 6)
+  clip_and_add.ops = 2;
+  clip_and_add.op[1] = static_cast<uint8_t>(ElementwiseOp::kClip);
+  clip_and_add.a[1] = 2;
+  clip_and_add.b[1] = -1;
+  clip_and_add.beta[1] = 6.0f;
+  for (const DeviceProgram& post : {DeviceProgram{}, clip_and_add}) {
+    const auto source = depthwiseSource(g, post, true, post.ops > 0);
+    ASSERT_TRUE(source);
+    std::string error;
+    EXPECT_FALSE(compileImage(*source, 90, &error).empty()) << error << "\n" << *source;
+  }
+  g.batch = 1 << 24;  // 2^31 or more outputs: the built-in kernel's
+  EXPECT_FALSE(depthwiseSource(g, DeviceProgram{}, false, false));
 }
 
 TEST(CudaElementwiseCodegen, ACompileErrorIsReportedNotThrown) {

@@ -45,7 +45,9 @@
 //     last two spatial axes: a 3-D op whose depth pads differ per end is
 //     refused;
 //   - its f32 math may use TF32 tensor cores: the descriptors ask for
-//     CUDNN_FMA_MATH, plain f32 as the CPU kernels compute.
+//     CUDNN_FMA_MATH, plain f32 as the CPU kernels compute, unless the step
+//     allows TF32 (core/math_mode.h: `kiln compile --tf32`), when they ask
+//     for CUDNN_TENSOR_OP_MATH.
 // The bias (input 2) is added after the convolution by cudnnAddTensor.
 //
 // kiln.FusedConv computes y = conv(x, w) + bias, then its `post_ops` in
@@ -90,6 +92,7 @@
 #include <vector>
 
 #include "core/fused_post_ops.h"
+#include "core/math_mode.h"
 #include "kernels/cuda/cudnn_support.h"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/pointwise_conv.h"
@@ -523,6 +526,7 @@ struct ConvState : KernelState {
   bool transposed = false;
   bool empty = false;  // the output has no elements: nothing to do
   bool has_bias = false;
+  cudnnMathType_t math = CUDNN_FMA_MATH;  // CUDNN_TENSOR_OP_MATH: TF32 allowed
   TensorDescriptor x;  // what cuDNN reads (ConvTranspose: the "dy" of the backward pass)
   TensorDescriptor y;  // what cuDNN writes (ConvTranspose: its "dx")
   TensorDescriptor output;  // the op's output, for the bias
@@ -554,7 +558,7 @@ void setDescriptors(ConvState& state, const CudnnGeometry& c, int64_t group, boo
                                         CUDNN_DATA_FLOAT),
         "cudnnSetConvolutionNdDescriptor");
   check(cudnnSetConvolutionGroupCount(state.conv.get(), static_cast<int>(group)), "cudnnSetConvolutionGroupCount");
-  check(cudnnSetConvolutionMathType(state.conv.get(), CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  check(cudnnSetConvolutionMathType(state.conv.get(), state.math), "cudnnSetConvolutionMathType");
   state.has_bias = has_bias;
   // Also without a bias input: kiln.FusedConv's fused call then adds zeros.
   CudnnInts bias_dims(c.y.size(), 1);
@@ -641,10 +645,13 @@ std::byte* algorithmWorkspace(const CudaQueue& queue, size_t budget) {
   return static_cast<std::byte*>(queue.workspace) + (queue.workspace_bytes - budget);
 }
 
-// Whether a ranked algorithm fits: it runs, in plain f32, within `budget`.
+// Whether a ranked algorithm fits: it runs within `budget`, in plain f32
+// (or in TF32 where `math` allows tensor cores; never converting to f16).
 template <typename Perf>
-bool fits(const Perf& perf, size_t budget) {
-  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= budget && perf.mathType == CUDNN_FMA_MATH;
+bool fits(const Perf& perf, size_t budget, cudnnMathType_t math) {
+  const bool precise = perf.mathType == CUDNN_FMA_MATH ||
+                       (math == CUDNN_TENSOR_OP_MATH && perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= budget && precise;
 }
 
 std::string noAlgorithmMessage(std::string_view op, const KernelSetup& setup, size_t budget) {
@@ -673,7 +680,7 @@ std::vector<ForwardPerf> measureForwardAlgorithms(const CudaQueue& queue, const 
       plan.budget);
   if (status != CUDNN_STATUS_SUCCESS) return {};
   measured.resize(static_cast<size_t>(std::clamp(returned, 0, static_cast<int>(measured.size()))));
-  std::erase_if(measured, [&](const ForwardPerf& perf) { return !fits(perf, plan.budget); });
+  std::erase_if(measured, [&](const ForwardPerf& perf) { return !fits(perf, plan.budget, state.math); });
   std::stable_sort(measured.begin(), measured.end(),
                    [](const ForwardPerf& a, const ForwardPerf& b) { return a.time < b.time; });
   return measured;
@@ -681,11 +688,12 @@ std::vector<ForwardPerf> measureForwardAlgorithms(const CudaQueue& queue, const 
 
 // The convolution a measurement is for: the device, the sizes cuDNN sees
 // and the workspace.
-std::string measurementKey(const CudaQueue& queue, const Plan& plan) {
+std::string measurementKey(const CudaQueue& queue, const Plan& plan, const ConvState& state) {
   const CudnnGeometry& c = plan.cudnn;
-  return fmt::format("{} x[{}] w[{}] y[{}] pads[{}] strides[{}] dilations[{}] group {} budget {}", queue.device,
+  return fmt::format("{} x[{}] w[{}] y[{}] pads[{}] strides[{}] dilations[{}] group {} budget {} math {}", queue.device,
                      fmt::join(c.x, ","), fmt::join(c.w, ","), fmt::join(c.y, ","), fmt::join(c.pads, ","),
-                     fmt::join(c.strides, ","), fmt::join(c.dilations, ","), plan.group, plan.budget);
+                     fmt::join(c.strides, ","), fmt::join(c.dilations, ","), plan.group, plan.budget,
+                     static_cast<int>(state.math));
 }
 
 // measureForwardAlgorithms, once per convolution and process (a failure is
@@ -694,7 +702,7 @@ std::string measurementKey(const CudaQueue& queue, const Plan& plan) {
 std::vector<ForwardPerf> measuredForwardAlgorithms(const CudaQueue& queue, const Plan& plan, const ConvState& state) {
   static std::mutex mutex;
   static std::map<std::string, std::vector<ForwardPerf>> measurements;
-  const std::string key = measurementKey(queue, plan);
+  const std::string key = measurementKey(queue, plan, state);
   const std::lock_guard lock(mutex);
   if (const auto found = measurements.find(key); found != measurements.end()) return found->second;
   std::vector<ForwardPerf> measured = measureForwardAlgorithms(queue, plan, state);
@@ -711,7 +719,7 @@ std::vector<ForwardPerf> rankedForwardAlgorithms(const CudaQueue& queue, const C
                                                ranked.data()),
         "cudnnGetConvolutionForwardAlgorithm_v7");
   ranked.resize(static_cast<size_t>(std::clamp(returned, 0, static_cast<int>(ranked.size()))));
-  std::erase_if(ranked, [&](const ForwardPerf& perf) { return !fits(perf, budget); });
+  std::erase_if(ranked, [&](const ForwardPerf& perf) { return !fits(perf, budget, state.math); });
   return ranked;
 }
 
@@ -738,7 +746,7 @@ void pickBackwardDataAlgorithm(const KernelSetup& setup, const CudaQueue& queue,
                                                     ranked.data()),
         "cudnnGetConvolutionBackwardDataAlgorithm_v7");
   for (int i = 0; i < returned; ++i) {
-    if (!fits(ranked[i], budget)) continue;
+    if (!fits(ranked[i], budget, state.math)) continue;
     state.backward_algo = ranked[i].algo;
     state.algo_workspace_bytes = ranked[i].memory;
     return;
@@ -782,6 +790,7 @@ std::optional<Plan> planConvolution(std::string_view op, const KernelSetup& setu
   }
   Plan plan{cudnnGeometry(op, setup, g), g.group, 0};
   plan.budget = planCopies(op, queueOf(setup.queue), plan.cudnn, state);
+  state.math = allowsTf32(setup.params) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   setDescriptors(state, plan.cudnn, g.group, hasBias(setup));
   checkCudnnOutput(op, state, plan.cudnn);
   return plan;

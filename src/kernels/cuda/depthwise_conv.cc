@@ -4,9 +4,15 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include <iterator>
+
 #include "kernels/cuda/conv_launch.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/post_ops.h"
+#include "kernels/cuda/program_codegen.h"
+#include "kernels/cuda/runtime_compiler.h"
 
 namespace kiln::cuda {
 namespace {
@@ -18,7 +24,11 @@ struct DepthwiseState final : KernelState {
   DeviceProgram post;  // post.ops == 0: none
   bool has_bias = false;
   bool has_residual = false;
+  cudaKernel_t specialized = nullptr;  // kiln_depthwise, or null: the built-in kernel
+  unsigned blocks = 0;
 };
+
+constexpr unsigned kBlock = 256;
 
 
 // The value of a per-axis attribute of two entries (or `fallback`), or
@@ -31,6 +41,48 @@ std::optional<std::vector<int64_t>> pair(const ParamMap& params, const std::stri
 }
 
 }  // namespace
+
+std::optional<std::string> depthwiseSource(const DepthwiseGeometry& g, const DeviceProgram& post, bool has_bias,
+                                           bool has_residual) {
+  const uint64_t outputs = static_cast<uint64_t>(g.batch * g.channels * g.out_h * g.out_w);
+  const uint64_t inputs = static_cast<uint64_t>(g.batch * g.channels * g.in_h * g.in_w);
+  if (outputs == 0 || outputs >= (1ull << 31) || inputs >= (1ull << 31) || !opsAreKnown(post)) return std::nullopt;
+  std::string out;
+  appendPrelude(out, fmt::format("a {}x{} depthwise convolution over {} channels", g.kernel_h, g.kernel_w, g.channels),
+                post);
+  fmt::format_to(std::back_inserter(out),
+                 "struct DepthwiseArgs {{ const float* x; const float* w; const float* bias; const float* residual; "
+                 "float* y; }};\n"
+                 "extern \"C\" __global__ void __launch_bounds__({0}) kiln_depthwise(DepthwiseArgs a) {{\n"
+                 "  const unsigned i = blockIdx.x * {0}u + threadIdx.x;\n"
+                 "  if (i >= {1}u) return;\n"
+                 "  const unsigned ox = i % {2}u, oy = (i / {2}u) % {3}u, plane = i / {4}u, c = plane % {5}u;\n"
+                 "  const float* in = a.x + plane * {6}u;\n"
+                 "  const float* taps = a.w + c * {7}u;\n"
+                 "  float sum = {8};\n"
+                 "  const int y0 = static_cast<int>(oy) * {9} - {10}, x0 = static_cast<int>(ox) * {11} - {12};\n"
+                 "#pragma unroll\n"
+                 "  for (int ky = 0; ky < {13}; ++ky) {{\n"
+                 "    const int iy = y0 + ky * {14};\n"
+                 "    if (iy < 0 || iy >= {15}) continue;\n"
+                 "#pragma unroll\n"
+                 "    for (int kx = 0; kx < {16}; ++kx) {{\n"
+                 "      const int ix = x0 + kx * {17};\n"
+                 "      if (ix < 0 || ix >= {18}) continue;\n"
+                 "      sum += in[iy * {18} + ix] * __ldg(taps + ky * {16} + kx);\n"
+                 "    }}\n"
+                 "  }}\n",
+                 kBlock, outputs, g.out_w, g.out_h, g.out_w * g.out_h, g.channels, g.in_h * g.in_w,
+                 g.kernel_h * g.kernel_w, has_bias ? "__ldg(a.bias + c)" : "0.0f", g.stride_h, g.pad_top, g.stride_w,
+                 g.pad_left, g.kernel_h, g.dilation_h, g.in_h, g.kernel_w, g.dilation_w, g.in_w);
+  std::string result = "sum";
+  if (post.ops > 0) {
+    if (has_residual) out += "  const float residual = a.residual[i];\n";
+    result = appendInstructions(out, post, "p", [](int k) { return std::string(k == 0 ? "sum" : "residual"); });
+  }
+  fmt::format_to(std::back_inserter(out), "  a.y[i] = {};\n}}\n", result);
+  return out;
+}
 
 std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const KernelSetup& setup) {
   if (setup.inputs.size() < 2 || setup.outputs.size() != 1) return nullptr;
@@ -86,6 +138,17 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
       return nullptr;
     }
   }
+  if (runtimeCompilerEnabled()) {
+    if (const auto source = depthwiseSource(g, state->post, state->has_bias, state->has_residual)) {
+      static constexpr const char* kNames[] = {"kiln_depthwise"};
+      std::string error;
+      const auto kernels = compileKernels(*source, kNames, queueOf(setup.queue).compute_capability, &error);
+      if (!kernels.empty()) {
+        state->specialized = kernels[0];
+        state->blocks = static_cast<unsigned>((y.numElements() + kBlock - 1) / kBlock);
+      }
+    }
+  }
   return state;
 }
 
@@ -93,6 +156,15 @@ bool isDepthwiseConv(const KernelState* state) { return dynamic_cast<const Depth
 
 void runDepthwiseConv(const KernelCall& call) {
   const auto& s = *static_cast<const DepthwiseState*>(call.state);
+  if (s.specialized != nullptr) {
+    DepthwiseArgs args{call.inputs[0].as<const float>(), call.inputs[1].as<const float>(),
+                       s.has_bias ? call.inputs[2].as<const float>() : nullptr,
+                       s.has_residual ? call.inputs[3].as<const float>() : nullptr, call.outputs[0].as<float>()};
+    void* parameters[] = {&args};
+    cudaLaunchKernel(reinterpret_cast<const void*>(s.specialized), dim3(s.blocks), dim3(kBlock), parameters, 0,
+                     queueOf(call.queue).stream);
+    return;
+  }
   launchDepthwiseConv(call.inputs[0].as<const float>(), call.inputs[1].as<const float>(),
                       s.has_bias ? call.inputs[2].as<const float>() : nullptr,
                       s.has_residual ? call.inputs[3].as<const float>() : nullptr, call.outputs[0].as<float>(),

@@ -3,35 +3,12 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <bit>
-#include <string_view>
+#include <iterator>
 
-#include "core/elementwise_program.h"
+#include "kernels/cuda/program_codegen.h"
 
 namespace kiln::cuda {
 namespace {
-
-// Each op's expression as source text, from the definition the interpreter
-// kernels compile (elementwise_ops.inc).
-struct OpText {
-  std::string_view name;
-  std::string_view expression;
-};
-constexpr OpText kOpTexts[] = {
-#define KILN_ELEMENTWISE_OP(name, expression) {#name, #expression},
-#include "kernels/cuda/elementwise_ops.inc"
-#undef KILN_ELEMENTWISE_OP
-};
-
-std::string_view expressionOf(ElementwiseOp op) {
-  for (const OpText& text : kOpTexts) {
-    if (text.name == elementwiseOpName(op)) return text.expression;
-  }
-  return {};
-}
-
-// An exact float literal (NaN and infinities included).
-std::string literal(float value) { return fmt::format("__int_as_float(0x{:08x})", std::bit_cast<uint32_t>(value)); }
 
 // How the kernel finds input k's elements.
 enum class Access {
@@ -137,30 +114,18 @@ void writeKernel(std::string& out, const DeviceProgram& program, const Indexing&
     }
   }
   static constexpr const char* kLane[4] = {".x", ".y", ".z", ".w"};
-  const int results = program.inputs + program.immediates;
+  std::string result[4];
   for (int lane = 0; lane < width; ++lane) {
-    auto slot = [&](int s) -> std::string {
-      if (s < program.inputs) {
-        const bool split = vector && (p.access[s] == Access::kFull || p.access[s] == Access::kRow);
-        return fmt::format("x{}{}", s, split ? kLane[lane] : "");
-      }
-      if (s < results) return literal(program.immediate[s - program.inputs]);
-      return fmt::format("l{}_{}", lane, s - results);
-    };
-    for (int j = 0; j < program.ops; ++j) {
-      const auto op = static_cast<ElementwiseOp>(program.op[j]);
-      fmt::format_to(std::back_inserter(out), "  const float l{}_{} = kiln_{}({}, {}, {}, {});\n", lane, j,
-                     elementwiseOpName(op), slot(program.a[j]), program.b[j] >= 0 ? slot(program.b[j]) : "0.0f",
-                     literal(program.alpha[j]), literal(program.beta[j]));
-    }
+    result[lane] = appendInstructions(out, program, fmt::format("l{}", lane), [&](int k) {
+      const bool split = vector && (p.access[k] == Access::kFull || p.access[k] == Access::kRow);
+      return fmt::format("x{}{}", k, split ? kLane[lane] : "");
+    });
   }
-  const int last = program.ops - 1;
   if (vector) {
-    fmt::format_to(std::back_inserter(out),
-                   "  *reinterpret_cast<float4*>(a.out + e) = make_float4(l0_{0}, l1_{0}, l2_{0}, l3_{0});\n}}\n",
-                   last);
+    fmt::format_to(std::back_inserter(out), "  *reinterpret_cast<float4*>(a.out + e) = make_float4({}, {}, {}, {});\n}}\n",
+                   result[0], result[1], result[2], result[3]);
   } else {
-    fmt::format_to(std::back_inserter(out), "  a.out[e] = l0_{};\n}}\n", last);
+    fmt::format_to(std::back_inserter(out), "  a.out[e] = {};\n}}\n", result[0]);
   }
 }
 
@@ -168,29 +133,17 @@ void writeKernel(std::string& out, const DeviceProgram& program, const Indexing&
 
 std::optional<ElementwiseSource> elementwiseSource(const DeviceProgram& program, const Indexing& indexing,
                                                    uint64_t elements) {
-  if (elements == 0 || elements >= (1ull << 31) || program.ops < 1 || program.inputs < 1) return std::nullopt;
-  for (int j = 0; j < program.ops; ++j) {
-    if (program.op[j] >= static_cast<uint8_t>(ElementwiseOp::kCount)) return std::nullopt;
+  if (elements == 0 || elements >= (1ull << 31) || program.ops < 1 || program.inputs < 1 || !opsAreKnown(program)) {
+    return std::nullopt;
   }
   const Plan p = plan(program, indexing, elements);
   ElementwiseSource source;
   source.vector_width = p.vectorizable ? 4 : 1;
   std::string& out = source.text;
-  fmt::format_to(std::back_inserter(out),
-                 "// kiln: an elementwise program of {} instructions over {} elements\n"
-                 "#define NAN __int_as_float(0x7fffffff)\n"
-                 "struct Pointers {{ const float* in[{}]; float* out; }};  // elementwise_launch.h\n",
-                 program.ops, elements, kMaxElementwiseInputs);
-  bool used[static_cast<size_t>(ElementwiseOp::kCount)] = {};
-  for (int j = 0; j < program.ops; ++j) used[program.op[j]] = true;
-  for (size_t op = 0; op < std::size(used); ++op) {
-    if (!used[op]) continue;
-    const auto which = static_cast<ElementwiseOp>(op);
-    fmt::format_to(std::back_inserter(out),
-                   "__device__ __forceinline__ float kiln_{}(float x, float y, float alpha, float beta) {{\n"
-                   "  (void)y; (void)alpha; (void)beta;\n  return {};\n}}\n",
-                   elementwiseOpName(which), expressionOf(which));
-  }
+  appendPrelude(out, fmt::format("an elementwise program of {} instructions over {} elements", program.ops, elements),
+                program);
+  fmt::format_to(std::back_inserter(out), "struct Pointers {{ const float* in[{}]; float* out; }};  // elementwise_launch.h\n",
+                 kMaxElementwiseInputs);
   writeKernel(out, program, indexing, p, elements, 1);
   if (source.vector_width == 4) writeKernel(out, program, indexing, p, elements, 4);
   return source;

@@ -1,5 +1,6 @@
 // MatMul, Gemm, kiln.FusedMatMul and kiln.FusedGemm on cuda, through
-// cuBLASLt in f32 (CUBLAS_COMPUTE_32F: no TF32 unless a package opts in).
+// cuBLASLt in f32 (CUBLAS_COMPUTE_32F), or in TF32 where the step allows it
+// (core/math_mode.h: `kiln compile --tf32`; CUBLAS_COMPUTE_32F_FAST_TF32).
 //
 // Row-major products on a column-major library: Y = op(A) op(B) is computed
 // as Y^T = op(B)^T op(A)^T, which in column-major terms reads A and B where
@@ -29,6 +30,7 @@
 
 #include "core/elementwise_program.h"
 #include "core/fused_activation.h"
+#include "core/math_mode.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_pass.h"
@@ -113,7 +115,8 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   const CudaQueue& queue = queueOf(setup.queue);
   auto state = std::make_unique<ProductState>();
   state->shape = s;
-  check(cublasLtMatmulDescCreate(&state->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasComputeType_t compute = allowsTf32(setup.params) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&state->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Column-major: Y^T [N, M] = opB^T [N, K] x opA^T [K, M].
   const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

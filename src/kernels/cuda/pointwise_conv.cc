@@ -1,6 +1,8 @@
 #include "kernels/cpu/setup_helpers.h"
 #include "kernels/cuda/pointwise_conv.h"
 
+#include "core/math_mode.h"
+
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@ using setup_helpers::present;
 struct PointwiseState final : KernelState {
   int64_t batch = 0, in_channels = 0, out_channels = 0, pixels = 0;
   bool has_bias = false, has_residual = false, has_post = false;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // CUBLAS_COMPUTE_32F_FAST_TF32 where the step allows TF32
   ElementwisePass post;  // over y, the bias, the residual
 };
 
@@ -60,6 +63,7 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
     return nullptr;
   }
   state->has_bias = present(setup, 2);
+  if (allowsTf32(setup.params)) state->compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params, state->has_bias)) {
     state->has_post = true;
     state->has_residual = post->input_count > (state->has_bias ? 2u : 1u);
@@ -96,10 +100,10 @@ void runPointwiseConv(const KernelCall& call) {
   const auto pixels = static_cast<int>(s.pixels);
   const auto cin = static_cast<int>(s.in_channels);
   const auto cout = static_cast<int>(s.out_channels);
-  cublasSgemmStridedBatched(queue.cublas, CUBLAS_OP_N, CUBLAS_OP_N, pixels, cout, cin, &one,
-                            call.inputs[0].as<const float>(), pixels, s.in_channels * s.pixels,
-                            call.inputs[1].as<const float>(), cin, 0, &zero, y, pixels, s.out_channels * s.pixels,
-                            static_cast<int>(s.batch));
+  cublasGemmStridedBatchedEx(queue.cublas, CUBLAS_OP_N, CUBLAS_OP_N, pixels, cout, cin, &one,
+                             call.inputs[0].data, CUDA_R_32F, pixels, s.in_channels * s.pixels, call.inputs[1].data,
+                             CUDA_R_32F, cin, 0, &zero, y, CUDA_R_32F, pixels, s.out_channels * s.pixels,
+                             static_cast<int>(s.batch), s.compute, CUBLAS_GEMM_DEFAULT);
   if (!s.has_post) return;
   Pointers pointers;
   pointers.in[0] = y;
