@@ -71,8 +71,12 @@ cudaError_t PinnedStaging::copy(void* destination, const void* source, uint64_t 
     const bool up = pageable(source) && onDevice(destination);
     const bool down = !up && onDevice(source) && pageable(destination);
     if ((up || down) && ensureRing() == cudaSuccess) {
-      return up ? toDevice(static_cast<std::byte*>(destination), static_cast<const std::byte*>(source), bytes, stream)
-                : toHost(static_cast<std::byte*>(destination), static_cast<const std::byte*>(source), bytes, stream);
+      constexpr size_t kAlign = 64u << 10;
+      const size_t chunk = std::clamp<size_t>((bytes / 4 + kAlign - 1) / kAlign * kAlign, 1u << 20, kChunkBytes);
+      return up ? toDevice(static_cast<std::byte*>(destination), static_cast<const std::byte*>(source), bytes, chunk,
+                           stream)
+                : toHost(static_cast<std::byte*>(destination), static_cast<const std::byte*>(source), bytes, chunk,
+                         stream);
     }
     cudaGetLastError();  // a failed ring allocation: copy as CUDA would
   }
@@ -82,10 +86,11 @@ cudaError_t PinnedStaging::copy(void* destination, const void* source, uint64_t 
 
 // Chunk i goes into slot i % kSlots once the engine has moved what the
 // slot held before; the engine moves it while the next chunk is copied in.
-cudaError_t PinnedStaging::toDevice(std::byte* device, const std::byte* host, uint64_t bytes, cudaStream_t stream) {
+cudaError_t PinnedStaging::toDevice(std::byte* device, const std::byte* host, uint64_t bytes, size_t chunk,
+                                    cudaStream_t stream) {
   int slot = 0;
-  for (uint64_t offset = 0; offset < bytes; offset += kChunkBytes, slot = (slot + 1) % kSlots) {
-    const size_t size = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, bytes - offset));
+  for (uint64_t offset = 0; offset < bytes; offset += chunk, slot = (slot + 1) % kSlots) {
+    const size_t size = static_cast<size_t>(std::min<uint64_t>(chunk, bytes - offset));
     if (cudaError_t status = cudaEventSynchronize(moved_[slot]); status != cudaSuccess) return status;
     hostCopy(ring_[slot], host + offset, size);
     if (cudaError_t status = cudaMemcpyAsync(device + offset, ring_[slot], size, cudaMemcpyHostToDevice, stream);
@@ -98,25 +103,24 @@ cudaError_t PinnedStaging::toDevice(std::byte* device, const std::byte* host, ui
 }
 
 // The engine runs up to kSlots chunks ahead of the memcpy out of the ring.
-cudaError_t PinnedStaging::toHost(std::byte* host, const std::byte* device, uint64_t bytes, cudaStream_t stream) {
-  const uint64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
-  auto sizeOf = [&](uint64_t chunk) {
-    return static_cast<size_t>(std::min<uint64_t>(kChunkBytes, bytes - chunk * kChunkBytes));
-  };
+cudaError_t PinnedStaging::toHost(std::byte* host, const std::byte* device, uint64_t bytes, size_t chunk,
+                                  cudaStream_t stream) {
+  const uint64_t chunks = (bytes + chunk - 1) / chunk;
+  auto sizeOf = [&](uint64_t index) { return static_cast<size_t>(std::min<uint64_t>(chunk, bytes - index * chunk)); };
   uint64_t issued = 0;
-  for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
-    for (; issued < chunks && issued < chunk + kSlots; ++issued) {
+  for (uint64_t index = 0; index < chunks; ++index) {
+    for (; issued < chunks && issued < index + kSlots; ++issued) {
       const int slot = static_cast<int>(issued % kSlots);
-      if (cudaError_t status = cudaMemcpyAsync(ring_[slot], device + issued * kChunkBytes, sizeOf(issued),
-                                               cudaMemcpyDeviceToHost, stream);
+      if (cudaError_t status =
+              cudaMemcpyAsync(ring_[slot], device + issued * chunk, sizeOf(issued), cudaMemcpyDeviceToHost, stream);
           status != cudaSuccess) {
         return status;
       }
       if (cudaError_t status = cudaEventRecord(moved_[slot], stream); status != cudaSuccess) return status;
     }
-    const int slot = static_cast<int>(chunk % kSlots);
+    const int slot = static_cast<int>(index % kSlots);
     if (cudaError_t status = cudaEventSynchronize(moved_[slot]); status != cudaSuccess) return status;
-    hostCopy(host + chunk * kChunkBytes, ring_[slot], sizeOf(chunk));
+    hostCopy(host + index * chunk, ring_[slot], sizeOf(index));
   }
   return cudaSuccess;
 }

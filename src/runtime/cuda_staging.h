@@ -10,7 +10,8 @@
 // before it, so a transfer runs at about the speed of the host's memcpy.
 //
 // The ring (kSlots buffers of kChunkBytes) is allocated on the first large
-// copy and kept. Copies below kMinStagedBytes, and copies from or to
+// copy and kept. A copy moves in chunks of a quarter of its size (1 to 8
+// MiB), so that even a copy of a few megabytes overlaps its two halves. Copies below kMinStagedBytes, and copies from or to
 // pinned or device memory, go straight to cudaMemcpyAsync.
 //
 // Thread safety: one copy at a time (the device's copy worker).
@@ -45,8 +46,8 @@ class PinnedStaging {
 
  private:
   cudaError_t ensureRing();
-  cudaError_t toDevice(std::byte* device, const std::byte* host, uint64_t bytes, cudaStream_t stream);
-  cudaError_t toHost(std::byte* host, const std::byte* device, uint64_t bytes, cudaStream_t stream);
+  cudaError_t toDevice(std::byte* device, const std::byte* host, uint64_t bytes, size_t chunk, cudaStream_t stream);
+  cudaError_t toHost(std::byte* host, const std::byte* device, uint64_t bytes, size_t chunk, cudaStream_t stream);
   // memcpy, split over the helper threads when large.
   void hostCopy(void* destination, const void* source, size_t bytes);
   void helperLoop(int index);
