@@ -140,6 +140,36 @@ def middle_axes(tmp_path):
     return path, {"x": (RNG.standard_normal((2, 8, 4, 300)) * 3).astype(np.float32)}
 
 
+def copies(tmp_path):
+    """Strided copies the runtime compiler specializes: a Transpose that keeps
+    the last axis (four elements at a time), a reversing Slice (negative
+    strides), a Transpose that moves the last axis, an Expand, a copy of
+    8-byte elements (int64); Splits and Concats of 4- and 16-byte pieces."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Slice", ["t", "starts", "ends", "axes", "steps"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["u"], perm=[3, 1, 2, 0]),
+        helper.make_node("Expand", ["u", "shape"], ["v"]),
+        helper.make_node("Cast", ["v"], ["w"], to=TensorProto.INT64),
+        helper.make_node("Transpose", ["w"], ["z"], perm=[1, 0, 2, 3, 4]),
+        helper.make_node("Cast", ["z"], ["y"], to=TensorProto.FLOAT),
+        helper.make_node("Split", ["x", "sizes"], ["p", "q"], axis=3),
+        helper.make_node("Concat", ["q", "p", "q"], ["c"], axis=3),             # rows of 27 floats
+        helper.make_node("Split", ["c", "thirds"], ["c0", "c1", "c2"], axis=1),  # 16-byte pieces
+        helper.make_node("Concat", ["c2", "c0"], ["d"], axis=1),
+    ]
+    inits = [numpy_helper.from_array(np.array([15], np.int64), "starts"),
+             numpy_helper.from_array(np.array([-100], np.int64), "ends"),
+             numpy_helper.from_array(np.array([3], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "steps"),
+             numpy_helper.from_array(np.array([3, 16, 8, 6, 2], np.int64), "shape"),
+             numpy_helper.from_array(np.array([5, 11], np.int64), "sizes"),
+             numpy_helper.from_array(np.array([2, 2, 2], np.int64), "thirds")]
+    path = save(tmp_path, "copies", nodes, [f32("x", [2, 6, 8, 16])],
+                [f32("y", [16, 3, 8, 6, 2]), f32("d", [2, 4, 8, 27])], inits)
+    return path, {"x": (RNG.standard_normal((2, 6, 8, 16)) * 100).round().astype(np.float32)}
+
+
 def gpu_present(kiln, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
     env["KILN_DEVICE_LOCK_DIR"] = str(tmp_path / "locks")
@@ -193,7 +223,8 @@ def test_dynamic_shapes_are_refused_for_cuda(kiln, tmp_path):
     assert "the cuda target needs static shapes" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("make", [encoder_block, conv_net, middle_axes], ids=["encoder", "convnet", "middle_axes"])
+@pytest.mark.parametrize("make", [encoder_block, conv_net, middle_axes, copies],
+                         ids=["encoder", "convnet", "middle_axes", "copies"])
 @pytest.mark.parametrize("graphs", ["1", "0"], ids=["graphs", "no_graphs"])
 @pytest.mark.parametrize("jit", ["1", "0"], ids=["specialized", "interpreted"])
 def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs, jit):
@@ -205,9 +236,11 @@ def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs, jit):
     package, _ = compile_for(kiln, path, "cuda", tmp_path)
     env = dict(os.environ, KILN_CUDA_GRAPHS=graphs, KILN_CUDA_JIT=jit, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
     ours = run(kiln, package, feeds, tmp_path, "cuda", env=env)
-    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
-    (name,) = ours
-    np.testing.assert_allclose(ours[name], theirs[0], rtol=1e-4, atol=1e-5)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert sorted(ours) == sorted(theirs)
+    for name, reference in theirs.items():
+        np.testing.assert_allclose(ours[name], reference, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_tf32_is_recorded_for_cuda_and_refused_for_cpu(kiln, tmp_path):

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/elementwise_program.h"
+#include "kernels/cuda/copy_codegen.h"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/runtime_compiler.h"
 
@@ -137,6 +138,44 @@ TEST(CudaDepthwiseCodegen, CompilesWithAndWithoutPostOps) {
   }
   g.batch = 1 << 24;  // 2^31 or more outputs: the built-in kernel's
   EXPECT_FALSE(depthwiseSource(g, DeviceProgram{}, false, false));
+}
+
+// Attention's Transpose [B, S, H, D] -> [B, H, S, D]: D stays innermost.
+StridedCopy headsFirst() {
+  StridedCopy copy;
+  copy.rank = 4;
+  const int64_t dims[4] = {2, 12, 128, 32}, strides[4] = {128 * 384, 32, 384, 1};
+  for (int d = 0; d < 4; ++d) {
+    copy.dims[d] = dims[d];
+    copy.strides[d] = strides[d];
+  }
+  return copy;
+}
+
+TEST(CudaCopyCodegen, ATransposeKeepingTheLastAxisMovesFourAtATime) {
+  const auto source = stridedCopySource(headsFirst(), 2 * 12 * 128 * 32, 4);
+  ASSERT_TRUE(source);
+  EXPECT_EQ(source->vector_width, 4);
+  std::string error;
+  EXPECT_FALSE(compileImage(source->text, 90, &error).empty()) << error << "\n" << source->text;
+}
+
+TEST(CudaCopyCodegen, ReversedOddOrWideElementsMoveOneAtATime) {
+  StridedCopy reversed = headsFirst();
+  reversed.strides[3] = -1;
+  reversed.offset = 31;
+  StridedCopy odd = headsFirst();
+  odd.dims[3] = 30;
+  for (const auto& [copy, bytes] : {std::pair{reversed, 4}, std::pair{odd, 4}, std::pair{headsFirst(), 8},
+                                    std::pair{headsFirst(), 2}, std::pair{headsFirst(), 1}}) {
+    const auto source = stridedCopySource(copy, 2 * 12 * 128 * static_cast<uint64_t>(copy.dims[3]), bytes);
+    ASSERT_TRUE(source);
+    EXPECT_EQ(source->vector_width, 1);
+    std::string error;
+    EXPECT_FALSE(compileImage(source->text, 80, &error).empty()) << error << "\n" << source->text;
+  }
+  EXPECT_FALSE(stridedCopySource(headsFirst(), 1ull << 31, 4));
+  EXPECT_FALSE(stridedCopySource(headsFirst(), 16, 3));
 }
 
 TEST(CudaElementwiseCodegen, ACompileErrorIsReportedNotThrown) {

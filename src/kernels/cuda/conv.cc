@@ -48,7 +48,8 @@
 //     CUDNN_FMA_MATH, plain f32 as the CPU kernels compute, unless the step
 //     allows TF32 (core/math_mode.h: `kiln compile --tf32`), when they ask
 //     for CUDNN_TENSOR_OP_MATH.
-// The bias (input 2) is added after the convolution by cudnnAddTensor.
+// The bias (input 2) is added after the convolution by cudnnAddTensor (or,
+// in kiln.FusedConv's post pass, with the post-ops).
 //
 // kiln.FusedConv computes y = conv(x, w) + bias, then its `post_ops` in
 // order ("Add" adds the residual, input 3; the others are activations of
@@ -62,8 +63,8 @@
 //     the first that runs if it is at least as fast as the other way, both
 //     timed with CUDA events. A missing bias is a zeroed buffer of the state.
 //     Its RELU does not propagate NaN (as onnxruntime's fused Conv);
-//   - otherwise Conv's way, then one elementwise pass over y in place
-//     (post_ops.h) for the post-ops.
+//   - otherwise Conv's convolution, then one elementwise pass over y in
+//     place (post_ops.h) for the bias and the post-ops.
 //
 // Declined in prepare (KernelUnsupported: the step then runs on the host):
 // dtypes other than f32, dynamic shapes, more than 3 spatial axes, the depth
@@ -526,6 +527,7 @@ struct ConvState : KernelState {
   bool transposed = false;
   bool empty = false;  // the output has no elements: nothing to do
   bool has_bias = false;
+  bool bias_in_post_pass = false;  // kiln.FusedConv: its post pass adds the bias, not cudnnAddTensor
   cudnnMathType_t math = CUDNN_FMA_MATH;  // CUDNN_TENSOR_OP_MATH: TF32 allowed
   TensorDescriptor x;  // what cuDNN reads (ConvTranspose: the "dy" of the backward pass)
   TensorDescriptor y;  // what cuDNN writes (ConvTranspose: its "dx")
@@ -880,7 +882,7 @@ void runConv(const KernelCall& call) {
                             state.forward_algo, workspace, state.algo_workspace_bytes, &zero, state.y.get(), y);
   }
   if (state.output_copy.enabled) queuePlaneCopy(state.output_copy, y, output, queue.stream);
-  if (state.has_bias) {
+  if (state.has_bias && !state.bias_in_post_pass) {
     cudnnAddTensor(queue.cudnn, &one, state.bias.get(), call.inputs[2].data, &one, state.output.get(), output);
   }
 }
@@ -894,7 +896,7 @@ void runConv(const KernelCall& call) {
 struct FusedConvState final : ConvState {
   bool adds_residual = false;  // the post-ops add input 3
   bool post_pass = false;
-  ElementwisePass post_ops;  // over y (input 0) and the residual (input 1)
+  ElementwisePass post_ops;  // over y, the bias (per channel, when there is one) and the residual
   bool in_cudnn = false;
   ActivationDescriptor activation;
   cudnnConvolutionFwdAlgo_t fused_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
@@ -937,12 +939,16 @@ void checkResidual(std::string_view op, const KernelSetup& setup) {
   }
 }
 
+// With post-ops, the bias joins them: one pass over y instead of two.
 void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState& state) {
-  const std::optional<ElementwiseProgram> program = postOpProgram(op, setup.params);
-  if (!program) return;
-  state.post_ops.prepare(op, toDeviceProgram(op, *program), Indexing{}, setup.outputs[0].numElements(),
-                         queueOf(setup.queue));
+  if (!postOpProgram(op, setup.params)) return;
+  const std::optional<ElementwiseProgram> program = postOpProgram(op, setup.params, state.has_bias);
+  const TensorInfo& y = setup.outputs[0];
+  const int64_t pixels = y.shape.size() > 2 ? static_cast<int64_t>(y.numElements()) / (y.shape[0] * y.shape[1]) : 1;
+  const Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual);
+  state.post_ops.prepare(op, toDeviceProgram(op, *program), indexing, y.numElements(), queueOf(setup.queue));
   state.post_pass = true;
+  state.bias_in_post_pass = state.has_bias;
 }
 
 // The whole step in one cuDNN call. Without a residual, z is y weighted 0
@@ -964,8 +970,10 @@ cudnnStatus_t queueCudnnFusion(const KernelCall& call, const FusedConvState& sta
 
 void queuePostPass(const KernelCall& call, const FusedConvState& state) {
   Pointers pointers;
-  pointers.in[0] = call.outputs[0].as<const float>();
-  if (state.adds_residual) pointers.in[1] = call.inputs[3].as<const float>();
+  int next = 0;
+  pointers.in[next++] = call.outputs[0].as<const float>();
+  if (state.bias_in_post_pass) pointers.in[next++] = call.inputs[2].as<const float>();
+  if (state.adds_residual) pointers.in[next++] = call.inputs[3].as<const float>();
   pointers.out = call.outputs[0].as<float>();
   state.post_ops.launch(pointers, queueOf(call.queue).stream);
 }

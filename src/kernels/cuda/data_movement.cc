@@ -1,21 +1,26 @@
 // Data movement on cuda: kiln.Copy and Identity (one device-to-device
-// copy), Transpose, Slice and Expand (strided copies), Gather, Cast, Where,
-// Concat and Split (one 2-D copy per piece: `outer` rows of a contiguous
-// run each). Kernels in data_movement_kernels.cu. Slice needs its positions
+// copy), Transpose, Slice and Expand (strided copies, specialized by the
+// runtime compiler: copy_codegen.h), Gather, Cast, Where, Concat and Split
+// (one launch for up to 16 pieces; beyond, one 2-D copy per piece: `outer`
+// rows of a contiguous run each). Kernels in data_movement_kernels.cu. Slice needs its positions
 // as constants (a slice computed at run time is declined, as are dtypes the
 // kernels lack): declined steps run on the host.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/resize_tables.h"
 #include "kernels/cpu/setup_helpers.h"
+#include "kernels/cuda/copy_codegen.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/runtime_compiler.h"
 #include "kernels/slice_positions.h"
 
 namespace kiln::cuda {
@@ -66,11 +71,32 @@ void runCopy(const KernelCall& call) {
 
 // --------------------------------------------------- strided copies
 
+// Runs on a kernel the runtime compiler specialized to the copy
+// (copy_codegen.h) where it could make one, else on the built-in kernel.
 struct StridedState final : KernelState {
   StridedCopy copy;
   uint64_t elements = 0;
   int element_bytes = 0;
+  cudaKernel_t scalar_kernel = nullptr;  // kiln_copy_v1
+  cudaKernel_t vector_kernel = nullptr;  // kiln_copy_v4
 };
+
+// Compiles the specialized kernels for a prepared copy (nothing when the
+// runtime compiler is off or fails: the built-in kernel runs).
+std::unique_ptr<KernelState> specialize(std::unique_ptr<StridedState> state, const KernelSetup& setup) {
+  if (!runtimeCompilerEnabled()) return state;
+  const std::optional<CopySource> source = stridedCopySource(state->copy, state->elements, state->element_bytes);
+  if (!source) return state;
+  std::vector<const char*> names = {"kiln_copy_v1"};
+  if (source->vector_width == 4) names.push_back("kiln_copy_v4");
+  std::string error;
+  const std::vector<cudaKernel_t> kernels =
+      compileKernels(source->text, names, queueOf(setup.queue).compute_capability, &error);
+  if (kernels.empty()) return state;
+  state->scalar_kernel = kernels[0];
+  if (kernels.size() > 1) state->vector_kernel = kernels[1];
+  return state;
+}
 
 // The row-major strides of `dims`.
 std::vector<int64_t> stridesOf(const std::vector<int64_t>& dims) {
@@ -99,7 +125,7 @@ std::unique_ptr<KernelState> prepareTranspose(const KernelSetup& setup) {
   auto state = stridedState("Transpose", setup);
   const std::vector<int64_t> in_strides = stridesOf(x);
   for (size_t d = 0; d < perm.size(); ++d) state->copy.strides[d] = in_strides[static_cast<size_t>(perm[d])];
-  return state;
+  return specialize(std::move(state), setup);
 }
 
 std::unique_ptr<KernelState> prepareExpand(const KernelSetup& setup) {
@@ -110,7 +136,7 @@ std::unique_ptr<KernelState> prepareExpand(const KernelSetup& setup) {
   for (size_t d = 0; d < x.size(); ++d) {
     state->copy.strides[d + offset] = x[d] == 1 ? 0 : in_strides[d];
   }
-  return state;
+  return specialize(std::move(state), setup);
 }
 
 std::unique_ptr<KernelState> prepareSlice(const KernelSetup& setup) {
@@ -135,11 +161,23 @@ std::unique_ptr<KernelState> prepareSlice(const KernelSetup& setup) {
     state->copy.strides[d] = in_strides[d] * step[d];
     state->copy.offset += in_strides[d] * first[d];
   }
-  return state;
+  return specialize(std::move(state), setup);
 }
 
 void runStrided(const KernelCall& call) {
   const auto& s = *static_cast<const StridedState*>(call.state);
+  if (s.scalar_kernel != nullptr) {
+    CopyArgs args{call.inputs[0].data, call.outputs[0].data};
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vector = s.vector_kernel != nullptr && aligned(args.y) &&
+                        aligned(static_cast<const std::byte*>(args.x) + s.copy.offset * s.element_bytes);
+    const uint64_t threads = vector ? s.elements / 4 : s.elements;
+    void* parameters[] = {&args};
+    cudaLaunchKernel(reinterpret_cast<const void*>(vector ? s.vector_kernel : s.scalar_kernel),
+                     dim3(static_cast<unsigned>((threads + kCopyBlock - 1) / kCopyBlock)), dim3(kCopyBlock),
+                     parameters, 0, queueOf(call.queue).stream);
+    return;
+  }
   launchStridedCopy(call.inputs[0].data, call.outputs[0].data, s.copy, s.elements, s.element_bytes,
                     queueOf(call.queue).stream);
 }
@@ -305,8 +343,35 @@ std::unique_ptr<KernelState> prepareSplit(const KernelSetup& setup) {
   return preparePieces("Split", setup.inputs[0], setup.outputs, setup.params.getInt("axis", 0));
 }
 
+// Up to kMaxPieces non-empty pieces move in one launch; more, or none,
+// as one 2-D copy per piece.
+bool launchOne(const PiecesState& s, void* whole, std::span<const TensorView> views, bool split, cudaStream_t stream) {
+  Pieces p;
+  p.outer = s.outer;
+  uint64_t common = s.whole_bytes | reinterpret_cast<uintptr_t>(whole);
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (s.piece_bytes[i] == 0) continue;
+    if (p.count == kMaxPieces) return false;
+    common |= s.piece_bytes[i] | s.piece_offsets[i] | reinterpret_cast<uintptr_t>(views[i].data);
+    p.piece[p.count] = views[i].data;
+    p.piece_units[p.count] = s.piece_bytes[i];
+    p.offset[p.count] = s.piece_offsets[i];
+    ++p.count;
+  }
+  if (p.count == 0 || s.outer == 0) return true;
+  p.unit_bytes = common % 16 == 0 ? 16 : common % 4 == 0 ? 4 : 1;
+  p.whole_units = s.whole_bytes / static_cast<uint64_t>(p.unit_bytes);
+  for (int k = 0; k < p.count; ++k) {
+    p.piece_units[k] /= static_cast<uint64_t>(p.unit_bytes);
+    p.offset[k] /= static_cast<uint64_t>(p.unit_bytes);
+  }
+  launchPieces(whole, p, split, stream);
+  return true;
+}
+
 void runConcat(const KernelCall& call) {
   const auto& s = *static_cast<const PiecesState*>(call.state);
+  if (launchOne(s, call.outputs[0].data, {call.inputs, call.input_count}, false, queueOf(call.queue).stream)) return;
   for (uint32_t i = 0; i < call.input_count; ++i) {
     if (s.piece_bytes[i] == 0 || s.outer == 0) continue;
     cudaMemcpy2DAsync(call.outputs[0].data + s.piece_offsets[i], s.whole_bytes, call.inputs[i].data, s.piece_bytes[i],
@@ -316,6 +381,7 @@ void runConcat(const KernelCall& call) {
 
 void runSplit(const KernelCall& call) {
   const auto& s = *static_cast<const PiecesState*>(call.state);
+  if (launchOne(s, call.inputs[0].data, {call.outputs, call.output_count}, true, queueOf(call.queue).stream)) return;
   for (uint32_t i = 0; i < call.output_count; ++i) {
     if (s.piece_bytes[i] == 0 || s.outer == 0) continue;
     cudaMemcpy2DAsync(call.outputs[i].data, s.piece_bytes[i], call.inputs[0].data + s.piece_offsets[i], s.whole_bytes,

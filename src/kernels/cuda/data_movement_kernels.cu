@@ -1,5 +1,6 @@
 // Data movement on cuda (launch.h): strided copies (Transpose, Slice,
-// Expand), Gather, Cast and Where. One thread per output element,
+// Expand), Concat and Split, Gather, Cast and Where. One thread per output
+// element (per 16-, 4- or 1-byte unit for Concat and Split),
 // grid-stride; elements move as integers of their width, so every dtype of
 // that width moves the same way.
 #include <cuda_fp16.h>
@@ -212,6 +213,49 @@ void launchResize(const void* x, void* y, const ResizeGeometry& g, const int64_t
     case 4: resizeNearest<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), g, rows, cols, n); break;
     case 8: resizeNearest<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), g, rows, cols, n); break;
     default: break;
+  }
+}
+
+namespace {
+
+// One thread per unit of the whole; the piece found by a scan of the
+// (few) offsets. Index: uint32_t below 2^31 units (cheaper division).
+template <typename Unit, typename Index>
+__global__ void pieces(Unit* whole, Pieces p, bool split, Index n) {
+  const auto whole_units = static_cast<Index>(p.whole_units);
+  for (Index i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const Index row = i / whole_units, position = i % whole_units;
+    int k = 0;
+    while (k + 1 < p.count && position >= p.offset[k + 1]) ++k;
+    Unit* piece = static_cast<Unit*>(p.piece[k]) + static_cast<uint64_t>(row) * p.piece_units[k] +
+                  (position - static_cast<Index>(p.offset[k]));
+    if (split) {
+      *piece = whole[i];
+    } else {
+      whole[i] = *piece;
+    }
+  }
+}
+
+template <typename Unit>
+void piecesOf(void* whole, const Pieces& p, bool split, cudaStream_t stream) {
+  const uint64_t n = p.outer * p.whole_units;
+  if (n == 0) return;
+  if (n < (1ull << 31)) {
+    pieces<Unit, uint32_t><<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(static_cast<Unit*>(whole), p, split,
+                                                                         static_cast<uint32_t>(n));
+  } else {
+    pieces<Unit, uint64_t><<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(static_cast<Unit*>(whole), p, split, n);
+  }
+}
+
+}  // namespace
+
+void launchPieces(void* whole, const Pieces& p, bool split, cudaStream_t stream) {
+  switch (p.unit_bytes) {
+    case 16: return piecesOf<uint4>(whole, p, split, stream);
+    case 4: return piecesOf<uint32_t>(whole, p, split, stream);
+    default: return piecesOf<uint8_t>(whole, p, split, stream);
   }
 }
 

@@ -48,6 +48,22 @@ struct StridedCopy {
 void launchStridedCopy(const void* x, void* y, const StridedCopy& copy, uint64_t elements, int element_bytes,
                        cudaStream_t stream);
 
+// Concat (gather = false: pieces into the whole) or Split (true: the whole
+// into pieces) of up to kMaxPieces pieces in one launch: the whole has
+// `outer` rows of whole_units units; in each row piece k is the run of
+// piece_units[k] units at offset[k]. A unit is `unit_bytes` (16, 4 or 1:
+// what every size, offset and address divides by).
+inline constexpr int kMaxPieces = 16;
+struct Pieces {
+  int count = 0;
+  int unit_bytes = 1;
+  uint64_t outer = 0, whole_units = 0;
+  uint64_t piece_units[kMaxPieces] = {};
+  uint64_t offset[kMaxPieces] = {};
+  void* piece[kMaxPieces] = {};
+};
+void launchPieces(void* whole, const Pieces& pieces, bool split, cudaStream_t stream);
+
 // Gather along an axis: y[o, j, i] = x[o, index[j], i] (negative indices
 // count from the end; out-of-range ones give zeros), indices i64 or i32.
 void launchGather(const void* x, const void* indices, bool indices_are_i64, void* y, int64_t outer, int64_t axis,

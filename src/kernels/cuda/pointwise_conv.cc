@@ -70,20 +70,8 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
     if (state->has_residual && (!present(setup, 3) || setup.inputs[3].numElements() != y.numElements())) {
       return nullptr;
     }
-    // [N, C, pixels]: y and the residual walk all three, the bias only C.
-    Indexing ix;
-    ix.direct = false;
-    ix.rank = 3;
-    ix.out_dims[0] = state->batch;
-    ix.out_dims[1] = state->out_channels;
-    ix.out_dims[2] = state->pixels;
-    const int64_t full[3] = {state->out_channels * state->pixels, state->pixels, 1};
-    const int64_t per_channel[3] = {0, 1, 0};
-    for (int d = 0; d < 3; ++d) {
-      ix.strides[0][d] = full[d];
-      if (state->has_bias) ix.strides[1][d] = per_channel[d];
-      if (state->has_residual) ix.strides[state->has_bias ? 2 : 1][d] = full[d];
-    }
+    const Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
+                                           state->has_residual);
     state->post.prepare(op, toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
   }
   return state;

@@ -92,6 +92,23 @@ std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const Param
   return program;
 }
 
+Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, bool has_bias, bool has_residual) {
+  Indexing ix;
+  ix.direct = false;
+  ix.rank = 3;
+  ix.out_dims[0] = batch;
+  ix.out_dims[1] = channels;
+  ix.out_dims[2] = pixels;
+  const int64_t full[3] = {channels * pixels, pixels, 1};
+  const int64_t per_channel[3] = {0, 1, 0};
+  for (int d = 0; d < 3; ++d) {
+    ix.strides[0][d] = full[d];
+    if (has_bias) ix.strides[1][d] = per_channel[d];
+    if (has_residual) ix.strides[has_bias ? 2 : 1][d] = full[d];
+  }
+  return ix;
+}
+
 DeviceProgram toDeviceProgram(std::string_view op, const ElementwiseProgram& program) {
   if (program.ops.size() > kMaxElementwiseOps || program.immediates.size() > kMaxElementwiseImmediates ||
       program.input_count > kMaxElementwiseInputs) {

@@ -29,6 +29,11 @@ std::optional<FusedActivation> readActivation(std::string_view op, const ParamMa
 // residual. nullopt for an empty list without a bias.
 std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const ParamMap& params, bool with_bias = false);
 
+// The indexing of a post-ops program over an NCHW output [N, C, pixels]
+// (postOpProgram's inputs: y and the residual full-size, the bias, when
+// there is one, per channel).
+Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, bool has_bias, bool has_residual);
+
 // `program` in the fixed arrays a launch carries; KernelUnsupported when it
 // does not fit.
 DeviceProgram toDeviceProgram(std::string_view op, const ElementwiseProgram& program);
