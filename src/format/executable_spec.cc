@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include "format/info_codec.h"
+#include "format/graph_package.h"
+#include "kiln/metadata.h"
+#include "kiln/package_reader.h"
 
 namespace kiln {
 namespace {
@@ -152,6 +155,25 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
       }
     }
   }
+  // The model's inputs and outputs are the caller's buffers, in order.
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const ValueSpec& v = spec.values[spec.inputs[i]];
+    if (v.storage != ValueStorage::kInput || v.index != i) {
+      fail(fmt::format("input {} is value '{}', which is not the caller's input {}", i, v.name, i));
+    }
+  }
+  for (size_t i = 0; i < spec.outputs.size(); ++i) {
+    const ValueSpec& v = spec.values[spec.outputs[i]];
+    if (v.storage != ValueStorage::kOutput || v.index != i) {
+      fail(fmt::format("output {} is value '{}', which is not the caller's output {}", i, v.name, i));
+    }
+  }
+  // Where a value's memory lies: its own storage, or its alias chain's end
+  // (aliases point backwards, checked above, so the walk ends).
+  auto rootOf = [&](uint32_t index) {
+    while (spec.values[index].storage == ValueStorage::kAlias) index = spec.values[index].index;
+    return spec.values[index].storage;
+  };
   // `limit`: the sub-programs a step may run (those listed before its own
   // sub-program), so that sub-programs cannot run themselves.
   auto checkSteps = [&](const std::vector<StepSpec>& steps, size_t limit) {
@@ -161,6 +183,16 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
           if (index != kNoValueIndex && index >= value_count) {
             fail(fmt::format("step '{}' refers to value {} of {}", step.kernel, index, value_count));
           }
+        }
+      }
+      // Constants are read-only mappings of the file, inputs the caller's
+      // (possibly immutable) buffers: no step may write into either.
+      for (uint32_t index : step.outputs) {
+        if (index == kNoValueIndex) continue;
+        const ValueStorage root = rootOf(index);
+        if (root == ValueStorage::kConstant || root == ValueStorage::kInput) {
+          fail(fmt::format("step '{}' writes value '{}', which lies in {}", step.kernel, spec.values[index].name,
+                           root == ValueStorage::kConstant ? "a constant" : "a model input"));
         }
       }
       for (uint32_t program : step.subprograms) {
@@ -184,6 +216,45 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
     checkSteps(program.steps, k);
   }
   return spec;
+}
+
+void verifyModels(const PackageReader& reader, const std::string& source) {
+  for (const MetadataBlob* model : reader.metadata()) {
+    const Metadata& metadata = model->metadata();
+    if (isGraphPackage(metadata)) continue;
+    const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
+    if (executable == nullptr) continue;  // the reader refuses a dangling reference
+    const std::string where = fmt::format("{} (executable '{}')", source, executable->name());
+    checkAnchorsMatch(metadata, decodeExecutable(executable->read(), where), where, model->info().offset);
+  }
+}
+
+void checkAnchorsMatch(const Metadata& metadata, const ExecutableSpec& spec, const std::string& source,
+                       uint64_t offset) {
+  const std::vector<const Anchor*> outputs = metadata.outputs();
+  if (outputs.size() != spec.outputs.size()) {
+    throw FormatError(source, offset, "metadata and executable disagree on the outputs");
+  }
+  auto disagree = [&](const Anchor& anchor, const TensorInfo& value) {
+    throw FormatError(source, offset,
+                      fmt::format("anchor '{}' is {} but the executable's value is {}", anchor.name,
+                                  anchor.info.toString(), value.toString()));
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorInfo& value = spec.values[spec.outputs[i]].info;
+    if (value.dtype != outputs[i]->info.dtype || value.sizeInBytes() != outputs[i]->info.sizeInBytes()) {
+      disagree(*outputs[i], value);
+    }
+  }
+  for (const Anchor* anchor : metadata.inputs()) {
+    for (uint32_t input : spec.inputs) {
+      const ValueSpec& value = spec.values[input];
+      if (value.name == anchor->name && anchor->info.isStatic() &&
+          (value.info.dtype != anchor->info.dtype || value.info.sizeInBytes() != anchor->info.sizeInBytes())) {
+        disagree(*anchor, value.info);
+      }
+    }
+  }
 }
 
 }  // namespace kiln

@@ -86,6 +86,25 @@ struct ExecutableSpec {
 
 std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec);
 
+struct Metadata;
+
+// Callers size their memory by a model's anchors while the steps write (or
+// read) the executable's values: throws FormatError naming `source` (at
+// byte `offset`) unless both list the same number of outputs and each
+// output anchor, and each static input anchor named like an input value,
+// has its value's dtype and byte size. Load runs it, and `kiln dump
+// --verify`.
+void checkAnchorsMatch(const Metadata& metadata, const ExecutableSpec& spec, const std::string& source,
+                       uint64_t offset);
+
+class PackageReader;
+
+// What loading checks before anything runs, for every model of `reader`:
+// its executable decoded (decodeExecutable's checks) and its anchors
+// matched (checkAnchorsMatch). A graph package's executable (a graph) is
+// checked when it is specialized. `kiln dump --verify` runs it.
+void verifyModels(const PackageReader& reader, const std::string& source);
+
 // Decodes and validates (indices in range, aliases acyclic and inside their
 // base, arena values inside the arena); throws FormatError naming `source`.
 ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::string& source);

@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <limits>
+#include <span>
+#include <string>
 
 #include "kiln/error.h"
 #include "runtime/program.h"
@@ -51,6 +53,89 @@ void copySlice(const TensorView& whole, uint32_t axis, uint64_t index, const Ten
   }
 }
 
+// Checks, at prepare, that each copy between the node's tensors and a
+// sub-program's views moves exactly what its destination holds.
+struct Sizes {
+  const std::string& kernel;
+  std::span<const TensorView> views;
+
+  // `node` and sub-program view `index` hold the same bytes.
+  void require(const TensorView& node, uint32_t index, const std::string& what) const {
+    require(bytesOf(node), bytesOf(views[index]), what);
+  }
+  void require(uint64_t expected, uint64_t found, const std::string& what) const {
+    if (expected != found) {
+      throw UsageError(fmt::format("{}: {} has {} bytes where {} are copied (a malformed package)", kernel, what,
+                                   found, expected));
+    }
+  }
+  // Sub-program view `index` is one element of `dtype` (a counter or flag).
+  void requireScalar(uint32_t index, DType dtype, const std::string& what) const {
+    if (views[index].dtype != dtype || views[index].numElements() != 1) {
+      throw UsageError(fmt::format("{}: {} must be one {}", kernel, what, dtypeName(dtype)));
+    }
+  }
+  // A node tensor of `length` slices along `axis`, each the bytes of `slice`.
+  void requireSlices(const TensorView& whole, uint32_t axis, uint64_t length, uint32_t slice,
+                     const std::string& what) const {
+    const AxisSplit s = splitAt(whole, axis);
+    require(length, s.length, what + "'s length");
+    require(bytesOf(views[slice]), s.outer * s.inner_bytes, what + "'s slice");
+  }
+};
+
+// Loop(M, cond, v...) -> (v..., scans...): body(i, cond, v...) -> (cond, v..., slices...).
+void checkLoop(const Sizes& sizes, const ControlFlow& control, const TensorView* in, const TensorView* out,
+               const Program& body) {
+  const uint32_t carried = control.inputs - 2;
+  // An omitted input's view has no dtype (the executor binds none).
+  if (in[0].dtype != DType::kUndefined && (in[0].dtype != DType::kI64 || in[0].numElements() != 1)) {
+    throw UsageError("Loop: the trip count must be one int64");
+  }
+  if (in[1].dtype != DType::kUndefined && (in[1].dtype != DType::kBool || in[1].numElements() != 1)) {
+    throw UsageError("Loop: the condition must be one bool");
+  }
+  sizes.requireScalar(body.input_views[0], DType::kI64, "the body's iteration number");
+  sizes.requireScalar(body.input_views[1], DType::kBool, "the body's condition input");
+  sizes.requireScalar(body.output_views[0], DType::kBool, "the body's condition output");
+  for (uint32_t k = 0; k < carried; ++k) {
+    const std::string what = fmt::format("carried value {}", k);
+    sizes.require(in[2 + k], body.input_views[2 + k], what);
+    sizes.require(bytesOf(sizes.views[body.input_views[2 + k]]), bytesOf(sizes.views[body.output_views[1 + k]]),
+                  what + " (the body's output)");
+    sizes.require(out[k], body.input_views[2 + k], what + " (the node's output)");
+  }
+  for (uint32_t j = 0; j < control.outputs - carried; ++j) {
+    const TensorView& whole = out[carried + j];
+    if (whole.rank == 0) throw UsageError(fmt::format("Loop: scan output {} has no iteration axis", j));
+    sizes.requireSlices(whole, 0, static_cast<uint64_t>(whole.dims[0]), body.output_views[1 + carried + j],
+                        fmt::format("scan output {}", j));
+  }
+}
+
+// Scan(states..., scanned...) -> (states..., scans...): body(states...,
+// slices...) -> (states..., slices...).
+void checkScan(const Sizes& sizes, const ControlFlow& control, const TensorView* in, const TensorView* out,
+               const Program& body) {
+  const uint32_t states = control.inputs - control.scan_inputs;
+  const uint64_t length = static_cast<uint64_t>(in[states].dims[control.input_axes[0]]);
+  for (uint32_t i = 0; i < states; ++i) {
+    const std::string what = fmt::format("state {}", i);
+    sizes.require(in[i], body.input_views[i], what);
+    sizes.require(bytesOf(sizes.views[body.input_views[i]]), bytesOf(sizes.views[body.output_views[i]]),
+                  what + " (the body's output)");
+    sizes.require(out[i], body.input_views[i], what + " (the node's output)");
+  }
+  for (uint32_t k = 0; k < control.scan_inputs; ++k) {
+    sizes.requireSlices(in[states + k], control.input_axes[k], length, body.input_views[states + k],
+                        fmt::format("scanned input {}", k));
+  }
+  for (uint32_t j = 0; j < control.outputs - states; ++j) {
+    sizes.requireSlices(out[states + j], control.output_axes[j], length, body.output_views[states + j],
+                        fmt::format("scan output {}", j));
+  }
+}
+
 }  // namespace
 
 bool isControlFlowKernel(const std::string& kernel) {
@@ -58,18 +143,23 @@ bool isControlFlowKernel(const std::string& kernel) {
 }
 
 std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const ParamMap& params,
-                                                std::vector<const Program*> programs, const TensorView* inputs,
-                                                uint32_t input_count, const TensorView* outputs,
-                                                uint32_t output_count) {
+                                                std::vector<const Program*> programs,
+                                                std::span<const TensorView> views, const Step& step) {
+  const TensorView* inputs = &views[step.first_input];
+  const TensorView* outputs = &views[step.first_output];
+  const uint32_t input_count = step.input_count;
   auto control = std::make_unique<ControlFlow>();
   control->programs = std::move(programs);
-  control->inputs = static_cast<uint32_t>(params.getInt("captured_from", input_count));
-  control->outputs = output_count - 1;  // the workspace comes last
+  const int64_t captured_from = params.getInt("captured_from", input_count);
   const size_t expected_programs = kernel == "kiln.If" ? 2 : 1;
-  if (control->programs.size() != expected_programs || control->inputs > input_count) {
-    throw UsageError(fmt::format("{}: malformed step ({} sub-programs, {} inputs)", kernel, control->programs.size(),
-                                 control->inputs));
+  if (control->programs.size() != expected_programs || captured_from < 0 || captured_from > input_count ||
+      step.output_count == 0) {
+    throw UsageError(fmt::format("{}: malformed step ({} sub-programs, {} inputs, {} outputs)", kernel,
+                                 control->programs.size(), captured_from, step.output_count));
   }
+  control->inputs = static_cast<uint32_t>(captured_from);
+  control->outputs = step.output_count - 1;  // the workspace comes last
+  const Sizes sizes{kernel, views};
   if (kernel == "kiln.If") {
     control->kind = ControlFlow::Kind::kIf;
     if (control->inputs != 1 || inputs[0].dtype != DType::kBool || inputs[0].numElements() != 1) {
@@ -77,14 +167,19 @@ std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const
     }
     for (const Program* branch : control->programs) {
       if (branch->output_views.size() != control->outputs) throw UsageError("If: a branch gives the wrong outputs");
+      for (uint32_t i = 0; i < control->outputs; ++i) {
+        sizes.require(outputs[i], branch->output_views[i], fmt::format("output {}", i));
+      }
     }
   } else if (kernel == "kiln.Loop") {
     control->kind = ControlFlow::Kind::kLoop;
     const Program& body = *control->programs[0];
     if (control->inputs < 2 || body.input_views.size() != control->inputs ||
-        body.output_views.size() != 1 + control->outputs) {
+        body.output_views.size() != 1 + static_cast<size_t>(control->outputs) ||
+        control->outputs < control->inputs - 2) {
       throw UsageError("Loop: the body's inputs or outputs do not match the node's");
     }
+    checkLoop(sizes, *control, inputs, outputs, body);
   } else {
     control->kind = ControlFlow::Kind::kScan;
     const auto scans = params.getInt("num_scan_inputs", 0);
@@ -115,11 +210,13 @@ std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const
     control->input_reverse = flags("scan_input_directions", control->scan_inputs);
     // Output ranks are known from the body's slices plus the scan axis.
     const Program& body = *control->programs[0];
-    if (body.input_views.size() != control->inputs || body.output_views.size() != control->outputs) {
+    if (body.input_views.size() != control->inputs || body.output_views.size() != control->outputs ||
+        control->outputs < states) {
       throw UsageError("Scan: the body's inputs or outputs do not match the node's");
     }
     control->output_axes = axes("scan_output_axes", scan_outputs, [&](uint32_t j) { return outputs[states + j].rank; });
     control->output_reverse = flags("scan_output_directions", scan_outputs);
+    checkScan(sizes, *control, inputs, outputs, body);
   }
   return control;
 }

@@ -9,22 +9,16 @@ namespace {
 
 constexpr size_t kParallelCopyMin = 2u << 20;  // below this one thread copies
 
-bool pageable(const void* pointer) {
+// What CUDA knows `pointer` to be: pageable host memory
+// (cudaMemoryTypeUnregistered), pinned host memory, device memory; or -1
+// when it cannot tell.
+int memoryType(const void* pointer) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return -1;
   }
-  return attributes.type == cudaMemoryTypeUnregistered;
-}
-
-bool onDevice(const void* pointer) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice;
+  return attributes.type;
 }
 
 int helperCount() {
@@ -68,8 +62,9 @@ cudaError_t PinnedStaging::ensureRing() {
 
 cudaError_t PinnedStaging::copy(void* destination, const void* source, uint64_t bytes, cudaStream_t stream) {
   if (bytes >= kMinStagedBytes) {
-    const bool up = pageable(source) && onDevice(destination);
-    const bool down = !up && onDevice(source) && pageable(destination);
+    const int from = memoryType(source), to = memoryType(destination);
+    const bool up = from == cudaMemoryTypeUnregistered && to == cudaMemoryTypeDevice;
+    const bool down = from == cudaMemoryTypeDevice && to == cudaMemoryTypeUnregistered;
     if ((up || down) && ensureRing() == cudaSuccess) {
       constexpr size_t kAlign = 64u << 10;
       const size_t chunk = std::clamp<size_t>((bytes / 4 + kAlign - 1) / kAlign * kAlign, 1u << 20, kChunkBytes);

@@ -76,7 +76,9 @@ Executable::Executable(std::shared_ptr<const PackageReader> package, const std::
   m.cuda_graphs = options.cuda_graphs;
 
   const ExecutableBlob* blob = m.package->findExecutable(m.metadata.executable);
-  m.spec = decodeExecutable(blob->read(), m.source + " (executable '" + blob->name() + "')");
+  const std::string where = m.source + " (executable '" + blob->name() + "')";
+  m.spec = decodeExecutable(blob->read(), where);
+  checkAnchorsMatch(m.metadata, m.spec, where, chosen->info().offset);  // as verifyModels
   // Anchors by program: those of the load programs are the weights.
   auto in_load = [&](const Anchor& anchor) {
     for (uint32_t program : anchor.programs) {

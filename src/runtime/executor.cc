@@ -307,9 +307,7 @@ struct Executor::Impl {
         if (isControlFlowKernel(step_spec.kernel)) {
           std::vector<const Program*> subprograms;
           for (uint32_t index : step_spec.subprograms) subprograms.push_back(&programs.at(index));
-          step.control = prepareControlFlow(step_spec.kernel, step_spec.params, std::move(subprograms),
-                                            &views[step.first_input], step.input_count, &views[step.first_output],
-                                            step.output_count);
+          step.control = prepareControlFlow(step_spec.kernel, step_spec.params, std::move(subprograms), views, step);
         } else {
           const KernelSetup setup{step_spec.params, input_infos, output_infos, constants, queue};
           prepareKernel(step_spec.kernel, setup, step);
@@ -349,37 +347,13 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
                                  chosen->name(), package.string()));
   }
   const ExecutableBlob* executable = m.reader->findExecutable(chosen->metadata().executable);
-  m.spec = decodeExecutable(executable->read(), package.string() + " (executable '" + executable->name() + "')");
+  // The checks of verifyModels (`kiln dump --verify`), in the same words.
+  const std::string where = package.string() + " (executable '" + executable->name() + "')";
+  m.spec = decodeExecutable(executable->read(), where);
   m.bindPackageConstants();
-  const std::vector<const Anchor*> output_anchors = chosen->metadata().outputs();
-  for (const Anchor* anchor : output_anchors) {
-    m.outputs.push_back({anchor->name, anchor->info});
-  }
-  if (m.outputs.size() != m.spec.outputs.size()) {
-    throw FormatError(package.string(), chosen->info().offset, "metadata and executable disagree on the outputs");
-  }
-  // Callers size their memory by the anchors and the steps write (or read)
-  // the executable's values: the two must be one size, or a package with a
-  // shrunk anchor writes past the caller's block (issue 12).
-  auto disagree = [&](const Anchor& anchor, const TensorInfo& value) {
-    throw FormatError(package.string(), chosen->info().offset,
-                      fmt::format("anchor '{}' is {} but the executable's value is {}", anchor.name,
-                                  anchor.info.toString(), value.toString()));
-  };
-  for (size_t i = 0; i < m.outputs.size(); ++i) {
-    const TensorInfo& value = m.spec.values[m.spec.outputs[i]].info;
-    const Anchor* anchor = output_anchors[i];
-    if (value.dtype != anchor->info.dtype || value.sizeInBytes() != anchor->info.sizeInBytes()) disagree(*anchor, value);
-  }
-  for (const Anchor* anchor : chosen->metadata().inputs()) {
-    for (uint32_t input : m.spec.inputs) {
-      const ValueSpec& value = m.spec.values[input];
-      if (value.name == anchor->name && anchor->info.isStatic() &&
-          (value.info.dtype != anchor->info.dtype || value.info.sizeInBytes() != anchor->info.sizeInBytes())) {
-        disagree(*anchor, value.info);
-      }
-    }
-  }
+  // A package with a shrunk anchor wrote past the caller's block (issue 12).
+  checkAnchorsMatch(chosen->metadata(), m.spec, where, chosen->info().offset);
+  for (const Anchor* anchor : chosen->metadata().outputs()) m.outputs.push_back({anchor->name, anchor->info});
   m.finishLoad(options);
 }
 

@@ -82,12 +82,15 @@ class ProgramRunner {
 };
 
 // The ControlFlow of a kiln.If / kiln.Loop / kiln.Scan step, checked
-// against its prepared sub-programs and its views; UsageError when they do
-// not fit together.
+// against its prepared sub-programs and the view table `views` (which the
+// step's inputs and outputs, and the sub-programs' views, index): every copy
+// the step will make between the node's tensors and the sub-programs' must
+// move as many bytes as its destination holds. UsageError when they do not
+// fit together (a crafted package: the copies would write past their
+// destination).
 std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const ParamMap& params,
-                                                std::vector<const Program*> programs, const TensorView* inputs,
-                                                uint32_t input_count, const TensorView* outputs,
-                                                uint32_t output_count);
+                                                std::vector<const Program*> programs,
+                                                std::span<const TensorView> views, const Step& step);
 
 bool isControlFlowKernel(const std::string& kernel);
 

@@ -9,11 +9,13 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <utility>
 #include <string>
 
 #include "format/executable_spec.h"
 #include "kiln/error.h"
 #include "kiln/executor.h"
+#include "kiln/model_runner.h"
 #include "kiln/package_reader.h"
 #include "kiln/package_writer.h"
 #include "tests/runtime/runtime_test_models.h"
@@ -23,13 +25,14 @@ namespace {
 
 using testing::TempPackage;
 
-// The affine model's package with its executable spec passed through `edit`
-// (and its metadata through `edit_metadata`).
-void writeEdited(const std::filesystem::path& path, const std::function<void(ExecutableSpec&)>& edit,
-                 const std::function<void(Metadata&)>& edit_metadata = [](Metadata&) {}) {
-  TempPackage compiled("hostile_source");
-  testing::writeAffineModel(compiled.path(), testing::kBatch, testing::kFeatures);
-  PackageReader reader(compiled.path());
+using EditSpec = std::function<void(ExecutableSpec&)>;
+using EditMetadata = std::function<void(Metadata&)>;
+
+// The package at `source` rewritten to `path` with its executable spec
+// passed through `edit` (and its metadata through `edit_metadata`).
+void rewrite(const std::filesystem::path& source, const std::filesystem::path& path, const EditSpec& edit,
+             const EditMetadata& edit_metadata = [](Metadata&) {}) {
+  PackageReader reader(source);
   const MetadataBlob* metadata = reader.metadata().front();
   const ExecutableBlob* executable = reader.findExecutable(metadata->metadata().executable);
   ExecutableSpec spec = decodeExecutable(executable->read(), "test");
@@ -43,13 +46,34 @@ void writeEdited(const std::filesystem::path& path, const std::function<void(Exe
   writer.close();
 }
 
+// The affine model's package, edited.
+void writeEdited(const std::filesystem::path& path, const EditSpec& edit,
+                 const EditMetadata& edit_metadata = [](Metadata&) {}) {
+  TempPackage compiled("hostile_source");
+  testing::writeAffineModel(compiled.path(), testing::kBatch, testing::kFeatures);
+  rewrite(compiled.path(), path, edit, edit_metadata);
+}
+
+// The load's error, after checking that `kiln dump --verify`'s verifier
+// (verifyModels) refuses the package the same way where it can tell
+// without preparing the steps.
 std::string loadError(const std::filesystem::path& path) {
+  std::string error = "(loaded)";
   try {
     Executor executor(path);
-  } catch (const Error& error) {
-    return error.what();
+  } catch (const Error& e) {
+    error = e.what();
   }
-  return "(loaded)";
+  std::string verified = "(verified)";
+  try {
+    verifyModels(PackageReader(path), path.string());
+  } catch (const Error& e) {
+    verified = e.what();
+  }
+  if (verified != "(verified)") {
+    EXPECT_EQ(verified, error);
+  }
+  return error;
 }
 
 // (arena_bytes + 63) / 64 * 64 wrapped to 0 for a size near 2^64: an empty
@@ -80,7 +104,104 @@ TEST(HostilePackage, AnchorsThatDisagreeWithTheExecutableAreRefused) {
     const std::string error = loadError(package.path());
     EXPECT_NE(error.find(fmt::format("anchor '{}' is", name)), std::string::npos) << error;
     EXPECT_NE(error.find("but the executable's value is"), std::string::npos) << error;
+    // A device loads through Executable, which checks the same.
+    DeviceManager manager(testing::simOptions(1));
+    ModelRunnerConfig config;
+    config.device_kind = DeviceKind::kSim;
+    config.device_manager = &manager;
+    std::string on_sim = "(loaded)";
+    try {
+      ModelRunner runner(package.path(), config);
+    } catch (const Error& e) {
+      on_sim = e.what();
+    }
+    EXPECT_NE(on_sim.find("but the executable's value is"), std::string::npos) << on_sim;
   }
+}
+
+// The executable was trusted not to write where it must not: a step whose
+// output lies in a constant (a read-only mapping of the file) or in a model
+// input (the caller's buffer, immutable `bytes` in Python).
+TEST(HostilePackage, StepsWritingIntoConstantsOrInputsAreRefused) {
+  for (const ValueStorage target : {ValueStorage::kConstant, ValueStorage::kInput}) {
+    TempPackage package("hostile_write");
+    writeEdited(package.path(), [&](ExecutableSpec& spec) {
+      for (uint32_t i = 0; i < spec.values.size(); ++i) {
+        if (spec.values[i].storage == target) spec.steps.front().outputs.front() = i;
+      }
+    });
+    const std::string error = loadError(package.path());
+    EXPECT_NE(error.find(target == ValueStorage::kConstant ? "which lies in a constant" : "which lies in a model input"),
+              std::string::npos)
+        << error;
+  }
+}
+
+// Control flow copied bytesOf(source) into its destination unchecked: a
+// sub-program whose formal input or output lists name a value of another
+// size made the copies write past their destination (a carried [4] float
+// value into a 1-byte flag) or read past their source.
+TEST(HostilePackage, ControlFlowCopiesThatDoNotFitAreRefused) {
+  TempPackage loop("hostile_loop_source"), conditional("hostile_if_source");
+  testing::writeLoopModel(loop.path());
+  testing::writeConditionalModel(conditional.path());
+  // The sub-program the step of `kernel` runs first (Loop: its body; If:
+  // its then branch), and the step.
+  auto find = [](ExecutableSpec& spec, const char* kernel) -> std::pair<SubProgramSpec*, StepSpec*> {
+    for (StepSpec& step : spec.steps) {
+      if (step.kernel == kernel) return {&spec.subprograms.at(step.subprograms.front()), &step};
+    }
+    ADD_FAILURE() << "no " << kernel << " step";
+    return {nullptr, nullptr};
+  };
+  struct Case {
+    const std::filesystem::path* source;
+    EditSpec edit;
+    const char* expected;
+  };
+  const Case cases[] = {
+      // The body's carried input replaced by its 1-byte condition input.
+      {&loop.path(),
+       [&](ExecutableSpec& spec) {
+         auto [body, step] = find(spec, "kiln.Loop");
+         body->inputs[2] = body->inputs[1];
+       },
+       "carried value 0 has 1 bytes where 16 are copied"},
+      // The body's scan slice replaced by its 8-byte iteration number.
+      {&loop.path(),
+       [&](ExecutableSpec& spec) {
+         auto [body, step] = find(spec, "kiln.Loop");
+         body->outputs[2] = body->inputs[0];
+       },
+       "scan output 0's slice"},
+      // The then branch's output replaced by the 1-byte condition.
+      {&conditional.path(),
+       [&](ExecutableSpec& spec) {
+         auto [branch, step] = find(spec, "kiln.If");
+         branch->outputs[0] = step->inputs[0];
+       },
+       "output 0 has 1 bytes where 16 are copied"},
+  };
+  for (const Case& c : cases) {
+    TempPackage package("hostile_control_flow");
+    rewrite(*c.source, package.path(), c.edit);
+    const std::string error = loadError(package.path());
+    EXPECT_NE(error.find(c.expected), std::string::npos) << c.expected << ": " << error;
+  }
+}
+
+// A control-flow step without outputs (its workspace comes last) made the
+// output count wrap to 2^32 - 1.
+TEST(HostilePackage, AControlFlowStepWithoutOutputsIsRefused) {
+  TempPackage loop("hostile_loop_source"), package("hostile_loop_outputs");
+  testing::writeLoopModel(loop.path());
+  rewrite(loop.path(), package.path(), [](ExecutableSpec& spec) {
+    for (StepSpec& step : spec.steps) {
+      if (step.kernel == "kiln.Loop") step.outputs.clear();
+    }
+  });
+  const std::string error = loadError(package.path());
+  EXPECT_NE(error.find("malformed step"), std::string::npos) << error;
 }
 
 }  // namespace

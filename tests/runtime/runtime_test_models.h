@@ -136,6 +136,34 @@ inline void writeConditionalModel(const std::filesystem::path& path) {
   compile(graph, {{"", 17}}, path);
 }
 
+// A Loop of 3 iterations over v [4]: body v_out = v_in * 0.5 + 1, and each
+// iteration's v_out stacked into the scan output s [3, 4].
+inline void writeLoopModel(const std::filesystem::path& path) {
+  auto body = std::make_shared<Graph>("body");
+  body->addInput("i", ValueType::tensor(DType::kI64, {}));
+  const ValueId cond_in = body->addInput("cond_in", ValueType::tensor(DType::kBool, {}));
+  const ValueId v_in = body->addInput("v_in", ValueType::tensor(DType::kF32, {4}));
+  const ValueId half = body->addInitializer("half", floatConstant({}, {0.5f}));
+  const ValueId one = body->addInitializer("one", floatConstant({}, {1.0f}));
+  const ValueId scaled = body->node(body->addNode("Mul", {v_in, half}, {"scaled"})).outputs[0];
+  const ValueId v_out = body->node(body->addNode("Add", {scaled, one}, {"v_out"})).outputs[0];
+  const ValueId cond_out = body->node(body->addNode("Identity", {cond_in}, {"cond_out"})).outputs[0];
+  const ValueId slice = body->node(body->addNode("Identity", {v_out}, {"slice"})).outputs[0];
+  body->addOutput(cond_out);
+  body->addOutput(v_out);
+  body->addOutput(slice);
+  Graph graph;
+  const ValueId v0 = graph.addInput("v0", ValueType::tensor(DType::kF32, {4}));
+  std::vector<std::byte> three(sizeof(int64_t));
+  const int64_t iterations = 3;
+  std::memcpy(three.data(), &iterations, sizeof(iterations));
+  const ValueId m = graph.addInitializer("M", makeConstant(TensorInfo{DType::kI64, {}}, std::move(three)));
+  const NodeId loop = graph.addNode("Loop", {m, kNoValue, v0}, {"v", "s"}, {{"body", GraphPtr(body)}});
+  graph.addOutput(graph.node(loop).outputs[0]);
+  graph.addOutput(graph.node(loop).outputs[1]);
+  compile(graph, {{"", 17}}, path);
+}
+
 // Sim devices locked in a private directory (one per test process, removed
 // at exit), so that parallel test processes never share them.
 inline std::filesystem::path privateLockDir() {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "format/executable_spec.h"
 #include "kiln/format.h"
 #include "kiln/log.h"
 #include "tools/kiln/commands.h"
@@ -40,7 +41,8 @@ Command addDumpCommand(CLI::App& app) {
   cmd->add_flag("-v,--verbose", args->verbose, "Log what the reader does (debug level)");
   cmd->add_flag("--json", args->json, "Print one JSON document instead of text");
   cmd->add_flag("--verify", args->verify,
-                "Verify every payload checksum and decompress every compressed executable before printing");
+                "Verify every payload checksum, and each model's executable as loading it does (structure, "
+                "what its steps write, its anchors), before printing");
 
   return [args]() {
     if (args->verbose) setLogLevel(LogLevel::kDebug);
@@ -58,6 +60,7 @@ Command addDumpCommand(CLI::App& app) {
       for (const ExecutableBlob* executable : reader.executables()) {
         if (executable->compressed()) (void)executable->read();
       }
+      verifyModels(reader, paths.front().string());  // what a load checks before anything runs
     }
     const std::string text = args->json ? dumpJson(reader, options) : dumpText(reader, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
