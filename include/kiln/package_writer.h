@@ -12,9 +12,16 @@
 // TensorInfo needs), the file is cut back to where that blob began and
 // UsageError is thrown: the file never holds a half-written blob.
 //
+// Mode::kCreate writes a new file beside `path` and renames it over `path`
+// when close() succeeds: `path` never shows a half-written package, and a
+// process that has the old package loaded (mapped) keeps reading it intact
+// (truncating a mapped file in place makes its readers die of SIGBUS). A
+// writer whose close() fails, or that is destroyed by an exception, leaves
+// `path` as it was.
+//
 // Mode::kAppend opens an existing package, checks that it is a well-formed
-// chain of blobs, and adds blobs after them; names already present are
-// refused.
+// chain of blobs, and adds blobs after them in place (the file only grows);
+// names already present are refused.
 //
 // Thread safety: a PackageWriter and its BlobWriters must be used from one
 // thread at a time.
@@ -64,9 +71,11 @@ class PackageWriter {
  public:
   enum class Mode { kCreate, kAppend };
 
-  // kCreate truncates or creates `path`; kAppend requires a valid package.
+  // kCreate replaces or creates `path` (at close); kAppend requires a valid
+  // package.
   explicit PackageWriter(const std::filesystem::path& path, Mode mode = Mode::kCreate);
-  // Closes, reporting failure to the log (call close() to see errors).
+  // Closes, reporting failure to the log (call close() to see errors);
+  // during stack unwinding, abandons the package instead.
   ~PackageWriter();
   PackageWriter(const PackageWriter&) = delete;
   PackageWriter& operator=(const PackageWriter&) = delete;

@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <set>
 
@@ -32,6 +34,7 @@ inline constexpr size_t kBufferSize = size_t{1} << 20;
 // written so far, part of which may still sit in `buffer`.
 struct WriterState {
   std::filesystem::path path;
+  std::filesystem::path temporary;  // kCreate: the file written, renamed to `path` at close
   int fd = -1;
   uint64_t committed_size = 0;
   std::set<std::pair<uint32_t, std::string>> names;  // (namespace, name) in the file
@@ -53,6 +56,7 @@ struct WriterState {
   ~WriterState() {
     ZSTD_freeCCtx(zstd);
     if (fd >= 0) ::close(fd);
+    if (!temporary.empty()) ::unlink(temporary.c_str());  // never published
   }
 
   void writeAll(const std::byte* data, size_t size) {
@@ -248,13 +252,23 @@ PackageWriter::PackageWriter(const std::filesystem::path& path, Mode mode) : sta
   if (mode == Mode::kAppend) {
     openForAppend(*state_);
   } else {
-    state_->fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (state_->fd < 0) throw IoError("cannot create " + path.string(), errno);
+    // Beside `path` (one file system, so the rename is atomic), named
+    // uniquely per process and writer.
+    static std::atomic<uint64_t> writers{0};
+    state_->temporary = path.parent_path() / fmt::format(".{}.tmp-{}-{}", path.filename().string(), ::getpid(),
+                                                        writers.fetch_add(1));
+    state_->fd = ::open(state_->temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (state_->fd < 0) {
+      const int error = errno;
+      state_->temporary.clear();
+      throw IoError("cannot create " + path.string() + " (writing it as a new file beside it)", error);
+    }
   }
   state_->buffer.reserve(detail::kBufferSize);
 }
 
 PackageWriter::~PackageWriter() {
+  if (std::uncaught_exceptions() > 0) return;  // ~WriterState abandons the new file
   try {
     close();
   } catch (const std::exception& e) {
@@ -370,6 +384,12 @@ void PackageWriter::close() {
   const int fd = s.fd;
   s.fd = -1;
   if (::close(fd) != 0) throw IoError("cannot close " + s.path.string(), errno);
+  if (!s.temporary.empty()) {
+    if (::rename(s.temporary.c_str(), s.path.c_str()) != 0) {
+      throw IoError("cannot replace " + s.path.string() + " by the package written beside it", errno);
+    }
+    s.temporary.clear();  // published
+  }
 }
 
 }  // namespace kiln

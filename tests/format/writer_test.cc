@@ -5,7 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
+#include <iterator>
+#include <stdexcept>
 
 #include "tests/format/test_package.h"
 
@@ -16,6 +20,16 @@ using testing::bytesOf;
 using testing::makeMetadata;
 using testing::patternBytes;
 using testing::TempDir;
+
+// The file a kCreate writer is writing: beside its path, renamed over it
+// when close() succeeds.
+std::filesystem::path fileBeingWritten(const std::filesystem::path& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos) return entry.path();
+  }
+  ADD_FAILURE() << "no file being written in " << dir;
+  return dir / "missing";
+}
 
 TEST(Writer, OnlyTheNewestBlobWriterIsActive) {
   TempDir dir;
@@ -66,7 +80,7 @@ TEST(Writer, ShortTensorIsRefusedAndLeavesThePreviousBlobsIntact) {
   const auto path = dir / "p.kiln";
   PackageWriter writer(path);
   writer.writeExecutable("exe", patternBytes(100));
-  const auto size_before = std::filesystem::file_size(path);
+  const auto size_before = std::filesystem::file_size(fileBeingWritten(dir.path()));
   BlobWriter blob = writer.beginTensorData("w", {DType::kF32, {1000}});
   blob.write(patternBytes(3996));  // 4 bytes short
   try {
@@ -76,7 +90,7 @@ TEST(Writer, ShortTensorIsRefusedAndLeavesThePreviousBlobsIntact) {
     EXPECT_NE(std::string(e.what()).find("needs exactly 4000 payload bytes but 3996 were written"), std::string::npos)
         << e.what();
   }
-  EXPECT_EQ(std::filesystem::file_size(path), size_before);
+  EXPECT_EQ(std::filesystem::file_size(fileBeingWritten(dir.path())), size_before);
   writer.writeOpaque("after", "exe", patternBytes(5));  // the writer goes on
   writer.close();
   const PackageReader reader(path, {.checksums = ChecksumPolicy::kEager});
@@ -116,7 +130,7 @@ TEST(Writer, AnIoErrorRollsTheBlobBackAndTheWriterGoesOn) {
   const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
   PackageWriter writer(path);
   writer.writeExecutable("first", patternBytes(100));
-  const auto committed = std::filesystem::file_size(path);
+  const auto committed = std::filesystem::file_size(fileBeingWritten(dir.path()));
   rlimit limited = original;
   limited.rlim_cur = 1 << 20;
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
@@ -129,7 +143,7 @@ TEST(Writer, AnIoErrorRollsTheBlobBackAndTheWriterGoesOn) {
   }
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &original), 0);
   std::signal(SIGXFSZ, previous_handler);
-  EXPECT_EQ(std::filesystem::file_size(path), committed);  // rolled back
+  EXPECT_EQ(std::filesystem::file_size(fileBeingWritten(dir.path())), committed);  // rolled back
 
   writer.writeExecutable("plain", patternBytes(10));
   writer.close();
@@ -191,6 +205,8 @@ TEST(Writer, DestructorFinishesTheActiveBlob) {
   EXPECT_EQ(reader.findOpaque("o")->data().size(), 77u);
 }
 
+// The package at the path stays as it was (here: absent); the file the
+// writer left beside it ends in an incomplete blob, which readers refuse.
 TEST(Writer, AWriterKilledMidBlobLeavesAnIncompleteBlobThatReadersRefuse) {
   TempDir dir;
   const auto path = dir / "p.kiln";
@@ -206,13 +222,66 @@ TEST(Writer, AWriterKilledMidBlobLeavesAnIncompleteBlobThatReadersRefuse) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  const auto partial = fileBeingWritten(dir.path());
   try {
-    const PackageReader reader(path);
+    const PackageReader reader(partial);
     FAIL() << "the reader accepted an incomplete blob";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("incomplete blob (total size 0)"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(PackageWriter(path, PackageWriter::Mode::kAppend), FormatError);
+  EXPECT_THROW(PackageWriter(partial, PackageWriter::Mode::kAppend), FormatError);
+}
+
+// A package rewritten while a reader has it mapped: the old file was
+// truncated in place and the reader died of SIGBUS touching its pages
+// (issue 12). Now the new package replaces the path by rename and the
+// reader keeps reading the old one.
+TEST(Writer, ReplacingAPackageLeavesItsReadersIntact) {
+  TempDir dir;
+  const auto path = dir / "p.kiln";
+  const std::vector<std::byte> weights = patternBytes(4 << 20, 3);
+  {
+    PackageWriter writer(path);
+    writer.writeTensorData("w", {DType::kU8, {4 << 20}}, weights);
+    writer.close();
+  }
+  const PackageReader old_reader(path);
+  const TensorDataBlob* old_weights = old_reader.findTensorData("w");
+  ASSERT_NE(old_weights, nullptr);
+  {
+    PackageWriter writer(path);
+    writer.writeExecutable("exe", patternBytes(10));
+    writer.close();
+  }
+  const std::span<const std::byte> mapped = old_weights->data();
+  EXPECT_TRUE(std::equal(mapped.begin(), mapped.end(), weights.begin(), weights.end()));
+  const PackageReader new_reader(path);
+  EXPECT_EQ(new_reader.findTensorData("w"), nullptr);
+  EXPECT_NE(new_reader.findExecutable("exe"), nullptr);
+}
+
+// A writer unwound by an exception, or whose close() fails, leaves the
+// path as it was and nothing beside it.
+TEST(Writer, AnAbandonedWriterLeavesThePathAsItWas) {
+  TempDir dir;
+  const auto path = dir / "p.kiln";
+  testing::writeSmallPackage(path);
+  const auto before = testing::readFile(path);
+  try {
+    PackageWriter writer(path);
+    writer.writeExecutable("exe", patternBytes(10));
+    throw std::runtime_error("the compile failed");
+  } catch (const std::runtime_error&) {
+  }
+  {
+    PackageWriter writer(path);
+    BlobWriter blob = writer.beginTensorData("short", {DType::kU8, {10}});
+    blob.write(patternBytes(4));
+    EXPECT_THROW(writer.close(), UsageError);
+  }
+  EXPECT_EQ(testing::readFile(path), before);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
 }
 
 TEST(Writer, LayoutInvariantsHold) {
