@@ -3,7 +3,9 @@
 import json
 import re
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 
 def section(text: str, heading: str) -> str:
@@ -133,6 +135,24 @@ def test_payload_corruption_is_found_on_access_or_with_verify(kiln, example):
     result = kiln("dump", "--verify", bad)
     assert result.returncode == 1
     assert "payload checksum mismatch in Opaque 'kiln-example'" in result.stderr
+
+
+def test_verify_checks_the_models_as_a_load_does(kiln, example, tmp_path):
+    # The example package's executable is a reference-style text program,
+    # not one kiln compiled: the format holds, the model could not load.
+    assert kiln("dump", "--verify-format", example).returncode == 0
+    result = kiln("dump", "--verify", example)
+    assert result.returncode == 1
+    assert "executable 'example-add'" in result.stderr and "version" in result.stderr, result.stderr
+    # A package kiln compiled passes both.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "relu.onnx")
+    assert kiln("compile", tmp_path / "relu.onnx", "-o", tmp_path / "relu.kiln").returncode == 0
+    for flag in ("--verify", "--verify-format"):
+        assert kiln("dump", flag, tmp_path / "relu.kiln").returncode == 0
 
 
 def test_usage_errors_exit_2(kiln, tmp_path):

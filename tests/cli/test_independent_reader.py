@@ -546,11 +546,11 @@ def test_random_corruptions_same_verdict(example_files, tmp_path):
                 data[offset] = rng.choice([0, 1, 2, 0x7F, 0x80, 0xFF, rng.randrange(256)])
         reseal(data, blob["offset"])
         path.write_bytes(data)
-        kiln_refuses = run_kiln("dump", "--all", "--verify", str(path)).returncode != 0
+        kiln_refuses = run_kiln("dump", "--all", "--verify-format", str(path)).returncode != 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")      # blobs turned into an unknown type
             try:
-                # Like `kiln dump --verify`: checksums, then decompress the programs.
+                # Like `kiln dump --verify-format`: checksums, then decompress the programs.
                 for decoded in ir.read_package([str(path)]).blobs:
                     if decoded.type == ir.EXECUTABLE and decoded.flags & ir.FLAG_COMPRESSED:
                         decoded.payload()
