@@ -173,7 +173,10 @@ nb::list runAllocating(kiln::DynamicExecutor& executor, const std::vector<ConstA
         call.infos, call.data,
         [&](size_t index, const kiln::TensorInfo& info) {
           buffers[index].reset(static_cast<std::byte*>(std::malloc(std::max<size_t>(info.sizeInBytes(), 1))));
-          if (!buffers[index]) throw std::bad_alloc();
+          if (!buffers[index]) {
+            throw kiln::UsageError(fmt::format("output '{}' of {} bytes cannot be allocated on this machine",
+                                               executor.outputs()[index].name, info.sizeInBytes()));
+          }
           infos[index] = info;
           return buffers[index].get();
         },

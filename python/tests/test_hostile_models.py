@@ -181,3 +181,30 @@ def test_external_data_links_that_stay_inside_are_read(tmp_path):
     (snapshot / "w.bin").symlink_to("../../blobs/sha-data")
     kiln.compile(snapshot / "m.onnx", tmp_path / "b.kiln")
     np.testing.assert_allclose(kiln.Runner(tmp_path / "b.kiln").run({"x": x})["y"], x @ w, rtol=1e-6)
+
+
+def test_request_shapes_that_ask_for_more_memory_than_the_machine_has_are_refused(tmp_path):
+    """A run-time-shape package specialized for a request whose values ask
+    for terabytes (Expand to [10^6, 10^6]), as an intermediate (the arena)
+    and as an output: both allocations threw std::bad_alloc (MemoryError);
+    each is now a kiln.Error, and the runner serves the next request."""
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["big"]),
+             helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+              helper.make_tensor_value_info("shape", TensorProto.INT64, [2])]
+    x = np.array([2.5], np.float32)
+    for outputs, expected in ((["total"], "the program's arena"), (["big"], "output 'big'")):
+        graph = helper.make_graph(nodes if outputs == ["total"] else nodes[:1], "hostile", inputs,
+                                  [out(name, TensorProto.FLOAT) for name in outputs])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.save(model, tmp_path / "m.onnx")
+        kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+        runner = kiln.Runner(tmp_path / "m.kiln")
+        try:
+            runner.run({"x": x, "shape": np.array([10**6, 10**6], np.int64)})
+            raise AssertionError("4 TB were granted")
+        except kiln.Error as error:
+            assert expected in str(error) and "cannot be allocated on this machine" in str(error), error
+        y = runner.run({"x": x, "shape": np.array([2, 3], np.int64)})[outputs[0]]
+        np.testing.assert_allclose(y, 15.0 if outputs == ["total"] else np.full((2, 3), 2.5, np.float32))

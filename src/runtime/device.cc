@@ -75,6 +75,21 @@ std::byte* allocateAligned(uint64_t bytes) noexcept {
 
 void freeAligned(std::byte* data) noexcept { std::free(data); }
 
+std::byte* allocateArena(uint64_t bytes, const std::string& what) {
+  const uint64_t memory = hostMemoryBytes();
+  if (memory > 0 && bytes > memory) {
+    throw UsageError(fmt::format("{}: the program's arena of {} bytes ({}) cannot be allocated on this machine ({} of "
+                                 "memory)",
+                                 what, bytes, humanBytes(bytes), humanBytes(memory)));
+  }
+  std::byte* arena = allocateAligned(bytes);
+  if (arena == nullptr) {
+    throw UsageError(fmt::format("{}: the program's arena of {} bytes ({}) cannot be allocated on this machine", what,
+                                 bytes, humanBytes(bytes)));
+  }
+  return arena;
+}
+
 std::string humanBytes(uint64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

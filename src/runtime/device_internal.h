@@ -23,6 +23,12 @@ inline constexpr uint64_t kAlignment = 64;
 std::byte* allocateAligned(uint64_t bytes) noexcept;
 void freeAligned(std::byte* data) noexcept;
 
+// allocateAligned for a program's arena of `bytes`: UsageError naming
+// `what` when it exceeds the machine's memory (refused before asking the
+// allocator, which may abort on such a request under sanitizers, or
+// overcommit) or when the allocation fails. Never null.
+std::byte* allocateArena(uint64_t bytes, const std::string& what);
+
 // "512 B", "12.0 KiB", "60.0 MiB", "1.5 GiB": sizes for error messages.
 std::string humanBytes(uint64_t bytes);
 

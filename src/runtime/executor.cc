@@ -181,21 +181,8 @@ struct Executor::Impl {
     }
     if (!options.external_arena) {
       // Checked: a declared size near 2^64 used to round up to 0 bytes, and
-      // the kernels wrote into that (issue 12). One beyond the machine's
-      // memory is refused before asking the allocator (which may abort on
-      // such a request under sanitizers, or overcommit).
-      const uint64_t memory = device_internal::hostMemoryBytes();
-      if (memory > 0 && spec.arena_bytes > memory) {
-        throw UsageError(fmt::format("{}: the program's arena of {} bytes ({}) cannot be allocated on this machine "
-                                     "({} of memory)",
-                                     source, spec.arena_bytes, device_internal::humanBytes(spec.arena_bytes),
-                                     device_internal::humanBytes(memory)));
-      }
-      own_arena.reset(device_internal::allocateAligned(spec.arena_bytes));
-      if (!own_arena) {
-        throw UsageError(fmt::format("{}: the program's arena of {} bytes ({}) cannot be allocated on this machine",
-                                     source, spec.arena_bytes, device_internal::humanBytes(spec.arena_bytes)));
-      }
+      // the kernels wrote into that (issue 12).
+      own_arena.reset(device_internal::allocateArena(spec.arena_bytes, source));
       arena = own_arena.get();
     }
     prepare();

@@ -363,12 +363,13 @@ struct DynamicExecutor::Impl {
   }
 
   // Grows the shared arena to `needed` bytes (contents are not kept: it only
-  // holds intermediates of one call).
+  // holds intermediates of one call). A size the machine cannot give (a
+  // request's shapes asking for terabytes) is a UsageError, and the arena
+  // stays as it was.
   void reserveArena(uint64_t needed) {
     if (needed <= arena_bytes && arena) return;
     const uint64_t size = std::max<uint64_t>(needed, 64);
-    arena.reset(device_internal::allocateAligned(size));  // checked rounding; null when too large
-    if (!arena) throw std::bad_alloc();
+    arena.reset(device_internal::allocateArena(size, source + " (these input shapes)"));
     arena_bytes = size;
     arena_size = size;
   }
