@@ -48,7 +48,7 @@ build-tsan: setup
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz
+	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz
 
 demo: build
 	@mkdir -p build/demo
@@ -108,11 +108,12 @@ fuzz: fuzz-run
 
 # Fuzzes copies of the seed corpora, so that runs never change the
 # repository: the package reader for FUZZ_SECONDS, the ONNX importer and the
-# graph codec for half that each. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
+# graph codec for half that each, the .npy reader for a quarter. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
 fuzz-run: build-fuzz
 	@scripts/fuzz reader_fuzz tests/format/fuzz_seeds tests/format/reader_fuzz.dict $(FUZZ_SECONDS)
 	@scripts/fuzz onnx_import_fuzz tests/frontend/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz graph_codec_fuzz tests/ir/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
+	@scripts/fuzz npy_fuzz tests/cli/npy_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
 
 clean:
 	rm -rf build
