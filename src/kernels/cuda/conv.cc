@@ -946,7 +946,7 @@ void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState&
   const TensorInfo& y = setup.outputs[0];
   const int64_t pixels = y.shape.size() > 2 ? static_cast<int64_t>(y.numElements()) / (y.shape[0] * y.shape[1]) : 1;
   const Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual);
-  state.post_ops.prepare(op, toDeviceProgram(op, *program), indexing, y.numElements(), queueOf(setup.queue));
+  state.post_ops.prepare(toDeviceProgram(op, *program), indexing, y.numElements(), queueOf(setup.queue));
   state.post_pass = true;
   state.bias_in_post_pass = state.has_bias;
 }

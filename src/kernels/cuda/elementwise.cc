@@ -91,7 +91,7 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
 std::unique_ptr<KernelState> finish(const std::string& op, const KernelSetup& setup, const ElementwiseProgram& program) {
   if (setup.outputs.size() != 1 || setup.outputs[0].dtype != DType::kF32) decline(op, "a non-f32 output");
   auto state = std::make_unique<ElementwiseState>();
-  state->pass.prepare(op, toDeviceProgram(op, program), planIndexing(op, setup), setup.outputs[0].numElements(),
+  state->pass.prepare(toDeviceProgram(op, program), planIndexing(op, setup), setup.outputs[0].numElements(),
                       queueOf(setup.queue));
   return state;
 }

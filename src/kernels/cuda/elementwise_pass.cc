@@ -1,10 +1,8 @@
 #include "kernels/cuda/elementwise_pass.h"
 
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "core/log.h"
 #include "kernels/cuda/elementwise_codegen.h"
 #include "kernels/cuda/runtime_compiler.h"
 
@@ -15,8 +13,8 @@ bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer
 
 }  // namespace
 
-void ElementwisePass::prepare(std::string_view op, const DeviceProgram& program, const Indexing& indexing,
-                              uint64_t elements, const CudaQueue& queue) {
+void ElementwisePass::prepare(const DeviceProgram& program, const Indexing& indexing, uint64_t elements,
+                              const CudaQueue& queue) {
   program_ = program;
   indexing_ = indexing;
   elements_ = elements;
@@ -28,14 +26,7 @@ void ElementwisePass::prepare(std::string_view op, const DeviceProgram& program,
   if (source->vector_width == 4) names.push_back("kiln_elementwise_v4");
   std::string error;
   const std::vector<cudaKernel_t> kernels = compileKernels(source->text, names, queue.compute_capability, &error);
-  if (kernels.empty()) {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      log::warning("cuda: the runtime compiler failed for {} (elementwise steps use the slower built-in kernel): {}",
-                   op, error);
-    });
-    return;
-  }
+  if (kernels.empty()) return;  // compileKernels said why, once
   scalar_kernel_ = kernels[0];
   if (kernels.size() > 1) vector_kernel_ = kernels[1];
 }

@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string_view>
 
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
@@ -22,10 +21,8 @@ namespace kiln::cuda {
 class ElementwisePass {
  public:
   // `elements` outputs of `program` over inputs found through `indexing`,
-  // for the GPU of `queue`. `op` names the step in the warning logged when
-  // the runtime compiler fails.
-  void prepare(std::string_view op, const DeviceProgram& program, const Indexing& indexing, uint64_t elements,
-               const CudaQueue& queue);
+  // for the GPU of `queue`.
+  void prepare(const DeviceProgram& program, const Indexing& indexing, uint64_t elements, const CudaQueue& queue);
 
   void launch(const Pointers& pointers, cudaStream_t stream) const;
 

@@ -147,7 +147,7 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) decline(op, "cuBLASLt has no algorithm for this product");
   state->algo = result.algo;
   if (activation) {
-    state->activation.prepare(op, toDeviceProgram(op, *activation), Indexing{}, setup.outputs[0].numElements(), queue);
+    state->activation.prepare(toDeviceProgram(op, *activation), Indexing{}, setup.outputs[0].numElements(), queue);
     state->has_activation = true;
   }
   return state;

@@ -72,7 +72,7 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
     }
     const Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
                                            state->has_residual);
-    state->post.prepare(op, toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
+    state->post.prepare(toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
   }
   return state;
 }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include "core/log.h"
+
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -95,7 +97,18 @@ bool runtimeCompilerEnabled() {
   return value == nullptr || std::string_view(value) != "0";
 }
 
-std::vector<cudaKernel_t> compileKernels(const std::string& source, std::span<const char* const> names,
+namespace {
+
+// The first failure of the process, logged: steps then run on the slower
+// built-in kernels.
+void warnOnce(const std::string& error) {
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    log::warning("cuda: the runtime compiler failed (such steps run on the slower built-in kernels): {}", error);
+  });
+}
+
+std::vector<cudaKernel_t> compileAndLoad(const std::string& source, std::span<const char* const> names,
                                          int compute_capability, std::string* error) {
   const std::string key = fmt::format("{}\n{}", compute_capability, source);
   std::lock_guard lock(cacheMutex());
@@ -128,6 +141,15 @@ std::vector<cudaKernel_t> compileKernels(const std::string& source, std::span<co
     }
     kernels.push_back(known->second);
   }
+  return kernels;
+}
+
+}  // namespace
+
+std::vector<cudaKernel_t> compileKernels(const std::string& source, std::span<const char* const> names,
+                                         int compute_capability, std::string* error) {
+  std::vector<cudaKernel_t> kernels = compileAndLoad(source, names, compute_capability, error);
+  if (kernels.empty()) warnOnce(*error);
   return kernels;
 }
 

@@ -22,8 +22,8 @@ namespace kiln::cuda {
 // The kernels `names` (extern "C") of `source`, compiled for GPUs of
 // `compute_capability` (90 for sm_90), in the order asked. On failure
 // (NVRTC refusing the source or the architecture, a load error) returns an
-// empty vector and says why in *error; the caller falls back to kernels
-// built in.
+// empty vector and says why in *error, and logs a warning (the first
+// failure of the process only); the caller falls back to kernels built in.
 std::vector<cudaKernel_t> compileKernels(const std::string& source, std::span<const char* const> names,
                                          int compute_capability, std::string* error);
 
