@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "kiln/error.h"
@@ -457,6 +459,35 @@ TEST(ModelRunnerThreads, ManyThreadsCallAtOnce) {
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(wrong.load(), 0) << deviceKindName(kind);
   }
+}
+
+// The GPU libraries load on first use (kernels/cuda/lazy_libraries.cc):
+// listing devices and running a cpu package must not map cuBLAS, cuBLASLt
+// or NVRTC, which cost ~180 MiB of resident memory when linked.
+TEST(ModelRunnerCpu, LeavesTheGpuLibrariesUnloaded) {
+  const auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line, found;
+    while (std::getline(maps, line)) {
+      for (const char* name : {"libcublas", "libnvrtc"}) {
+        if (line.find(name) != std::string::npos) found = line;
+      }
+    }
+    return found;
+  };
+  DeviceManager manager;
+  bool gpu = false;
+  for (const DeviceInfo& info : manager.devices()) gpu |= info.kind == DeviceKind::kCuda;
+  // On a GPU machine, an earlier test of this process (run as one binary)
+  // may have used the cuda device; without one, nothing may have loaded them.
+  if (gpu && !mapped().empty()) GTEST_SKIP() << "a cuda test of this process loaded them: " << mapped();
+  EXPECT_EQ(mapped(), "");
+  TempPackage package("cpu_only");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  ModelRunner runner(package.path());
+  const std::vector<float> x = rows(kBatch, 1.0f);
+  expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+  EXPECT_EQ(mapped(), "");
 }
 
 }  // namespace
