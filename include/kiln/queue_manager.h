@@ -63,6 +63,10 @@ struct QueueLayout {
   uint64_t bytesOf(uint64_t rows) const { return outer * rows * row_bytes; }
 };
 
+// Session::createQueueManager's batch_dim meaning "each anchor's own
+// Anchor::batch_dim" (whole tensors where an anchor has none).
+inline constexpr uint32_t kAnchorBatchDim = 0xFFFFFFFEu;
+
 // The layout of `info` batched on `batch_dim` (kNoBatchDim: the whole tensor
 // is one row). Throws UsageError when batch_dim >= rank.
 QueueLayout queueLayoutOf(const TensorInfo& info, uint32_t batch_dim);

@@ -112,10 +112,11 @@ class Session {
   void runLoadPrograms();
 
   // Creates the queues of the user anchors, each holding `capacity`
-  // entries, batched on `batch_dim` (kNoBatchDim: each anchor's own
-  // Anchor::batch_dim). The session keeps the QueueManager; a second call
-  // replaces it.
-  QueueManager& createQueueManager(size_t capacity, uint32_t batch_dim = kNoBatchDim);
+  // entries, batched on `batch_dim`: kAnchorBatchDim (the default) batches
+  // each anchor on its own Anchor::batch_dim, kNoBatchDim makes each entry
+  // a whole tensor, and a dimension batches every anchor on it. The session
+  // keeps the QueueManager; a second call replaces it.
+  QueueManager& createQueueManager(size_t capacity, uint32_t batch_dim = kAnchorBatchDim);
   QueueManager* queueManager();
 
   // Runs the main program over the queued data until stop() or

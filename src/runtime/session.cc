@@ -118,7 +118,7 @@ QueueManager& Session::createQueueManager(size_t capacity, uint32_t batch_dim) {
   std::vector<QueueLayout> input_layouts;
   std::vector<QueueLayout> output_layouts;
   auto layout = [&](const Anchor& anchor) {
-    return queueLayoutOf(anchor.info, batch_dim != kNoBatchDim ? batch_dim : anchor.batch_dim);
+    return queueLayoutOf(anchor.info, batch_dim == kAnchorBatchDim ? anchor.batch_dim : batch_dim);
   };
   for (const Anchor& anchor : m.user_inputs) input_layouts.push_back(layout(anchor));
   for (const Anchor& anchor : m.user_outputs) output_layouts.push_back(layout(anchor));

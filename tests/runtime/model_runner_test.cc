@@ -299,6 +299,64 @@ TEST(ModelRunnerBatching, MiddleDimension) {
   }
 }
 
+// A copy of `source` whose user anchors carry Anchor::batch_dim = `batch_dim`
+// (the format allows it; examples/write_example_package.cc sets it).
+void copyWithAnchorBatchDim(const std::filesystem::path& source, const std::filesystem::path& target,
+                            uint32_t batch_dim) {
+  PackageReader reader(source);
+  const MetadataBlob* metadata_blob = reader.metadata().front();
+  Metadata metadata = metadata_blob->metadata();
+  for (Anchor& anchor : metadata.anchors) {
+    if (!reader.isPackageProvided(anchor)) anchor.batch_dim = batch_dim;
+  }
+  PackageWriter writer(target);
+  const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
+  writer.writeExecutable(executable->name(), executable->read());
+  writer.writeMetadata(metadata_blob->name(), metadata);
+  for (const TensorDataBlob* tensor : reader.tensorData()) {
+    writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
+  }
+  writer.close();
+}
+
+// Without batching_dim a request is whole tensors (N of them), whatever
+// batch dimension the package's anchors name: the runner and the session's
+// queues must agree on that. (They did not: the session batched the queues
+// on the anchors' batch_dim, so requests were consumed as rows, wrong
+// results were reported as success, and with batch_dim 1 the loop read and
+// wrote past the caller's buffers.)
+TEST(ModelRunnerBatching, AnchorsWithABatchDimStillTakeWholeTensorsWithoutBatchingDim) {
+  TempPackage middle_source("anchor_batch_dim_src");
+  testing::writeMiddleBatchModel(middle_source.path(), 3, 2, 5);
+  TempPackage middle("anchor_batch_dim_1");
+  copyWithAnchorBatchDim(middle_source.path(), middle.path(), 1);
+  TempPackage affine_source("anchor_batch_dim0_src");
+  testing::writeAffineModel(affine_source.path(), kBatch, kFeatures);
+  TempPackage affine("anchor_batch_dim_0");
+  copyWithAnchorBatchDim(affine_source.path(), affine.path(), 0);
+  DeviceManager manager(simOptions(1));
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kSim}) {
+    ModelRunnerConfig config;
+    config.device_kind = kind;
+    config.device_manager = &manager;
+    {
+      ModelRunner runner(middle.path(), config);
+      for (int64_t whole = 1; whole <= 3; ++whole) {
+        std::vector<float> x(static_cast<size_t>(whole * 3 * 2 * 5));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+        const std::vector<float> y = floats(runner.execute({{"x", ConstTensorMemoryView{x.data(), x.size() * 4}}}).at("y"));
+        ASSERT_EQ(y.size(), x.size());
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], x[i] * 3 - 1) << deviceKindName(kind) << " element " << i;
+      }
+    }
+    {
+      ModelRunner runner(affine.path(), config);
+      const std::vector<float> x = rows(2 * kBatch, 5.0f);
+      expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+    }
+  }
+}
+
 // An anchor of 0 bytes (an empty tensor, f32[0, 4]) beside ordinary ones:
 // it does not size the request, takes 0 bytes, and a request giving it data
 // gets a clear error. (Its size divided the request's: SIGFPE, issue 12.)
