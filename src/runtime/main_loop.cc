@@ -66,6 +66,9 @@ struct MainLoop::Slot {
   std::atomic<size_t> pending{0};
   std::mutex error_mutex;
   std::exception_ptr error;
+  // The error is the caller's (its flush_callback threw or gave views of the
+  // wrong size): it fails this batch's requests, not the session.
+  bool caller_error = false;
   std::atomic<bool> busy{false};
   std::vector<Gathering> gathering;  // inputs with a queue, then outputs
   std::vector<std::vector<Part>*> part_lists;  // the part list of each gathering
@@ -114,7 +117,7 @@ struct SlotCallbacks {
     // its batch counted; a failure is recorded before the answers too, so
     // that a caller who saw the error finds the session failing.
     loop.config_.batches->fetch_add(1, std::memory_order_relaxed);
-    if (slot.error) loop.recordFailure(slot.error);
+    if (slot.error && !slot.caller_error) loop.recordFailure(slot.error);
     for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
     slot.busy.store(false, std::memory_order_release);
     loop.slot_freed_.notifyAll();
@@ -209,7 +212,13 @@ void MainLoop::recordFailure(const std::exception_ptr& error) {
       first = true;
     }
   }
-  if (first && config_.on_failure != nullptr && *config_.on_failure) (*config_.on_failure)(error);
+  if (first && config_.on_failure != nullptr && *config_.on_failure) {
+    // The caller's code, on a device thread: a throw must not terminate.
+    try {
+      (*config_.on_failure)(error);
+    } catch (...) {
+    }
+  }
   failed_.store(true, std::memory_order_release);
   config_.queues->activity().notifyAll();
   slot_freed_.notifyAll();
@@ -274,7 +283,19 @@ void MainLoop::flushRest(Slot& slot, const std::string& waiting_for, bool call_b
   const InputMemoryView* input_view = nullptr;
   const OutputMemoryView* output_view = nullptr;
   if (call_back && config_.flush_callback != nullptr && *config_.flush_callback) {
-    (*config_.flush_callback)(waiting_for, input_view, output_view);
+    try {
+      (*config_.flush_callback)(waiting_for, input_view, output_view);
+    } catch (const std::exception& e) {
+      slot.setError(std::make_exception_ptr(UsageError(fmt::format("flush_callback threw: {}", e.what()))));
+      slot.caller_error = true;
+      input_view = nullptr;
+      output_view = nullptr;
+    } catch (...) {
+      slot.setError(std::make_exception_ptr(UsageError("flush_callback threw a non-standard exception")));
+      slot.caller_error = true;
+      input_view = nullptr;
+      output_view = nullptr;
+    }
   }
   const size_t queued_inputs = slot.gathering.size() - slot.out_parts.size();
   size_t k = 0;
@@ -303,6 +324,7 @@ void MainLoop::flushRest(Slot& slot, const std::string& waiting_for, bool call_b
       slot.setError(std::make_exception_ptr(UsageError(
           fmt::format("flush_callback gave {} bytes for '{}'; the {} missing rows need {}", bytes, g.queue->name(),
                       g.need, layout.bytesOf(g.need)))));
+      slot.caller_error = true;
       data = nullptr;
     }
     parts.push_back(Part{data, g.need, g.need * layout.row_bytes, layout.batch_rows - g.need});
@@ -322,6 +344,7 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
   slot.completions.clear();
   slot.gathering.clear();
   slot.error = nullptr;
+  slot.caller_error = false;
   for (size_t i = 0; i < slot.in_parts.size(); ++i) {
     slot.in_parts[i].clear();
     const int q = config_.inputs[i].queue;
@@ -533,7 +556,17 @@ void MainLoop::run(const std::atomic<bool>& stop) {
     Slot& slot = *slots_[next];
     waitForSlot(slot);
     if (failed_.load(std::memory_order_acquire)) break;
-    const Gather gathered = gatherBatch(slot, stop);
+    Gather gathered;
+    try {
+      gathered = gatherBatch(slot, stop);
+    } catch (...) {
+      // Every request already taken from a queue is answered, whatever
+      // threw; the session then stops with the error.
+      slot.setError(std::current_exception());
+      slot.busy.store(true, std::memory_order_relaxed);
+      SlotCallbacks::finish(slot);
+      break;
+    }
     if (gathered == Gather::kEmpty) break;
     if (failed_.load(std::memory_order_acquire)) {
       // The rows just taken belong to requests enqueued before the failure.

@@ -3,6 +3,7 @@
 // batch sizing, flush on timeout, replicas, device waiting.
 #include "kiln/model_runner.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -193,6 +194,42 @@ TEST_P(ModelRunnerTest, FlushCallbackRunsOnceAndCanSupplyTheMissingRows) {
   EXPECT_EQ(runner.batchesFlushed(), 1u);
   // The padding rows ran on the callback's inputs, into its outputs.
   expectNear(filler_out, affineReference(filler, kFeatures));
+}
+
+// A flush_callback is the caller's code: when it throws, or gives views of
+// the wrong size, the requests of that batch get a UsageError naming it,
+// and the runner goes on serving (it is not the device failing). Before,
+// a throw left the batch's requests unanswered for ever, and a wrong size
+// stopped the runner as failed.
+TEST_P(ModelRunnerTest, AFlushCallbackThatThrowsOrMissizesFailsItsBatchOnly) {
+  for (const bool throws : {true, false}) {
+    ModelRunnerConfig c = config();
+    c.batching_dim = 0;
+    c.timeout_ns = std::chrono::milliseconds(1);
+    const std::vector<float> wrong = rows(1, 0.0f);  // kBatch - 1 rows are missing
+    const InputMemoryView wrong_inputs{{"x", ConstTensorMemoryView{wrong.data(), wrong.size() * 4}}};
+    std::atomic<bool> misbehave{true};
+    c.flush_callback = [&](const std::string&, const InputMemoryView*& inputs, const OutputMemoryView*&) {
+      if (!misbehave) return;
+      if (throws) throw std::runtime_error("the callback's own bug");
+      inputs = &wrong_inputs;
+    };
+    ModelRunner runner(package_.path(), c);
+    const std::vector<float> x = rows(1, 3.0f);
+    auto pending = runner.executeAsync(inputOf(x));
+    ASSERT_TRUE(pending.waitFor(std::chrono::seconds(10))) << "a request never answered";
+    try {
+      pending.get();
+      ADD_FAILURE() << "expected UsageError";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(throws ? "the callback's own bug" : "flush_callback gave"));
+    }
+    // The runner still serves: full batches, and flushed ones once the callback behaves.
+    const std::vector<float> full = rows(kBatch, 1.0f);
+    expectNear(floats(runner.execute(inputOf(full)).at("y")), affineReference(full, kFeatures));
+    misbehave = false;
+    expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+  }
 }
 
 TEST_P(ModelRunnerTest, FlushWithoutCallbackAnswersOnlyRealRequests) {
