@@ -208,6 +208,9 @@ struct CudaDeviceConfig : FaultConfig {
 struct DeviceManagerOptions {
   uint32_t sim_devices = 0;
   SimDeviceConfig sim;  // for every sim device
+  // When not empty, sim device i's configuration (devices past its end use
+  // `sim`): a fault on one replica's device only, say.
+  std::vector<SimDeviceConfig> sim_each;
   CudaDeviceConfig cuda;  // for every cuda device
   // Where the per-device lock files live.
   std::filesystem::path lock_dir;

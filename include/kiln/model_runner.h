@@ -106,9 +106,18 @@ class ModelRunner {
   void execute(const InputMemoryView& inputs, const OutputMemoryView& outputs);
   Future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
 
-  // After the runner stopped on an error: resets the devices, reloads the
-  // model and serves again.
+  // After replicas stopped on an error: resets their devices, reloads the
+  // model on them and puts them back in rotation. Replicas still serving
+  // are left alone. One call at a time (concurrent calls wait). Throws the
+  // first error of a replica that could not be reset; that replica stays
+  // out of rotation and the others are reset anyway.
   void reset();
+
+  // Replicas in rotation: serving requests (N when healthy). A replica
+  // stops on an error the reference's table says stops (or after a failed
+  // reset); requests then go to the others, and fail with its error only
+  // when none is left (with per-replica anchors: when any one stopped).
+  uint32_t replicasServing() const;
 
   // Device resets done so far (automatic and manual), device batches run,
   // batches flushed partial.

@@ -166,6 +166,11 @@ std::vector<DeviceKind> kindsFor(const std::string& device_kind) {
 }
 
 // The GPUs of this machine (none without CUDA).
+// Sim device `index`'s configuration.
+const SimDeviceConfig& simConfig(const DeviceManagerOptions& options, uint32_t index) {
+  return index < options.sim_each.size() ? options.sim_each[index] : options.sim;
+}
+
 std::vector<DeviceInfo> cudaDevices() {
 #if KILN_HAVE_CUDA
   return CudaDevice::describeAll();
@@ -227,7 +232,7 @@ DeviceManager::~DeviceManager() = default;
 std::vector<DeviceInfo> DeviceManager::devices() const {
   std::vector<DeviceInfo> all;
   all.push_back(CpuDevice::describe());
-  for (uint32_t i = 0; i < options_.sim_devices; ++i) all.push_back(SimDevice::describe(i, options_.sim));
+  for (uint32_t i = 0; i < options_.sim_devices; ++i) all.push_back(SimDevice::describe(i, simConfig(options_, i)));
   for (DeviceInfo& gpu : cudaDevices()) all.push_back(std::move(gpu));
   return all;
 }
@@ -241,7 +246,7 @@ std::shared_ptr<Device> makeLockedDevice(const DeviceManagerOptions& options, De
   if (kind == DeviceKind::kCuda) return std::make_shared<CudaDevice>(index, options.cuda, std::move(lock));
 #endif
   (void)kind;
-  return std::make_shared<SimDevice>(index, options.sim, std::move(lock));
+  return std::make_shared<SimDevice>(index, simConfig(options, index), std::move(lock));
 }
 
 // Tries each device of `kind` (sim or cuda) in `indices` in order, waiting

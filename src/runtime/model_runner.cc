@@ -54,6 +54,9 @@ struct ModelRunner::Impl {
     QueueManager* queues = nullptr;
     std::thread thread;
     bool running = false;  // its thread serves (guarded by submit_mutex)
+    // Why it stopped, until reset() restarts it (guarded by submit_mutex).
+    // A stopped replica is out of rotation: requests go to the others.
+    std::exception_ptr failure;
   };
 
   std::shared_ptr<const PackageReader> package;
@@ -78,22 +81,27 @@ struct ModelRunner::Impl {
   std::unique_ptr<std::atomic<bool>[]> error_pending;
   std::condition_variable error_handled;
   std::atomic<bool> in_call{false};  // overlap check when !thread_safe
-  std::exception_ptr failure;        // set when the runner stopped (guarded by submit_mutex)
   std::atomic<bool> closing{false};
+  std::mutex reset_mutex;  // one reset() at a time
   size_t next_replica = 0;
   std::atomic<uint64_t> resets{0};
 
   uint32_t replicaCount() const { return static_cast<uint32_t>(replicas.size()); }
+  // Under submit_mutex: the replica the next chunk goes to (lockstep: 0),
+  // or the error to answer it with when none can take it.
+  std::exception_ptr pickReplica(uint32_t& target);
   void start(uint32_t r);
+  void shutdown();
   void serve(uint32_t r);
   uint64_t validate(const InputMemoryView& in, const OutputMemoryView* out) const;
   std::vector<int64_t> outputShape(size_t j, uint64_t rows) const;
   void submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request, uint64_t rows);
 };
 
+// Under submit_mutex (serve() clears `running` under it when it ends).
 void ModelRunner::Impl::start(uint32_t r) {
-  replicas[r].running = true;
   replicas[r].thread = std::thread([this, r] { serve(r); });
+  replicas[r].running = true;
 }
 
 // The main-loop thread of replica `r`: runs the main programs and, after
@@ -117,7 +125,7 @@ void ModelRunner::Impl::serve(uint32_t r) {
       error_pending[r].store(false, std::memory_order_release);
       error_handled.notify_all();
       if (action == ErrorAction::kStop) {
-        if (!failure) failure = error;
+        replica.failure = error;
         replica.running = false;
         return;
       }
@@ -131,7 +139,7 @@ void ModelRunner::Impl::serve(uint32_t r) {
       } catch (...) {
         std::lock_guard lock(submit_mutex);
         replica.session->failQueuedEntries(std::current_exception());
-        if (!failure) failure = std::current_exception();
+        replica.failure = std::current_exception();
         replica.running = false;
         return;
       }
@@ -210,11 +218,20 @@ ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunn
     session.runLoadPrograms();
     m.replicas[r].queues = &session.createQueueManager(capacity, batch_dim);
   }
-  for (uint32_t r = 0; r < n; ++r) m.start(r);
+  try {
+    std::lock_guard lock(m.submit_mutex);
+    for (uint32_t r = 0; r < n; ++r) m.start(r);
+  } catch (...) {
+    // No joinable thread may be destroyed: stop the replicas started.
+    m.shutdown();
+    throw;
+  }
 }
 
-ModelRunner::~ModelRunner() {
-  Impl& m = *impl_;
+ModelRunner::~ModelRunner() { impl_->shutdown(); }
+
+void ModelRunner::Impl::shutdown() {
+  Impl& m = *this;
   {
     std::lock_guard lock(m.submit_mutex);
     m.closing.store(true, std::memory_order_release);
@@ -362,6 +379,26 @@ uint64_t ModelRunner::Impl::validate(const InputMemoryView& in, const OutputMemo
   return *rows;
 }
 
+std::exception_ptr ModelRunner::Impl::pickReplica(uint32_t& target) {
+  const uint32_t n = replicaCount();
+  if (lockstep) {
+    // Every replica runs every request: one stopped replica stops them all.
+    target = 0;
+    for (const Replica& replica : replicas) {
+      if (replica.failure) return replica.failure;
+    }
+    return nullptr;
+  }
+  for (uint32_t k = 0; k < n; ++k) {
+    const uint32_t r = static_cast<uint32_t>((next_replica + k) % n);
+    if (!replicas[r].failure) {
+      target = r;
+      return nullptr;
+    }
+  }
+  return replicas[next_replica % n].failure;  // all stopped
+}
+
 // Enqueues the request's entries, chunk by chunk; each chunk goes into
 // every queue of its replica at once under the submit lock, after waiting
 // (unlocked) until all those queues have room, so that a failing replica
@@ -378,18 +415,18 @@ void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
     const uint64_t take = std::min(chunk_rows, rows - first);
     for (;;) {
       std::unique_lock lock(submit_mutex);
-      if (failure) {
-        lock.unlock();
-        request->answer(failure, take * outputs.size() * (lockstep ? n : 1));
-        break;
-      }
       if (closing.load(std::memory_order_acquire)) {
         lock.unlock();
         request->answer(std::make_exception_ptr(UsageError("the ModelRunner is shutting down")),
                       take * outputs.size() * (lockstep ? n : 1));
         break;
       }
-      const uint32_t target = lockstep ? 0 : static_cast<uint32_t>(next_replica % n);
+      uint32_t target = 0;
+      if (std::exception_ptr stopped = pickReplica(target)) {
+        lock.unlock();
+        request->answer(stopped, take * outputs.size() * (lockstep ? n : 1));
+        break;
+      }
       const uint32_t last = lockstep ? n : target + 1;
       bool pending = false;
       for (uint32_t r = target; r < last; ++r) pending |= error_pending[r].load(std::memory_order_acquire);
@@ -439,7 +476,7 @@ void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
                                                        .done = &RequestState::rowsDone, .context = request});
         }
       }
-      ++next_replica;
+      next_replica = target + 1;
       break;
     }
   }
@@ -502,24 +539,47 @@ void ModelRunner::execute(const InputMemoryView& inputs, const OutputMemoryView&
 
 void ModelRunner::reset() {
   Impl& m = *impl_;
+  std::lock_guard serialised(m.reset_mutex);
+  std::exception_ptr first_error;
   for (uint32_t r = 0; r < m.replicaCount(); ++r) {
     Impl::Replica& replica = m.replicas[r];
-    bool running;
     {
+      // A replica whose thread still serves is healthy, or failing right
+      // now: its own thread resets it or marks it stopped, and a later
+      // reset() restarts it. Only a stopped replica's failure is cleared.
       std::lock_guard lock(m.submit_mutex);
-      running = replica.running;
+      if (replica.running) continue;
     }
-    if (running) continue;
     if (replica.thread.joinable()) replica.thread.join();
-    replica.device->reset();
-    m.resets.fetch_add(1, std::memory_order_relaxed);
-    replica.session->executable().invalidate();
-    replica.session->runLoadPrograms();
+    try {
+      replica.device->reset();
+      m.resets.fetch_add(1, std::memory_order_relaxed);
+      replica.session->executable().invalidate();
+      replica.session->runLoadPrograms();
+    } catch (...) {
+      std::lock_guard lock(m.submit_mutex);
+      replica.failure = std::current_exception();
+      if (!first_error) first_error = replica.failure;
+      continue;  // stays out of rotation; the others still get reset
+    }
     std::lock_guard lock(m.submit_mutex);
+    replica.failure = nullptr;
     m.start(r);
   }
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+uint32_t ModelRunner::replicasServing() const {
+  Impl& m = *impl_;
   std::lock_guard lock(m.submit_mutex);
-  m.failure = nullptr;
+  uint32_t serving = 0;
+  for (uint32_t r = 0; r < m.replicaCount(); ++r) {
+    // A replica whose error is being handled (error_pending, set before any
+    // request sees the error) is not serving now either.
+    const Impl::Replica& replica = m.replicas[r];
+    if (replica.running && !replica.failure && !m.error_pending[r].load(std::memory_order_acquire)) ++serving;
+  }
+  return serving;
 }
 
 uint64_t ModelRunner::resets() const { return impl_->resets.load(std::memory_order_relaxed); }

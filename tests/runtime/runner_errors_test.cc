@@ -233,5 +233,79 @@ TEST(RunnerErrors, SoakWithRandomFaults) {
               static_cast<unsigned long long>(runner.resets()), static_cast<unsigned long long>(runner.batchesRun()));
 }
 
+// Replicas fail one by one: a replica that stops on an error leaves the
+// rotation (the runner does not look healthy while requests to it hang or
+// fail), the others keep serving, reset() brings it back, and requests
+// fail with its error only when no replica is left.
+TEST(RunnerErrors, AStoppedReplicaLeavesTheRotationUntilReset) {
+  TempPackage package("replica_stops");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  DeviceManagerOptions options = simOptions(2);
+  options.sim_each.resize(2);
+  options.sim_each[0].fault_script = {ScriptedFault{1, FaultKind::kUnknown}};  // its second batch
+  DeviceManager manager(options);
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.replication_factor = 2;
+  config.auto_reset = false;
+  ModelRunner runner(package.path(), config);
+  EXPECT_EQ(runner.replicasServing(), 2u);
+  const std::vector<float> x = rows(kBatch, 2.0f);
+  int failed = 0;
+  for (int i = 0; i < 12; ++i) {
+    try {
+      EXPECT_TRUE(matches(runner.execute(inputOf(x)), x)) << "request " << i;
+    } catch (const UnknownDeviceError&) {
+      ++failed;
+    }
+  }
+  EXPECT_EQ(failed, 1) << "only the batch that met the fault fails; replica 1 serves the rest";
+  EXPECT_EQ(runner.replicasServing(), 1u);
+  runner.reset();
+  EXPECT_EQ(runner.replicasServing(), 2u);
+  const uint64_t before = runner.batchesRun();
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
+  EXPECT_EQ(runner.batchesRun() - before, 6u);
+}
+
+TEST(RunnerErrors, RequestsFailWithTheErrorOnceNoReplicaIsLeftAndResetRaces) {
+  TempPackage package("replicas_all_stop");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  SimDeviceConfig sim;
+  sim.fault_script = {ScriptedFault{0, FaultKind::kUnknown}};  // every device's first batch
+  DeviceManager manager(simOptions(2, sim));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.replication_factor = 2;
+  config.auto_reset = false;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> x = rows(kBatch, 2.0f);
+  for (int i = 0; i < 2; ++i) EXPECT_THROW(runner.execute(inputOf(x)), UnknownDeviceError);
+  EXPECT_EQ(runner.replicasServing(), 0u);
+  EXPECT_THROW(runner.execute(inputOf(x)), UnknownDeviceError);  // none left: answered, not hung
+  // Concurrent reset() calls and requests: serialised resets, every request
+  // answered, both replicas back.
+  std::vector<std::thread> threads;
+  std::atomic<int> answered{0};
+  for (int t = 0; t < 2; ++t) threads.emplace_back([&] { runner.reset(); });
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        try {
+          runner.execute(inputOf(x));
+        } catch (const Error&) {
+        }
+        ++answered;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(answered.load(), 40);
+  EXPECT_EQ(runner.replicasServing(), 2u);
+  EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
+}
+
 }  // namespace
 }  // namespace kiln
