@@ -76,9 +76,10 @@ struct DeviceJob {
   void (*compute)(void* context) = nullptr;
   void* context = nullptr;
   // Called once when the job has finished, on a device thread (on the
-  // submitting thread for cpu). `error` is null on success; otherwise what
-  // compute threw, or the DeviceError of an injected fault or of a device
-  // that needs a reset.
+  // submitting thread for cpu). `error` is null on success; otherwise a
+  // DeviceError: the one compute threw, an ApplicationRuntimeError carrying
+  // the message of any other exception it threw, or the DeviceError of an
+  // injected fault or of a device that needs a reset.
   void (*done)(DeviceJob& job, std::exception_ptr error) = nullptr;
   void* owner = nullptr;  // free for the submitter (to find its state in `done`)
 };
@@ -123,7 +124,8 @@ class Device {
   virtual bool usesHostMemory() const = 0;
 
   // Allocates `bytes` (at least 1) of device memory, contents unspecified.
-  // Throws UsageError naming the device, the request, what is in use and the
+  // Throws RecoverableDeviceError (action kRerun: it may succeed once memory
+  // is freed) naming the device, the request, what is in use and the
   // capacity when the memory space is full.
   virtual DeviceBuffer allocate(uint64_t bytes) = 0;
   virtual uint64_t memoryInUse() const = 0;

@@ -72,7 +72,7 @@ struct ModelRunnerConfig {
   // kiln's additions.
   std::optional<DeviceKind> device_kind;  // e.g. kSim to run a cpu package on sim devices
   DeviceManager* device_manager = nullptr;  // null: one built from the environment
-  uint32_t pipeline_depth = 3;              // batches in flight per device (own-memory devices)
+  uint32_t pipeline_depth = 3;              // batches in flight per device (own-memory devices), 1 to 64
   std::string model;                        // which model of the package; empty: its only one
   int threads = 0;                          // kernel threads per replica; 0: the device's
 };

@@ -79,8 +79,11 @@ struct SessionOptions {
   // requests back from then until it has handled the error).
   std::function<void(const std::exception_ptr&)> on_failure;
   // Batches in flight at once on a device with its own memory (each has
-  // its own staging buffers on the device); 1 on cpu.
+  // its own staging buffers on the device); 1 on cpu. 1 to
+  // kMaxPipelineDepth (deeper, the device threads' callbacks could wait on
+  // each other's full job queues).
   uint32_t pipeline_depth = 3;
+  static constexpr uint32_t kMaxPipelineDepth = 64;
 };
 
 class Session {

@@ -35,9 +35,11 @@ DeviceBuffer CpuDevice::allocate(uint64_t bytes) {
   const uint64_t size = bytes == 0 ? 1 : bytes;
   std::byte* data = di::allocateAligned(size);
   if (data == nullptr) {
-    throw UsageError(fmt::format("{}: out of host memory: asked {} with {} in use on this device, {} physical",
-                                 id(), di::humanBytes(size), di::humanBytes(memoryInUse()),
-                                 di::humanBytes(info_.memory_bytes)));
+    throw RecoverableDeviceError(id(),
+                                 fmt::format("out of host memory: asked {} with {} in use on this device, {} physical",
+                                             di::humanBytes(size), di::humanBytes(memoryInUse()),
+                                             di::humanBytes(info_.memory_bytes)),
+                                 RecoveryAction::kRerun);
   }
   in_use_.fetch_add(size, std::memory_order_relaxed);
   return DeviceBuffer(this, data, size);
@@ -62,7 +64,7 @@ void CpuDevice::submit(DeviceJob& job) {
       try {
         job.compute(job.context);
       } catch (...) {
-        error = std::current_exception();
+        error = di::asDeviceError(id(), std::current_exception());
       }
       compute_jobs_.fetch_add(1, std::memory_order_relaxed);
       break;

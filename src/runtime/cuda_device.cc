@@ -108,9 +108,11 @@ DeviceBuffer CudaDevice::allocate(uint64_t bytes) {
     cudaGetLastError();  // out of memory is not sticky
     size_t free_bytes = 0, total = 0;
     cudaMemGetInfo(&free_bytes, &total);
-    throw UsageError(fmt::format("{}: out of device memory: asked {} with {} in use by kiln and {} free of {} ({})",
-                                 id(), di::humanBytes(size), di::humanBytes(in_use_.load()),
-                                 di::humanBytes(free_bytes), di::humanBytes(total), cudaGetErrorString(status)));
+    throw RecoverableDeviceError(id(),
+                                 fmt::format("out of device memory: asked {} with {} in use by kiln and {} free of {} ({})",
+                                             di::humanBytes(size), di::humanBytes(in_use_.load()),
+                                             di::humanBytes(free_bytes), di::humanBytes(total), cudaGetErrorString(status)),
+                                 RecoveryAction::kRerun);
   }
   auto* block = static_cast<std::byte*>(data);
   try {

@@ -140,6 +140,19 @@ const std::vector<std::string>& hostCpuFeatures() {
   return features;
 }
 
+std::exception_ptr asDeviceError(const std::string& device, std::exception_ptr error) {
+  if (error == nullptr) return nullptr;
+  try {
+    std::rethrow_exception(error);
+  } catch (const DeviceError&) {
+    return error;
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(ApplicationRuntimeError(device, std::string("the program failed: ") + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(ApplicationRuntimeError(device, "the program failed with a non-standard exception"));
+  }
+}
+
 void checkJob(const std::string& device, const DeviceJob& job) {
   if (job.done == nullptr) throw UsageError(device + ": submitted a job without a done callback");
   if (job.kind == DeviceJob::Kind::kCompute) {

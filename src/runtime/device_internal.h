@@ -45,4 +45,11 @@ const std::vector<std::string>& hostCpuFeatures();
 // `compute`, a copy with a null pointer), before anything is queued.
 void checkJob(const std::string& device, const DeviceJob& job);
 
+// What a compute job's exception reaches the job's `done` as: a
+// DeviceError as it is; anything else a kernel or the host code threw
+// (a failed check, std::bad_alloc) as an ApplicationRuntimeError of
+// `device` with the original message, so that callers and the runner's
+// error table see one family of device errors.
+std::exception_ptr asDeviceError(const std::string& device, std::exception_ptr error);
+
 }  // namespace kiln::device_internal

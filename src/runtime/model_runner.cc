@@ -524,7 +524,13 @@ Future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
   for (size_t j = 0; j < m.outputs.size(); ++j) {
     HostTensor& tensor = request->tensors[m.outputs[j].name];
     tensor.info = TensorInfo{m.outputs[j].info.dtype, m.outputShape(j, rows)};
-    tensor.bytes.resize(tensor.info.sizeInBytes());
+    try {
+      tensor.bytes.resize(tensor.info.sizeInBytes());
+    } catch (const std::bad_alloc&) {
+      request->release();  // the runner's reference: it will never answer (the Future lets go of its own)
+      throw UsageError(fmt::format("cannot allocate the {} bytes of output '{}' ({}) for a request of {} rows",
+                                   tensor.info.sizeInBytes(), m.outputs[j].name, tensor.info.toString(), rows));
+    }
     views[m.outputs[j].name] = TensorMemoryView{tensor.bytes.data(), tensor.bytes.size(), tensor.info.dtype};
   }
   m.submit(inputs, views, request, rows);

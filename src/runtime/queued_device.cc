@@ -113,7 +113,7 @@ std::exception_ptr QueuedDevice::runCompute(const DeviceJob& job) {
   try {
     job.compute(job.context);
   } catch (...) {
-    return std::current_exception();
+    return device_internal::asDeviceError(id(), std::current_exception());
   }
   return nullptr;
 }

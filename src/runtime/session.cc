@@ -38,6 +38,10 @@ Session::Session(std::shared_ptr<const PackageReader> package, std::shared_ptr<D
                  const std::string& model)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  if (options.pipeline_depth < 1 || options.pipeline_depth > SessionOptions::kMaxPipelineDepth) {
+    throw UsageError(fmt::format("pipeline_depth is {}; it must be 1 to {}", options.pipeline_depth,
+                                 SessionOptions::kMaxPipelineDepth));
+  }
   m.package = package;
   m.options = std::move(options);
   m.executable = std::make_unique<Executable>(std::move(package), model, std::move(device), m.options.executable);

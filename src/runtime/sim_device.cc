@@ -76,13 +76,16 @@ DeviceBuffer SimDevice::allocate(uint64_t bytes) {
   std::lock_guard lock(memory_mutex_);
   const uint64_t in_use = in_use_.load(std::memory_order_relaxed);
   if (size > info_.memory_bytes - in_use) {
-    throw UsageError(fmt::format("{}: out of device memory: asked {} with {} of {} in use", id(), di::humanBytes(size),
-                                 di::humanBytes(in_use), di::humanBytes(info_.memory_bytes)));
+    throw RecoverableDeviceError(id(), fmt::format("out of device memory: asked {} with {} of {} in use", di::humanBytes(size),
+                                                   di::humanBytes(in_use), di::humanBytes(info_.memory_bytes)),
+                                 RecoveryAction::kRerun);
   }
   std::byte* data = di::allocateAligned(size);
   if (data == nullptr) {
-    throw UsageError(fmt::format("{}: out of host memory for device memory: asked {} with {} of {} in use", id(),
-                                 di::humanBytes(size), di::humanBytes(in_use), di::humanBytes(info_.memory_bytes)));
+    throw RecoverableDeviceError(id(),
+                                 fmt::format("out of host memory for device memory: asked {} with {} of {} in use",
+                                             di::humanBytes(size), di::humanBytes(in_use), di::humanBytes(info_.memory_bytes)),
+                                 RecoveryAction::kRerun);
   }
   try {
     allocations_.emplace(data, size);

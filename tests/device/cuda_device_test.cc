@@ -86,9 +86,10 @@ TEST(CudaDevice, AllocationBeyondTheGpuIsAClearErrorAndChangesNothing) {
   const uint64_t before = device.memoryInUse();
   try {
     device.allocate(device.info().memory_bytes * 2);
-    FAIL() << "expected UsageError";
-  } catch (const UsageError& e) {
+    FAIL() << "expected RecoverableDeviceError";
+  } catch (const RecoverableDeviceError& e) {
     EXPECT_THAT(e.what(), HasSubstr("cuda:0: out of device memory"));
+    EXPECT_EQ(e.recoveryAction(), RecoveryAction::kRerun);
   }
   EXPECT_EQ(device.memoryInUse(), before);
   // The device still works.

@@ -264,15 +264,22 @@ TEST_P(DeviceConformance, SynchronizeWaitsForEveryJob) {
 
 TEST_P(DeviceConformance, ComputeExceptionArrivesAsTheJobErrorAndTheDeviceKeepsWorking) {
   const uint64_t before = device_->computeJobs();
+  // Whatever a kernel throws arrives as a DeviceError of the device: an
+  // ApplicationRuntimeError with the kernel's message; a DeviceError as it is.
   auto thrower = [] { throw std::runtime_error("kernel refused its input"); };
   std::exception_ptr error = testing::runCompute(*device_, thrower);
-  EXPECT_EQ(testing::messageOf<std::runtime_error>(error), "kernel refused its input");
+  EXPECT_EQ(testing::messageOf<ApplicationRuntimeError>(error),
+            device_->id() + ": the program failed: kernel refused its input");
+  auto device_thrower = [this] { throw RecoverableDeviceError(device_->id(), "lost a lane", RecoveryAction::kRerun); };
+  error = testing::runCompute(*device_, device_thrower);
+  EXPECT_EQ(testing::messageOf<RecoverableDeviceError>(error),
+            device_->id() + ": lost a lane (recovery action: rerun)");
 
   int ran = 0;
   auto counter = [&ran] { ++ran; };
   EXPECT_EQ(testing::runCompute(*device_, counter), nullptr);
   EXPECT_EQ(ran, 1);
-  EXPECT_EQ(device_->computeJobs(), before + 2);
+  EXPECT_EQ(device_->computeJobs(), before + 3);
 
   std::vector<unsigned char> input(100, 7), output(100, 0);
   DeviceBuffer buffer = device_->allocate(100);

@@ -47,14 +47,18 @@ TEST(SimDevice, AllocationBeyondCapacityIsRefusedAndChangesNothing) {
   EXPECT_EQ(device.memoryInUse(), 60ull << 20);
   try {
     device.allocate(12ull << 20);
-    FAIL() << "expected UsageError";
-  } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "sim:0: out of device memory: asked 12.0 MiB with 60.0 MiB of 64.0 MiB in use");
+    FAIL() << "expected RecoverableDeviceError";
+  } catch (const RecoverableDeviceError& e) {
+    // Out of memory is the device's, with the reference's "rerun" action
+    // (as CUDA's cudaErrorMemoryAllocation): freeing memory lets it succeed.
+    EXPECT_STREQ(e.what(),
+                 "sim:0: out of device memory: asked 12.0 MiB with 60.0 MiB of 64.0 MiB in use (recovery action: rerun)");
+    EXPECT_EQ(e.recoveryAction(), RecoveryAction::kRerun);
   }
   EXPECT_EQ(device.memoryInUse(), 60ull << 20);
   DeviceBuffer rest = device.allocate(4ull << 20);  // exactly fills it
   EXPECT_EQ(device.memoryInUse(), 64ull << 20);
-  EXPECT_THROW(device.allocate(1), UsageError);
+  EXPECT_THROW(device.allocate(1), RecoverableDeviceError);
 }
 
 TEST(SimDevice, TransfersTakeAtLeastLatencyPlusBytesOverBandwidth) {

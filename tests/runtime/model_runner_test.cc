@@ -336,6 +336,33 @@ TEST(ModelRunnerBatching, MiddleDimension) {
   }
 }
 
+// pipeline_depth outside 1..64 is refused up front (a depth beyond the
+// device's job queues deadlocked the sim device's threads).
+TEST(ModelRunnerValidation, PipelineDepthOutOfRangeIsAClearError) {
+  TempPackage package("pipeline_depth");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  DeviceManager manager(simOptions(1));
+  for (const uint32_t depth : {0u, 65u, 1000u}) {
+    ModelRunnerConfig config;
+    config.device_kind = DeviceKind::kSim;
+    config.device_manager = &manager;
+    config.pipeline_depth = depth;
+    try {
+      ModelRunner runner(package.path(), config);
+      ADD_FAILURE() << "depth " << depth << " accepted";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("pipeline_depth is " + std::to_string(depth)));
+    }
+  }
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.pipeline_depth = 64;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> x = rows(kBatch, 1.0f);
+  expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
+}
+
 // A copy of `source` whose user anchors carry Anchor::batch_dim = `batch_dim`
 // (the format allows it; examples/write_example_package.cc sets it).
 void copyWithAnchorBatchDim(const std::filesystem::path& source, const std::filesystem::path& target,
