@@ -556,6 +556,9 @@ void MainLoop::run(const std::atomic<bool>& stop) {
     Slot& slot = *slots_[next];
     waitForSlot(slot);
     if (failed_.load(std::memory_order_acquire)) break;
+    // stop() ends the loop after the batches in flight, also while every
+    // batch comes full (gatherBatch looks at it only when one is partial).
+    if (stop.load(std::memory_order_acquire)) break;
     Gather gathered;
     try {
       gathered = gatherBatch(slot, stop);

@@ -109,13 +109,20 @@ void ModelRunner::Impl::start(uint32_t r) {
 void ModelRunner::Impl::serve(uint32_t r) {
   Replica& replica = replicas[r];
   for (;;) {
+    {
+      // `closing` is read under the lock that the destructor sets it under:
+      // a stop() that the session used up while this thread handled an
+      // error (Finish clears it) cannot leave the loop running for ever.
+      std::lock_guard lock(submit_mutex);
+      if (closing.load(std::memory_order_relaxed)) break;
+    }
     std::exception_ptr error;
     try {
       replica.session->runMainPrograms();
     } catch (...) {
       error = std::current_exception();
     }
-    if (!error || closing.load(std::memory_order_acquire)) break;
+    if (!error) break;
     const ErrorAction action = actionFor(error, config.auto_reset);
     {
       // Under the submit lock no request is half enqueued: every one in the
@@ -124,6 +131,7 @@ void ModelRunner::Impl::serve(uint32_t r) {
       replica.session->failQueuedEntries(error);
       error_pending[r].store(false, std::memory_order_release);
       error_handled.notify_all();
+      if (closing.load(std::memory_order_relaxed)) break;
       if (action == ErrorAction::kStop) {
         replica.failure = error;
         replica.running = false;

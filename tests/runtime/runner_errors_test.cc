@@ -307,5 +307,43 @@ TEST(RunnerErrors, RequestsFailWithTheErrorOnceNoReplicaIsLeftAndResetRaces) {
   EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
 }
 
+// Destroying a runner while its replicas handle errors and requests are
+// pending: every request is answered (results, the fault, or "destroyed"),
+// and the destructor returns (a stop() landing while a replica handled an
+// error could be used up by the session, and the replica served on for
+// ever). Many short lives, to hit the windows.
+TEST(RunnerErrors, DestroyingTheRunnerWhileItHandlesErrorsNeverHangs) {
+  TempPackage package("destroy_during_errors");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  SimDeviceConfig sim;
+  sim.fault_rates[static_cast<int>(FaultKind::kRecoverableReset)] = 0.3;
+  sim.fault_rates[static_cast<int>(FaultKind::kRecoverableRerun)] = 0.2;
+  DeviceManager manager(simOptions(2, sim));
+  const std::vector<float> x = rows(kBatch, 1.0f);
+  uint64_t answered = 0;
+  for (int life = 0; life < 150; ++life) {
+    std::vector<Future<OutputTensors>> pending;
+    {
+      ModelRunnerConfig config;
+      config.device_kind = DeviceKind::kSim;
+      config.device_manager = &manager;
+      config.replication_factor = 2;
+      config.auto_reset = true;
+      ModelRunner runner(package.path(), config);
+      for (int i = 0; i < 6; ++i) pending.push_back(runner.executeAsync(inputOf(x)));
+      if (life % 2 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50 * (life % 7)));
+    }  // destroyed with requests in flight
+    for (auto& future : pending) {
+      ASSERT_TRUE(future.waitFor(std::chrono::seconds(10))) << "life " << life << ": a request never answered";
+      try {
+        EXPECT_TRUE(matches(future.get(), x));
+      } catch (const Error&) {
+      }
+      ++answered;
+    }
+  }
+  EXPECT_EQ(answered, 150u * 6u);
+}
+
 }  // namespace
 }  // namespace kiln

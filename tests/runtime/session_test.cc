@@ -116,6 +116,46 @@ TEST_P(SessionTest, StopFlushesThePartialBatch) {
   EXPECT_EQ(session.batchesFlushed(), 1u);
 }
 
+// stop() takes effect after the batch in flight even while producers keep
+// every batch full (the loop only looked at it when a batch was partial, so
+// it ran on for as long as the producers did). The entries left queued stay
+// queued; failQueuedEntries answers them.
+TEST_P(SessionTest, StopEndsTheLoopWhileProducersKeepBatchesFull) {
+  Session session(reader_, device());
+  session.runLoadPrograms();
+  QueueManager& queues = session.createQueueManager(8, 0);
+  const std::vector<float> in = rampRows(kBatch, 1.0f);
+  std::vector<float> out(kBatch * kFeatures);
+  Counter counter;
+  std::atomic<bool> producing{true};
+  std::thread producer([&] {
+    try {
+      while (producing.load()) {
+        queues.inputQueue("x").enqueue(reinterpret_cast<std::byte*>(const_cast<float*>(in.data())), in.size() * 4);
+        queues.outputQueue("y").enqueue(reinterpret_cast<std::byte*>(out.data()), out.size() * 4, &Counter::done,
+                                        &counter);
+      }
+    } catch (const UsageError&) {  // disconnected at the end
+    }
+  });
+  std::atomic<bool> returned{false};
+  std::thread loop([&] {
+    session.runMainPrograms();
+    returned = true;
+  });
+  while (counter.rows.load() < 20 * kBatch) std::this_thread::yield();
+  session.stop();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!returned.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(returned.load()) << "stop() had no effect while the batches kept coming full";
+  producing = false;
+  queues.disconnectAll();  // releases the producer (and the loop, if stop failed)
+  producer.join();
+  loop.join();
+  session.failQueuedEntries(std::make_exception_ptr(UsageError("stopped")));
+  EXPECT_EQ(counter.rows.load() % kBatch, 0u);
+}
+
 // Excluded from automatic binding: the user must bind the weights, and the
 // model then runs with them.
 TEST_P(SessionTest, ExcludedAnchorsAreBoundByTheUser) {
