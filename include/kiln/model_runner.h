@@ -106,6 +106,14 @@ class ModelRunner {
   void execute(const InputMemoryView& inputs, const OutputMemoryView& outputs);
   Future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
 
+  // Like executeAsync, but never waits for room: nullopt (nothing enqueued,
+  // nothing run) when no serving replica can take the request's first
+  // device batch at once, so that event loops and servers can shed load or
+  // retry. A request of several device batches waits for room for the
+  // others once the first is in (the main loop is then consuming).
+  std::optional<Future<OutputTensors>> tryExecuteAsync(const InputMemoryView& inputs);
+  std::optional<Future<void>> tryExecuteAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
+
   // After replicas stopped on an error: resets their devices, reloads the
   // model on them and puts them back in rotation. Replicas still serving
   // are left alone. One call at a time (concurrent calls wait). Throws the

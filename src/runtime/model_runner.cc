@@ -95,7 +95,14 @@ struct ModelRunner::Impl {
   void serve(uint32_t r);
   uint64_t validate(const InputMemoryView& in, const OutputMemoryView* out) const;
   std::vector<int64_t> outputShape(size_t j, uint64_t rows) const;
-  void submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request, uint64_t rows);
+  // Enqueues the request; false (nothing enqueued) when `try_only` and its
+  // first chunk finds no replica ready to take it at once.
+  bool submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request, uint64_t rows,
+              bool try_only);
+  // Under submit_mutex: the first full queue of replica r, or null.
+  TensorQueue* fullQueue(uint32_t r) const;
+  std::optional<Future<void>> request(const InputMemoryView& in, const OutputMemoryView& out, bool try_only);
+  std::optional<Future<OutputTensors>> request(const InputMemoryView& in, bool try_only);
 };
 
 // Under submit_mutex (serve() clears `running` under it when it ends).
@@ -407,12 +414,25 @@ std::exception_ptr ModelRunner::Impl::pickReplica(uint32_t& target) {
   return replicas[next_replica % n].failure;  // all stopped
 }
 
+TensorQueue* ModelRunner::Impl::fullQueue(uint32_t r) const {
+  for (const auto& queue : replicas[r].queues->inputQueues()) {
+    if (queue->full()) return queue.get();
+  }
+  for (const auto& queue : replicas[r].queues->outputQueues()) {
+    if (queue->full()) return queue.get();
+  }
+  return nullptr;
+}
+
 // Enqueues the request's entries, chunk by chunk; each chunk goes into
 // every queue of its replica at once under the submit lock, after waiting
 // (unlocked) until all those queues have room, so that a failing replica
-// can always take the lock and no request is ever half enqueued.
-void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request,
-                               uint64_t rows) {
+// can always take the lock and no request is ever half enqueued. A chunk
+// goes to the next replica in turn that is serving and has room now; it
+// waits only when none has (so one replica that resets or lags does not
+// hold every caller up).
+bool ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView& out, RequestState* request,
+                               uint64_t rows, bool try_only) {
   const uint32_t n = replicaCount();
   uint64_t chunk_rows = rows;
   if (!lockstep && n > 1) {
@@ -435,21 +455,26 @@ void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
         request->answer(stopped, take * outputs.size() * (lockstep ? n : 1));
         break;
       }
+      if (!lockstep) {
+        for (uint32_t k = 0; k < n; ++k) {
+          const uint32_t r = (target + k) % n;
+          if (!replicas[r].failure && !error_pending[r].load(std::memory_order_acquire) && fullQueue(r) == nullptr) {
+            target = r;
+            break;
+          }
+        }
+      }
       const uint32_t last = lockstep ? n : target + 1;
       bool pending = false;
-      for (uint32_t r = target; r < last; ++r) pending |= error_pending[r].load(std::memory_order_acquire);
+      TensorQueue* full = nullptr;
+      for (uint32_t r = target; r < last; ++r) {
+        pending |= error_pending[r].load(std::memory_order_acquire);
+        if (full == nullptr) full = fullQueue(r);
+      }
+      if ((pending || full != nullptr) && try_only && first == 0) return false;
       if (pending) {
         error_handled.wait(lock);
         continue;
-      }
-      TensorQueue* full = nullptr;
-      for (uint32_t r = target; r < last && full == nullptr; ++r) {
-        for (const auto& queue : replicas[r].queues->inputQueues()) {
-          if (queue->full()) full = queue.get();
-        }
-        for (const auto& queue : replicas[r].queues->outputQueues()) {
-          if (queue->full()) full = queue.get();
-        }
       }
       if (full != nullptr) {
         lock.unlock();
@@ -488,6 +513,7 @@ void ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
       break;
     }
   }
+  return true;
 }
 
 namespace {
@@ -512,37 +538,62 @@ class CallGuard {
 
 }  // namespace
 
-Future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
-  Impl& m = *impl_;
-  CallGuard guard(m.in_call, m.config.thread_safe);
-  const uint64_t rows = m.validate(inputs, &outputs);
-  auto* request = new RequestState(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
-  Future<void> result(request);
-  m.submit(inputs, outputs, request, rows);
+// The two kinds of request, blocking or not: validated, then enqueued.
+// A request that is not enqueued (try, no room) is released whole: the
+// Future lets go of its reference, the runner of its own here.
+std::optional<Future<void>> ModelRunner::Impl::request(const InputMemoryView& in, const OutputMemoryView& out,
+                                                       bool try_only) {
+  CallGuard guard(in_call, config.thread_safe);
+  const uint64_t rows = validate(in, &out);
+  auto* state = new RequestState(rows * outputs.size() * (lockstep ? replicaCount() : 1));
+  Future<void> result(state);
+  if (!submit(in, out, state, rows, try_only)) {
+    state->release();
+    return std::nullopt;
+  }
   return result;
 }
 
-Future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
-  Impl& m = *impl_;
-  CallGuard guard(m.in_call, m.config.thread_safe);
-  const uint64_t rows = m.validate(inputs, nullptr);
-  auto* request = new RequestState(rows * m.outputs.size() * (m.lockstep ? m.replicaCount() : 1));
-  Future<OutputTensors> result(request);
+std::optional<Future<OutputTensors>> ModelRunner::Impl::request(const InputMemoryView& in, bool try_only) {
+  CallGuard guard(in_call, config.thread_safe);
+  const uint64_t rows = validate(in, nullptr);
+  auto* state = new RequestState(rows * outputs.size() * (lockstep ? replicaCount() : 1));
+  Future<OutputTensors> result(state);
   OutputMemoryView views;
-  for (size_t j = 0; j < m.outputs.size(); ++j) {
-    HostTensor& tensor = request->tensors[m.outputs[j].name];
-    tensor.info = TensorInfo{m.outputs[j].info.dtype, m.outputShape(j, rows)};
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    HostTensor& tensor = state->tensors[outputs[j].name];
+    tensor.info = TensorInfo{outputs[j].info.dtype, outputShape(j, rows)};
     try {
       tensor.bytes.resize(tensor.info.sizeInBytes());
     } catch (const std::bad_alloc&) {
-      request->release();  // the runner's reference: it will never answer (the Future lets go of its own)
+      state->release();  // the runner's reference: it will never answer (the Future lets go of its own)
       throw UsageError(fmt::format("cannot allocate the {} bytes of output '{}' ({}) for a request of {} rows",
-                                   tensor.info.sizeInBytes(), m.outputs[j].name, tensor.info.toString(), rows));
+                                   tensor.info.sizeInBytes(), outputs[j].name, tensor.info.toString(), rows));
     }
-    views[m.outputs[j].name] = TensorMemoryView{tensor.bytes.data(), tensor.bytes.size(), tensor.info.dtype};
+    views[outputs[j].name] = TensorMemoryView{tensor.bytes.data(), tensor.bytes.size(), tensor.info.dtype};
   }
-  m.submit(inputs, views, request, rows);
+  if (!submit(in, views, state, rows, try_only)) {
+    state->release();
+    return std::nullopt;
+  }
   return result;
+}
+
+Future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
+  return std::move(*impl_->request(inputs, outputs, false));
+}
+
+Future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
+  return std::move(*impl_->request(inputs, false));
+}
+
+std::optional<Future<void>> ModelRunner::tryExecuteAsync(const InputMemoryView& inputs,
+                                                         const OutputMemoryView& outputs) {
+  return impl_->request(inputs, outputs, true);
+}
+
+std::optional<Future<OutputTensors>> ModelRunner::tryExecuteAsync(const InputMemoryView& inputs) {
+  return impl_->request(inputs, true);
 }
 
 OutputTensors ModelRunner::execute(const InputMemoryView& inputs) { return executeAsync(inputs).get(); }

@@ -336,6 +336,49 @@ TEST(ModelRunnerBatching, MiddleDimension) {
   }
 }
 
+// tryExecuteAsync never waits: on a slow device whose queues fill, it
+// says no (nothing enqueued) instead of blocking; what it accepted runs
+// and is right; once the queues drain it accepts again. With two replicas,
+// one slow, requests go to whichever has room, all answered right.
+TEST(ModelRunnerAdmission, TryExecuteAsyncSaysNoInsteadOfWaiting) {
+  TempPackage package("try_execute");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures);
+  DeviceManagerOptions options = simOptions(2);
+  options.sim_each.resize(2);
+  options.sim_each[0].transfer_latency_ns = 20'000'000;  // 20 ms per copy
+  DeviceManager manager(options);
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  config.ring_buffer_size_multiplier = 1;
+  const std::vector<float> x = rows(kBatch, 4.0f);
+  {
+    ModelRunner runner(package.path(), config);  // sim:0, the slow one
+    std::vector<Future<OutputTensors>> accepted;
+    bool refused = false;
+    for (int i = 0; i < 100 && !refused; ++i) {
+      std::optional<Future<OutputTensors>> future = runner.tryExecuteAsync(inputOf(x));
+      if (future) {
+        accepted.push_back(std::move(*future));
+      } else {
+        refused = true;
+      }
+    }
+    EXPECT_TRUE(refused) << "a slow device's queues never filled";
+    EXPECT_GE(accepted.size(), 1u);
+    for (auto& future : accepted) expectNear(floats(future.get().at("y")), affineReference(x, kFeatures));
+    EXPECT_EQ(runner.batchesRun(), accepted.size());  // the refused ones never ran
+    std::optional<Future<OutputTensors>> again = runner.tryExecuteAsync(inputOf(x));
+    ASSERT_TRUE(again.has_value()) << "empty queues must accept";
+    expectNear(floats(again->get().at("y")), affineReference(x, kFeatures));
+  }
+  config.replication_factor = 2;
+  ModelRunner runner(package.path(), config);  // sim:0 slow, sim:1 fast
+  std::vector<Future<OutputTensors>> futures;
+  for (int i = 0; i < 40; ++i) futures.push_back(runner.executeAsync(inputOf(x)));
+  for (auto& future : futures) expectNear(floats(future.get().at("y")), affineReference(x, kFeatures));
+}
+
 // pipeline_depth outside 1..64 is refused up front (a depth beyond the
 // device's job queues deadlocked the sim device's threads).
 TEST(ModelRunnerValidation, PipelineDepthOutOfRangeIsAClearError) {
