@@ -117,6 +117,18 @@ class UnknownDeviceError : public DeviceError {
   using DeviceError::DeviceError;
 };
 
+// A ModelRunner request cancelled (Future::cancel) before it started.
+class RequestCancelledError : public Error {
+ public:
+  explicit RequestCancelledError(const std::string& message) : Error(message) {}
+};
+
+// A ModelRunner request whose deadline passed before it started.
+class DeadlineExceededError : public Error {
+ public:
+  explicit DeadlineExceededError(const std::string& message) : Error(message) {}
+};
+
 class DeviceBusyError : public Error {
  public:
   explicit DeviceBusyError(const std::string& message) : Error(message) {}

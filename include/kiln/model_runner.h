@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,7 @@
 #include "kiln/device.h"
 #include "kiln/metadata.h"
 #include "kiln/request_future.h"
+#include "kiln/runner_statistics.h"
 #include "kiln/session.h"
 
 namespace kiln {
@@ -75,6 +77,17 @@ struct ModelRunnerConfig {
   uint32_t pipeline_depth = 3;              // batches in flight per device (own-memory devices), 1 to 64
   std::string model;                        // which model of the package; empty: its only one
   int threads = 0;                          // kernel threads per replica; 0: the device's
+};
+
+// Per-request controls (kiln's additions).
+struct RequestOptions {
+  // A request not started by then completes with DeadlineExceededError and
+  // never runs (one that started runs to the end).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Called once when the request completes (null: success), on a runner
+  // thread, before its Future is ready: for event-loop callers. Keep it
+  // short; a throw from it is ignored.
+  std::function<void(const std::exception_ptr& error)> on_complete;
 };
 
 // One anchor as a request sees it.
@@ -101,18 +114,35 @@ class ModelRunner {
 
   // Runner-allocated outputs.
   OutputTensors execute(const InputMemoryView& inputs);
-  Future<OutputTensors> executeAsync(const InputMemoryView& inputs);
+  Future<OutputTensors> executeAsync(const InputMemoryView& inputs, const RequestOptions& options = {});
   // Caller-allocated outputs.
   void execute(const InputMemoryView& inputs, const OutputMemoryView& outputs);
-  Future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
+  Future<void> executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs,
+                            const RequestOptions& options = {});
 
   // Like executeAsync, but never waits for room: nullopt (nothing enqueued,
   // nothing run) when no serving replica can take the request's first
   // device batch at once, so that event loops and servers can shed load or
   // retry. A request of several device batches waits for room for the
   // others once the first is in (the main loop is then consuming).
-  std::optional<Future<OutputTensors>> tryExecuteAsync(const InputMemoryView& inputs);
-  std::optional<Future<void>> tryExecuteAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs);
+  std::optional<Future<OutputTensors>> tryExecuteAsync(const InputMemoryView& inputs, const RequestOptions& options = {});
+  std::optional<Future<void>> tryExecuteAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs,
+                                              const RequestOptions& options = {});
+
+  // Graceful drain: from now on new requests are refused (they complete
+  // with UsageError "draining"); waits until every request already taken
+  // is answered, flushing partial batches at once, or `bound` passes.
+  // True when all were answered. The runner keeps refusing afterwards.
+  bool drain(std::chrono::nanoseconds bound);
+
+  // Health: true while the runner takes requests and can run them (not
+  // draining or shutting down, and a replica serving; with per-replica
+  // anchors, every replica).
+  bool isReady() const;
+
+  // What the runner has done so far (include/kiln/runner_statistics.h);
+  // cheap, and safe while requests run.
+  RunnerStatistics statistics() const;
 
   // After replicas stopped on an error: resets their devices, reloads the
   // model on them and puts them back in rotation. Replicas still serving

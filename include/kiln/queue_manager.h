@@ -30,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -44,6 +45,27 @@ namespace kiln {
 
 class EventCount;
 
+// Admission of a request that may be cancelled, or expire, before it
+// starts (the ModelRunner's requests; plain entries have none). Every
+// entry of the request, in every queue, points to the same one. The main
+// loop moves kQueued to kStarted (compare-and-swap) as it takes the
+// request's first rows; a request found kCancelled, or still kQueued
+// after its deadline (then marked kExpired), is never run: the loop drops
+// its entries, answering them with RequestCancelledError or
+// DeadlineExceededError, and touches none of their memory.
+struct QueueAdmission {
+  enum State : uint8_t { kQueued, kStarted, kCancelled, kExpired };
+  std::atomic<uint8_t> state{kQueued};
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point started;  // set by the loop with kStarted
+
+  // kQueued -> kCancelled; false when the request started (or ended) first.
+  bool cancel() {
+    uint8_t expected = kQueued;
+    return state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel);
+  }
+};
+
 struct QueueEntry {
   // Input: read from; output: written to. nullptr: flush data (an input
   // reads zeros, an output is discarded).
@@ -52,6 +74,7 @@ struct QueueEntry {
   uint64_t outer_stride = 0;  // 0: the rows are contiguous ([outer][rows][row])
   void (*done)(void* context, uint64_t rows, const std::exception_ptr& error) = nullptr;
   void* context = nullptr;
+  QueueAdmission* admission = nullptr;  // null: always runs
 };
 
 // The layout of one anchor as the queues and the device see it.

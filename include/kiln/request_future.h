@@ -39,6 +39,7 @@ bool waitForRequest(RequestState* state, std::chrono::nanoseconds timeout);
 const std::exception_ptr& requestError(const RequestState* state);
 OutputTensors& requestTensors(RequestState* state);
 void releaseRequest(RequestState* state);
+bool cancelRequest(RequestState* state);
 }  // namespace detail
 
 template <typename T>
@@ -69,6 +70,13 @@ class Future {
   bool waitFor(std::chrono::duration<Rep, Period> timeout) const {
     return detail::waitForRequest(state_, std::chrono::duration_cast<std::chrono::nanoseconds>(timeout));
   }
+
+  // Cancels the request if it has not started: true means it never runs
+  // and no device reads or writes its memory from now on (the caller may
+  // free it); the request then completes with RequestCancelledError when
+  // the runner reaches it in its queue. False: it already started (or
+  // ended) and completes as usual.
+  bool cancel() { return detail::cancelRequest(state_); }
 
   // Waits, then returns the result or throws the request's error (a
   // DeviceError subclass, UsageError...). Leaves the future invalid.

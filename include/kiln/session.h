@@ -141,6 +141,10 @@ class Session {
   // Device batches run so far, and how many of them were flushed partial.
   uint64_t batchesRun() const;
   uint64_t batchesFlushed() const;
+  // [k]: device batches that carried k rows from the queues (k = 0 .. the
+  // compiled batch's rows; the rest was flush padding). Empty before
+  // createQueueManager().
+  std::vector<uint64_t> batchRowsHistogram() const;
 
  private:
   struct Impl;

@@ -69,6 +69,7 @@ struct MainLoop::Slot {
   // The error is the caller's (its flush_callback threw or gave views of the
   // wrong size): it fails this batch's requests, not the session.
   bool caller_error = false;
+  uint64_t padded_rows = 0;  // rows of this batch that flushRest padded
   std::atomic<bool> busy{false};
   std::vector<Gathering> gathering;  // inputs with a queue, then outputs
   std::vector<std::vector<Part>*> part_lists;  // the part list of each gathering
@@ -247,6 +248,39 @@ void MainLoop::waitIdle() {
 // partial batch is flushed while a request is half enqueued. Every queue
 // needs the same number of rows (createQueueManager checks the layouts).
 // Returns true when it took any.
+// Whether the request at the queues' fronts may run: a runner request
+// starts here (kQueued -> kStarted) unless it was cancelled or its deadline
+// passed (QueueAdmission).
+static bool admit(QueueAdmission& admission) {
+  uint8_t state = admission.state.load(std::memory_order_acquire);
+  if (state == QueueAdmission::kQueued) {
+    const auto now = std::chrono::steady_clock::now();
+    uint8_t expected = QueueAdmission::kQueued;
+    if (now >= admission.deadline) {
+      admission.state.compare_exchange_strong(expected, QueueAdmission::kExpired, std::memory_order_acq_rel);
+    } else {
+      admission.started = now;  // published by the kStarted store
+      admission.state.compare_exchange_strong(expected, QueueAdmission::kStarted, std::memory_order_acq_rel);
+    }
+    state = admission.state.load(std::memory_order_acquire);
+  }
+  return state == QueueAdmission::kStarted;
+}
+
+// Drops the not-admitted request at the queues' fronts from every queue,
+// answering its entries; none of its memory is read or written.
+static void dropFronts(std::vector<Gathering>& gathering, uint8_t state) {
+  const std::exception_ptr error =
+      state == QueueAdmission::kCancelled
+          ? std::make_exception_ptr(RequestCancelledError("the request was cancelled before it ran"))
+          : std::make_exception_ptr(DeadlineExceededError("the request's deadline passed before it ran"));
+  for (Gathering& g : gathering) {
+    const QueueEntry taken = *g.queue->front();
+    g.queue->pop();
+    if (taken.done != nullptr) taken.done(taken.context, taken.rows, error);
+  }
+}
+
 static bool takeAvailable(std::vector<Gathering>& gathering, std::vector<std::vector<Part>*>& parts,
                           std::vector<Completion>& completions) {
   bool took = false;
@@ -256,6 +290,12 @@ static bool takeAvailable(std::vector<Gathering>& gathering, std::vector<std::ve
       const QueueEntry* entry = g.queue->front();
       if (entry == nullptr) return took;
       take = std::min(take, entry->rows);
+    }
+    // The fronts are one request's entries (the queues are filled and
+    // taken in step): it runs whole or not at all.
+    if (QueueAdmission* admission = gathering[0].queue->front()->admission; admission != nullptr && !admit(*admission)) {
+      dropFronts(gathering, admission->state.load(std::memory_order_acquire));
+      continue;
     }
     for (size_t k = 0; k < gathering.size(); ++k) {
       Gathering& g = gathering[k];
@@ -302,6 +342,7 @@ void MainLoop::flushRest(Slot& slot, const std::string& waiting_for, bool call_b
   auto fill = [&](std::vector<Part>& parts, Gathering& g, bool is_input) {
     if (g.need == 0) return;
     const QueueLayout& layout = g.queue->layout();
+    slot.padded_rows = std::max(slot.padded_rows, g.need);
     std::byte* data = nullptr;
     uint64_t bytes = 0;
     bool given = false;
@@ -345,6 +386,7 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
   slot.gathering.clear();
   slot.error = nullptr;
   slot.caller_error = false;
+  slot.padded_rows = 0;
   for (size_t i = 0; i < slot.in_parts.size(); ++i) {
     slot.in_parts[i].clear();
     const int q = config_.inputs[i].queue;
@@ -571,6 +613,10 @@ void MainLoop::run(const std::atomic<bool>& stop) {
       break;
     }
     if (gathered == Gather::kEmpty) break;
+    if (config_.rows_histogram != nullptr && !slot.gathering.empty()) {
+      const uint64_t rows = slot.gathering[0].queue->layout().batch_rows - slot.padded_rows;
+      config_.rows_histogram[rows].fetch_add(1, std::memory_order_relaxed);
+    }
     if (failed_.load(std::memory_order_acquire)) {
       // The rows just taken belong to requests enqueued before the failure.
       {

@@ -58,6 +58,9 @@ struct MainLoopConfig {
   // outlive the loop and may be read from any thread.
   std::atomic<uint64_t>* batches = nullptr;
   std::atomic<uint64_t>* flushed = nullptr;
+  // rows_histogram[k] counts batches that carried k rows from the queues
+  // (k = 0 .. the batch's rows; the rest was flush padding).
+  std::atomic<uint64_t>* rows_histogram = nullptr;
 };
 
 class MainLoop {

@@ -12,6 +12,7 @@
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
 #include "runtime/request.h"
+#include "runtime/runner_counters.h"
 
 namespace kiln {
 namespace {
@@ -82,7 +83,9 @@ struct ModelRunner::Impl {
   std::condition_variable error_handled;
   std::atomic<bool> in_call{false};  // overlap check when !thread_safe
   std::atomic<bool> closing{false};
+  bool draining = false;  // drain() was called: new requests are refused (guarded by submit_mutex)
   std::mutex reset_mutex;  // one reset() at a time
+  RunnerCounters counters;
   size_t next_replica = 0;
   std::atomic<uint64_t> resets{0};
 
@@ -101,8 +104,16 @@ struct ModelRunner::Impl {
               bool try_only);
   // Under submit_mutex: the first full queue of replica r, or null.
   TensorQueue* fullQueue(uint32_t r) const;
-  std::optional<Future<void>> request(const InputMemoryView& in, const OutputMemoryView& out, bool try_only);
-  std::optional<Future<OutputTensors>> request(const InputMemoryView& in, bool try_only);
+  std::optional<Future<void>> request(const InputMemoryView& in, const OutputMemoryView& out,
+                                      const RequestOptions& options, bool try_only);
+  std::optional<Future<OutputTensors>> request(const InputMemoryView& in, const RequestOptions& options,
+                                               bool try_only);
+  // A new request's state, counted as in flight.
+  RequestState* newRequest(uint64_t rows, const RequestOptions& options);
+  // Enqueues a validated request, or forgets it when a try finds no room.
+  template <typename T>
+  std::optional<Future<T>> enqueue(Future<T> future, RequestState* state, const InputMemoryView& in,
+                                   const OutputMemoryView& out, uint64_t rows, bool try_only);
 };
 
 // Under submit_mutex (serve() clears `running` under it when it ends).
@@ -443,10 +454,11 @@ bool ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
     const uint64_t take = std::min(chunk_rows, rows - first);
     for (;;) {
       std::unique_lock lock(submit_mutex);
-      if (closing.load(std::memory_order_acquire)) {
+      if (closing.load(std::memory_order_acquire) || draining) {
         lock.unlock();
-        request->answer(std::make_exception_ptr(UsageError("the ModelRunner is shutting down")),
-                      take * outputs.size() * (lockstep ? n : 1));
+        request->answer(std::make_exception_ptr(UsageError(draining ? "the ModelRunner is draining: it takes no new requests"
+                                                                    : "the ModelRunner is shutting down")),
+                        take * outputs.size() * (lockstep ? n : 1));
         break;
       }
       uint32_t target = 0;
@@ -492,8 +504,9 @@ bool ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
             if (input_per_replica[i]) data += r * (found->second.bytes / n);
             data += first * layout.row_bytes;
           }
-          queues.inputQueues()[i]->enqueue(
-              QueueEntry{.data = data, .rows = take, .outer_stride = rows * layout.row_bytes, .done = nullptr, .context = nullptr});
+          queues.inputQueues()[i]->enqueue(QueueEntry{.data = data, .rows = take, .outer_stride = rows * layout.row_bytes,
+                                                      .done = nullptr, .context = nullptr,
+                                                      .admission = &request->admission});
         }
         for (size_t j = 0; j < outputs.size(); ++j) {
           const QueueLayout& layout = output_layouts[j];
@@ -506,7 +519,8 @@ bool ModelRunner::Impl::submit(const InputMemoryView& in, const OutputMemoryView
             data += first * layout.row_bytes;
           }
           queues.outputQueues()[j]->enqueue(QueueEntry{.data = data, .rows = take, .outer_stride = rows * layout.row_bytes,
-                                                       .done = &RequestState::rowsDone, .context = request});
+                                                       .done = &RequestState::rowsDone, .context = request,
+                                                       .admission = &request->admission});
         }
       }
       next_replica = target + 1;
@@ -539,25 +553,44 @@ class CallGuard {
 }  // namespace
 
 // The two kinds of request, blocking or not: validated, then enqueued.
-// A request that is not enqueued (try, no room) is released whole: the
-// Future lets go of its reference, the runner of its own here.
-std::optional<Future<void>> ModelRunner::Impl::request(const InputMemoryView& in, const OutputMemoryView& out,
-                                                       bool try_only) {
-  CallGuard guard(in_call, config.thread_safe);
-  const uint64_t rows = validate(in, &out);
+RequestState* ModelRunner::Impl::newRequest(uint64_t rows, const RequestOptions& options) {
   auto* state = new RequestState(rows * outputs.size() * (lockstep ? replicaCount() : 1));
-  Future<void> result(state);
+  state->admission.deadline = options.deadline;
+  state->on_complete = options.on_complete;
+  state->counters = &counters;
+  state->submitted_at = std::chrono::steady_clock::now();
+  counters.in_flight.fetch_add(1, std::memory_order_relaxed);
+  return state;
+}
+
+template <typename T>
+std::optional<Future<T>> ModelRunner::Impl::enqueue(Future<T> future, RequestState* state, const InputMemoryView& in,
+                                                    const OutputMemoryView& out, uint64_t rows, bool try_only) {
   if (!submit(in, out, state, rows, try_only)) {
+    // Nothing was enqueued: the request never was. The Future lets go of
+    // its reference as it goes out of scope, the runner of its own here.
+    counters.in_flight.fetch_sub(1, std::memory_order_relaxed);
+    counters.refused.fetch_add(1, std::memory_order_relaxed);
     state->release();
     return std::nullopt;
   }
-  return result;
+  counters.submitted.fetch_add(1, std::memory_order_relaxed);
+  return future;
 }
 
-std::optional<Future<OutputTensors>> ModelRunner::Impl::request(const InputMemoryView& in, bool try_only) {
+std::optional<Future<void>> ModelRunner::Impl::request(const InputMemoryView& in, const OutputMemoryView& out,
+                                                       const RequestOptions& options, bool try_only) {
+  CallGuard guard(in_call, config.thread_safe);
+  const uint64_t rows = validate(in, &out);
+  RequestState* state = newRequest(rows, options);
+  return enqueue(Future<void>(state), state, in, out, rows, try_only);
+}
+
+std::optional<Future<OutputTensors>> ModelRunner::Impl::request(const InputMemoryView& in, const RequestOptions& options,
+                                                                bool try_only) {
   CallGuard guard(in_call, config.thread_safe);
   const uint64_t rows = validate(in, nullptr);
-  auto* state = new RequestState(rows * outputs.size() * (lockstep ? replicaCount() : 1));
+  RequestState* state = newRequest(rows, options);
   Future<OutputTensors> result(state);
   OutputMemoryView views;
   for (size_t j = 0; j < outputs.size(); ++j) {
@@ -566,34 +599,91 @@ std::optional<Future<OutputTensors>> ModelRunner::Impl::request(const InputMemor
     try {
       tensor.bytes.resize(tensor.info.sizeInBytes());
     } catch (const std::bad_alloc&) {
+      counters.in_flight.fetch_sub(1, std::memory_order_relaxed);
       state->release();  // the runner's reference: it will never answer (the Future lets go of its own)
       throw UsageError(fmt::format("cannot allocate the {} bytes of output '{}' ({}) for a request of {} rows",
                                    tensor.info.sizeInBytes(), outputs[j].name, tensor.info.toString(), rows));
     }
     views[outputs[j].name] = TensorMemoryView{tensor.bytes.data(), tensor.bytes.size(), tensor.info.dtype};
   }
-  if (!submit(in, views, state, rows, try_only)) {
-    state->release();
-    return std::nullopt;
-  }
-  return result;
+  return enqueue(std::move(result), state, in, views, rows, try_only);
 }
 
-Future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
-  return std::move(*impl_->request(inputs, outputs, false));
+Future<void> ModelRunner::executeAsync(const InputMemoryView& inputs, const OutputMemoryView& outputs,
+                                       const RequestOptions& options) {
+  return std::move(*impl_->request(inputs, outputs, options, false));
 }
 
-Future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs) {
-  return std::move(*impl_->request(inputs, false));
+Future<OutputTensors> ModelRunner::executeAsync(const InputMemoryView& inputs, const RequestOptions& options) {
+  return std::move(*impl_->request(inputs, options, false));
 }
 
 std::optional<Future<void>> ModelRunner::tryExecuteAsync(const InputMemoryView& inputs,
-                                                         const OutputMemoryView& outputs) {
-  return impl_->request(inputs, outputs, true);
+                                                         const OutputMemoryView& outputs,
+                                                         const RequestOptions& options) {
+  return impl_->request(inputs, outputs, options, true);
 }
 
-std::optional<Future<OutputTensors>> ModelRunner::tryExecuteAsync(const InputMemoryView& inputs) {
-  return impl_->request(inputs, true);
+std::optional<Future<OutputTensors>> ModelRunner::tryExecuteAsync(const InputMemoryView& inputs,
+                                                                  const RequestOptions& options) {
+  return impl_->request(inputs, options, true);
+}
+
+bool ModelRunner::drain(std::chrono::nanoseconds bound) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.submit_mutex);
+    m.draining = true;
+  }
+  // Requests taken before are answered; partial batches need not wait for
+  // their timeout.
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    if (m.counters.in_flight.load(std::memory_order_acquire) == 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    for (auto& replica : m.replicas) replica.queues->flushAll();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+bool ModelRunner::isReady() const {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.submit_mutex);
+    if (m.draining || m.closing.load(std::memory_order_relaxed)) return false;
+  }
+  const uint32_t serving = replicasServing();
+  return m.lockstep ? serving == m.replicaCount() : serving > 0;
+}
+
+RunnerStatistics ModelRunner::statistics() const {
+  const Impl& m = *impl_;
+  const RunnerCounters& c = m.counters;
+  auto load = [](const std::atomic<uint64_t>& counter) { return counter.load(std::memory_order_relaxed); };
+  RunnerStatistics stats;
+  stats.submitted = load(c.submitted);
+  stats.refused = load(c.refused);
+  stats.in_flight = load(c.in_flight);
+  stats.succeeded = load(c.succeeded);
+  stats.cancelled = load(c.cancelled);
+  stats.deadline_exceeded = load(c.deadline_exceeded);
+  stats.usage_errors = load(c.usage_errors);
+  stats.application_errors = load(c.application_errors);
+  stats.recoverable_errors = load(c.recoverable_errors);
+  stats.unknown_errors = load(c.unknown_errors);
+  for (const auto& replica : m.replicas) {
+    stats.batches_run += replica.session->batchesRun();
+    stats.batches_flushed += replica.session->batchesFlushed();
+    const std::vector<uint64_t> histogram = replica.session->batchRowsHistogram();
+    if (stats.rows_histogram.size() < histogram.size()) stats.rows_histogram.resize(histogram.size());
+    for (size_t k = 0; k < histogram.size(); ++k) stats.rows_histogram[k] += histogram[k];
+  }
+  stats.started = load(c.started);
+  stats.queue_seconds = static_cast<double>(load(c.queue_ns)) * 1e-9;
+  stats.run_seconds = static_cast<double>(load(c.run_ns)) * 1e-9;
+  stats.max_queue_seconds = static_cast<double>(load(c.max_queue_ns)) * 1e-9;
+  stats.max_run_seconds = static_cast<double>(load(c.max_run_ns)) * 1e-9;
+  return stats;
 }
 
 OutputTensors ModelRunner::execute(const InputMemoryView& inputs) { return executeAsync(inputs).get(); }

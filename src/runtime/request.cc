@@ -43,5 +43,9 @@ bool waitForRequest(RequestState* state, std::chrono::nanoseconds timeout) {
 const std::exception_ptr& requestError(const RequestState* state) { return state->error; }
 OutputTensors& requestTensors(RequestState* state) { return state->tensors; }
 void releaseRequest(RequestState* state) { state->release(); }
+bool cancelRequest(RequestState* state) {
+  if (state == nullptr) throw UsageError("this Future holds no request (get() was called, or it was never set)");
+  return state->admission.cancel();
+}
 
 }  // namespace kiln::detail

@@ -10,10 +10,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <exception>
+#include <functional>
 #include <mutex>
 
+#include "kiln/queue_manager.h"
 #include "kiln/request_future.h"
+#include "runtime/runner_counters.h"
 #include "runtime/event_count.h"
 
 namespace kiln {
@@ -28,6 +32,12 @@ struct RequestState {
   std::atomic<uint32_t> answered{0};
   EventCount answer_event;
   std::atomic<uint32_t> references{2};
+  // Cancellation and deadline: every queue entry of the request points here.
+  QueueAdmission admission;
+  // Statistics (null: not counted) and the caller's completion callback.
+  RunnerCounters* counters = nullptr;
+  std::chrono::steady_clock::time_point submitted_at;
+  std::function<void(const std::exception_ptr&)> on_complete;
 
   // QueueEntry::done of every output entry.
   static void rowsDone(void* context, uint64_t rows, const std::exception_ptr& failure) {
@@ -42,6 +52,14 @@ struct RequestState {
     }
     if (remaining.fetch_sub(rows, std::memory_order_acq_rel) != rows) return;
     // The last rows: every other writer of `error` is done (acq_rel above).
+    if (counters != nullptr) counters->complete(error, admission, submitted_at);
+    if (on_complete) {
+      // The caller's code, on a runner thread: a throw must not escape.
+      try {
+        on_complete(error);
+      } catch (...) {
+      }
+    }
     answered.store(1, std::memory_order_release);
     answer_event.notifyAll();
     release();

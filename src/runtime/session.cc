@@ -25,6 +25,8 @@ struct Session::Impl {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> flushed{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> rows_histogram;  // batch rows + 1 counters
+  uint64_t histogram_size = 0;
 
   bool excluded(const Anchor& anchor) const {
     for (const auto& predicate : options.exclude_from_binding) {
@@ -81,6 +83,11 @@ std::vector<std::string> Session::unboundLoadAnchors() const { return impl_->exc
 QueueManager* Session::queueManager() { return impl_->queues.get(); }
 uint64_t Session::batchesRun() const { return impl_->batches.load(std::memory_order_relaxed); }
 uint64_t Session::batchesFlushed() const { return impl_->flushed.load(std::memory_order_relaxed); }
+std::vector<uint64_t> Session::batchRowsHistogram() const {
+  std::vector<uint64_t> histogram(impl_->histogram_size);
+  for (size_t k = 0; k < histogram.size(); ++k) histogram[k] = impl_->rows_histogram[k].load(std::memory_order_relaxed);
+  return histogram;
+}
 
 void Session::bindTensor(const std::string& anchor, std::span<const std::byte> bytes) {
   Impl& m = *impl_;
@@ -141,6 +148,10 @@ QueueManager& Session::createQueueManager(size_t capacity, uint32_t batch_dim) {
   check(m.user_inputs, input_layouts);
   check(m.user_outputs, output_layouts);
   m.queues = std::make_unique<QueueManager>(m.user_inputs, m.user_outputs, input_layouts, output_layouts, capacity);
+  m.histogram_size = 1 + (!input_layouts.empty()    ? input_layouts.front().batch_rows
+                          : !output_layouts.empty() ? output_layouts.front().batch_rows
+                                                    : 1);
+  m.rows_histogram = std::make_unique<std::atomic<uint64_t>[]>(m.histogram_size);
   return *m.queues;
 }
 
@@ -163,6 +174,7 @@ void Session::runMainPrograms() {
   config.depth = m.options.pipeline_depth;
   config.batches = &m.batches;
   config.flushed = &m.flushed;
+  config.rows_histogram = m.rows_histogram.get();
   m.loop = std::make_unique<MainLoop>(std::move(config));
   // A stop() that came before this call counts (a runner may stop before
   // its serving thread got here); it is used up when the loop ends.
