@@ -9,6 +9,8 @@
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
 #                    ThreadSanitizer
+#   make soak        100,000 requests through a ModelRunner with random faults, bad
+#                    requests, deadlines and cancellations (make test runs 10,000)
 #   make bench       benchmarks: zero-copy open, RingBuffer against boost, the model
 #                    runner's overhead and pipelining, and six models against
 #                    onnxruntime and OpenVINO (bench/compare.py writes bench/RESULTS.md)
@@ -20,11 +22,12 @@ SHELL := /bin/bash
 WERROR ?= OFF
 FUZZ_SECONDS ?= 600
 TEST_FUZZ_SECONDS ?= 60
+SOAK_REQUESTS ?= 100000
 BENCH_SIZE_MIB ?= 1024
 CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
 
-.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan bench fuzz fuzz-run clean \
+.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan soak bench fuzz fuzz-run clean \
 	conformance conformance-data conformance-check zoo
 
 all: build
@@ -82,6 +85,9 @@ test-tsan: build-tsan
 
 zoo: build
 	.venv/bin/python bench/zoo/zoo.py bench
+
+soak: build
+	KILN_SOAK_REQUESTS=$(SOAK_REQUESTS) build/release/tests/runtime/kiln_soak_tests
 
 bench: build
 	@mkdir -p build/bench
