@@ -1,24 +1,29 @@
-// RingBuffer benchmark: throughput of kiln::RingBuffer against
-// boost::lockfree::spsc_queue, one producer thread and one consumer thread.
+// RingBuffer benchmark: throughput of kiln::RingBuffer against the
+// well-known single-producer single-consumer queues that Debian packages,
+// boost::lockfree::spsc_queue and moodycamel's ReaderWriterQueue, one
+// producer thread and one consumer thread.
 //
-// Both queues carry the same 24-byte entry the QueueManager stores (a
+// The queues carry the same 24-byte entry the QueueManager stores (a
 // pointer to user memory, its size, a callback context), have the same
 // capacity (runtime-sized, as kiln's is) and run in the same process one
 // after the other, repetition by repetition, with the producer and the
-// consumer pinned to two different cores. Both sides spin on full/empty
-// (with the CPU's pause hint, nothing else): no batching, no back-off. The consumer checks that every entry arrives,
-// in order, so that the work cannot be optimised away and a broken queue
-// fails loudly. The best of --repetitions runs of each is reported.
+// consumer pinned to two different cores. All sides spin on full/empty
+// (with the CPU's pause hint, nothing else): no batching, no back-off. The
+// consumer checks that every entry arrives, in order, so that the work
+// cannot be optimised away and a broken queue fails loudly. Each queue's
+// median of --repetitions runs is reported with its spread (min-max), and
+// kiln's ratio to the best of the others' medians.
 //
 // Usage: ring_buffer_bench [--items N] [--repetitions R]
 // Prints one line per capacity:
-//   ring_buffer capacity=1024: kiln 312.4 M items/s, boost 201.3 M items/s, ratio 1.55
+//   capacity=1024: kiln 312.4 (298.0-320.1), boost 201.3 (...), moodycamel 250.2 (...) M items/s; kiln / best other 1.25
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
+#include <readerwriterqueue/readerwriterqueue.h>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -65,6 +70,18 @@ class BoostQueue {
   // Runtime-sized, like kiln's. Aligned to a cache line (kiln's RingBuffer
   // is), so that its padded indices do not share lines with the stack frame.
   alignas(64) boost::lockfree::spsc_queue<Entry> queue_;
+};
+
+class MoodycamelQueue {
+ public:
+  static constexpr const char* kName = "moodycamel";
+  explicit MoodycamelQueue(size_t capacity) : queue_(capacity) {}
+  // try_enqueue never allocates: it fails when the preallocated blocks are full.
+  bool push(const Entry& entry) { return queue_.try_enqueue(entry); }
+  bool pop(Entry& entry) { return queue_.try_dequeue(entry); }
+
+ private:
+  alignas(64) moodycamel::ReaderWriterQueue<Entry> queue_;
 };
 
 // The cores the producer and the consumer run on; -1 when the process may
@@ -198,7 +215,7 @@ int main(int argc, char** argv) {
 
   const Placement placement = choosePlacement();
   if (placement.pinned()) {
-    std::printf("producer on cpu %d, consumer on cpu %d; %llu items, best of %llu runs\n", placement.producer_cpu,
+    std::printf("producer on cpu %d, consumer on cpu %d; %llu items, median of %llu runs\n", placement.producer_cpu,
                 placement.consumer_cpu, static_cast<unsigned long long>(items),
                 static_cast<unsigned long long>(repetitions));
   } else {
@@ -207,16 +224,26 @@ int main(int argc, char** argv) {
         "figures are not representative\n");
   }
 
-  for (const size_t capacity : {size_t{1024}, size_t{64}}) {
-    double best_kiln = 0;
-    double best_boost = 0;
-    // Alternated, so that a slow spell of the machine hits both queues.
+  struct Spread {
+    double median, low, high;
+  };
+  auto spread = [](std::vector<double> runs) {
+    std::sort(runs.begin(), runs.end());
+    return Spread{runs[runs.size() / 2], runs.front(), runs.back()};
+  };
+  for (const size_t capacity : {size_t{64}, size_t{1024}, size_t{16384}, size_t{1048576}}) {
+    std::vector<double> kiln, boost, moodycamel;
+    // Alternated, so that a slow spell of the machine hits every queue.
     for (uint64_t run = 0; run < repetitions; ++run) {
-      best_kiln = std::max(best_kiln, runOnce<KilnQueue>(capacity, items, placement));
-      best_boost = std::max(best_boost, runOnce<BoostQueue>(capacity, items, placement));
+      kiln.push_back(runOnce<KilnQueue>(capacity, items, placement));
+      boost.push_back(runOnce<BoostQueue>(capacity, items, placement));
+      moodycamel.push_back(runOnce<MoodycamelQueue>(capacity, items, placement));
     }
-    std::printf("ring_buffer capacity=%zu: kiln %.1f M items/s, boost %.1f M items/s, ratio %.2f\n", capacity,
-                best_kiln / 1e6, best_boost / 1e6, best_kiln / best_boost);
+    const Spread k = spread(kiln), b = spread(boost), m = spread(moodycamel);
+    std::printf("capacity=%zu: kiln %.1f (%.1f-%.1f), boost %.1f (%.1f-%.1f), moodycamel %.1f (%.1f-%.1f) M items/s; "
+                "kiln / best other %.2f\n",
+                capacity, k.median / 1e6, k.low / 1e6, k.high / 1e6, b.median / 1e6, b.low / 1e6, b.high / 1e6,
+                m.median / 1e6, m.low / 1e6, m.high / 1e6, k.median / std::max(b.median, m.median));
     std::fflush(stdout);
   }
   return 0;
