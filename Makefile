@@ -17,17 +17,19 @@
 #   make conformance the ONNX backend node tests through kiln and onnxruntime; writes
 #                    docs/conformance.md
 #   make fuzz        build the fuzz targets with clang and fuzz (FUZZ_SECONDS)
+#   make fuzz-long   each fuzz target for FUZZ_RUNS inputs, finds merged into tests/fuzz/corpus
 
 SHELL := /bin/bash
 WERROR ?= OFF
 FUZZ_SECONDS ?= 600
 TEST_FUZZ_SECONDS ?= 60
 SOAK_REQUESTS ?= 100000
+FUZZ_RUNS ?= 100000000
 BENCH_SIZE_MIB ?= 1024
 CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
 
-.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan soak bench fuzz fuzz-run clean \
+.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan soak bench fuzz fuzz-run fuzz-long fuzz-merge clean \
 	conformance conformance-data conformance-check zoo
 
 all: build
@@ -51,7 +53,7 @@ build-tsan: setup
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz
+	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz
 
 demo: build
 	@mkdir -p build/demo
@@ -117,9 +119,31 @@ fuzz: fuzz-run
 # graph codec for half that each, the .npy reader for a quarter. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
 fuzz-run: build-fuzz
 	@scripts/fuzz reader_fuzz tests/format/fuzz_seeds tests/format/reader_fuzz.dict $(FUZZ_SECONDS)
-	@scripts/fuzz onnx_import_fuzz tests/frontend/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
+	@scripts/fuzz onnx_import_fuzz tests/frontend/fuzz_seeds tests/frontend/onnx_import_fuzz.dict $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz graph_codec_fuzz tests/ir/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz npy_fuzz tests/cli/npy_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
+	@scripts/fuzz request_fuzz tests/runtime/request_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
+
+# Long campaigns: each target for FUZZ_RUNS inputs (10^8 by default: hours per
+# target on 2 cores), then its finds merged into the committed corpus.
+fuzz-long: build-fuzz
+	@scripts/fuzz reader_fuzz tests/format/fuzz_seeds tests/format/reader_fuzz.dict 0 $(FUZZ_RUNS)
+	@scripts/fuzz onnx_import_fuzz tests/frontend/fuzz_seeds tests/frontend/onnx_import_fuzz.dict 0 $(FUZZ_RUNS)
+	@scripts/fuzz graph_codec_fuzz tests/ir/fuzz_seeds "" 0 $(FUZZ_RUNS)
+	@scripts/fuzz npy_fuzz tests/cli/npy_fuzz_seeds "" 0 $(FUZZ_RUNS)
+	@scripts/fuzz request_fuzz tests/runtime/request_fuzz_seeds "" 0 $(FUZZ_RUNS)
+	$(MAKE) --no-print-directory fuzz-merge
+
+# Minimises each target's committed corpus together with the last run's
+# (libFuzzer -merge=1: the smallest set of inputs with the same coverage).
+fuzz-merge: build-fuzz
+	@for t in reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz; do \
+	  mkdir -p tests/fuzz/corpus/$$t build/fuzz/merged-$$t && rm -rf build/fuzz/merged-$$t/*; \
+	  build/fuzz/tests/$$t -merge=1 -max_len=8192 build/fuzz/merged-$$t tests/fuzz/corpus/$$t build/fuzz/corpus-$$t \
+	    > build/fuzz/$$t-merge.log 2>&1 || { tail -n 20 build/fuzz/$$t-merge.log; exit 1; }; \
+	  rm -rf tests/fuzz/corpus/$$t && mv build/fuzz/merged-$$t tests/fuzz/corpus/$$t; \
+	  echo "fuzz-merge $$t: $$(ls tests/fuzz/corpus/$$t | wc -l) inputs"; \
+	done
 
 clean:
 	rm -rf build
