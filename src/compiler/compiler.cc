@@ -191,7 +191,10 @@ ParamValue tensorParam(const Node& node, const std::string& key, const Constant&
 
 ParamMap paramsOf(const Node& node) {
   ParamMap params;
-  for (const auto& [key, attribute] : node.attributes) {
+  for (const auto& entry : node.attributes) {
+    // Named, not a structured binding: clang before 16 cannot capture those.
+    const std::string& key = entry.first;
+    const auto& attribute = entry.second;
     std::visit(
         [&](const auto& value) {
           using T = std::decay_t<decltype(value)>;

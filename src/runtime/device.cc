@@ -15,6 +15,10 @@
 #include "kiln/error.h"
 #include "runtime/device_internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace kiln {
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -127,7 +131,9 @@ const std::vector<std::string>& hostCpuFeatures() {
     KILN_FEATURE("avx");
     KILN_FEATURE("avx2");
     KILN_FEATURE("fma");
-    KILN_FEATURE("f16c");
+    // CPUID leaf 1, ECX bit 29 (clang before 15 has no "f16c" for the builtin).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0) found.emplace_back("f16c");
     KILN_FEATURE("avx512f");
     KILN_FEATURE("avx512bw");
     KILN_FEATURE("avx512vl");

@@ -377,12 +377,15 @@ uint64_t ModelRunner::Impl::validate(const InputMemoryView& in, const OutputMemo
   }
   if (config.validate_io_params) {
     std::vector<std::string> extra;
-    for (const auto& [name, view] : in) {
-      if (std::none_of(inputs.begin(), inputs.end(), [&](const Anchor& a) { return a.name == name; })) extra.push_back(name);
+    auto known = [](const std::vector<Anchor>& anchors, const std::string& name) {
+      return std::any_of(anchors.begin(), anchors.end(), [&](const Anchor& a) { return a.name == name; });
+    };
+    for (const auto& entry : in) {
+      if (!known(inputs, entry.first)) extra.push_back(entry.first);
     }
     if (out != nullptr) {
-      for (const auto& [name, view] : *out) {
-        if (std::none_of(outputs.begin(), outputs.end(), [&](const Anchor& a) { return a.name == name; })) extra.push_back(name);
+      for (const auto& entry : *out) {
+        if (!known(outputs, entry.first)) extra.push_back(entry.first);
       }
     }
     if (!missing.empty() || !extra.empty()) {
