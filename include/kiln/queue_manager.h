@@ -57,7 +57,8 @@ struct QueueAdmission {
   enum State : uint8_t { kQueued, kStarted, kCancelled, kExpired };
   std::atomic<uint8_t> state{kQueued};
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  std::chrono::steady_clock::time_point started;  // set by the loop with kStarted
+  bool timed = false;  // record `started` (the runner times one request in 8)
+  std::chrono::steady_clock::time_point started;  // set by the loop with kStarted when timed
 
   // kQueued -> kCancelled; false when the request started (or ended) first.
   bool cancel() {

@@ -254,9 +254,12 @@ void MainLoop::waitIdle() {
 static bool admit(QueueAdmission& admission) {
   uint8_t state = admission.state.load(std::memory_order_acquire);
   if (state == QueueAdmission::kQueued) {
-    const auto now = std::chrono::steady_clock::now();
+    // The clock is read only when a deadline or the statistics need it.
+    const bool has_deadline = admission.deadline != std::chrono::steady_clock::time_point::max();
+    const auto now = has_deadline || admission.timed ? std::chrono::steady_clock::now()
+                                                      : std::chrono::steady_clock::time_point{};
     uint8_t expected = QueueAdmission::kQueued;
-    if (now >= admission.deadline) {
+    if (has_deadline && now >= admission.deadline) {
       admission.state.compare_exchange_strong(expected, QueueAdmission::kExpired, std::memory_order_acq_rel);
     } else {
       admission.started = now;  // published by the kStarted store

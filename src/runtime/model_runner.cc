@@ -561,7 +561,10 @@ RequestState* ModelRunner::Impl::newRequest(uint64_t rows, const RequestOptions&
   state->admission.deadline = options.deadline;
   state->on_complete = options.on_complete;
   state->counters = &counters;
-  state->submitted_at = std::chrono::steady_clock::now();
+  if (counters.timeNext()) {
+    state->admission.timed = true;
+    state->submitted_at = std::chrono::steady_clock::now();
+  }
   counters.in_flight.fetch_add(1, std::memory_order_relaxed);
   return state;
 }
@@ -681,7 +684,7 @@ RunnerStatistics ModelRunner::statistics() const {
     if (stats.rows_histogram.size() < histogram.size()) stats.rows_histogram.resize(histogram.size());
     for (size_t k = 0; k < histogram.size(); ++k) stats.rows_histogram[k] += histogram[k];
   }
-  stats.started = load(c.started);
+  stats.timed = load(c.timed);
   stats.queue_seconds = static_cast<double>(load(c.queue_ns)) * 1e-9;
   stats.run_seconds = static_cast<double>(load(c.run_ns)) * 1e-9;
   stats.max_queue_seconds = static_cast<double>(load(c.max_queue_ns)) * 1e-9;
