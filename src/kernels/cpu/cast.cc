@@ -156,8 +156,17 @@ void castLoop(const std::byte* x_bytes, std::byte* y_bytes, int64_t n, const Cas
     // few elements: the i32 -> f32 Cast after every dynamically quantized
     // MatMulInteger (T5, BERT int8 models) runs here.
     (void)options;
+#if defined(__clang__)
+    // Clang cannot vectorise every width (64-bit integers without AVX-512DQ)
+    // and warns that the pragma failed; it still converts correctly.
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = narrow<To>(widen(x[i]), options);
   }

@@ -1,7 +1,9 @@
 // GCC 12 reports its own AVX-512 intrinsics (the _mm512_undefined_* idiom
 // inside them) as "may be used uninitialized": a false positive, silenced for
 // this file before any header brings <immintrin.h> in.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "kernels/cpu/dynamic_int8_matmul.h"
 

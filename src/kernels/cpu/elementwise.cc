@@ -910,7 +910,6 @@ struct Pow {
 };
 // Pow with a constant exponent of 2 or 0.5 (x ** 2 and x ** 0.5 are common).
 struct PowSquare {
-  static constexpr std::string_view kName = "Pow";
   static constexpr TypeSet kTypes = kFloats;
   static constexpr vec::Binary kVector = vec::Binary::kSquare;
   template <typename T>
@@ -921,7 +920,6 @@ struct PowSquare {
 // A constant exponent of 3 (Gelu's tanh form: x + 0.044715 x^3): two
 // multiplies, within 2 ulp of std::pow, in a loop that vectorises.
 struct PowCube {
-  static constexpr std::string_view kName = "Pow";
   static constexpr TypeSet kTypes = kFloats;
   template <typename T>
   static T apply(T a, T) {
@@ -929,7 +927,6 @@ struct PowCube {
   }
 };
 struct PowSqrt {
-  static constexpr std::string_view kName = "Pow";
   static constexpr TypeSet kTypes = kFloats;
   static constexpr vec::Binary kVector = vec::Binary::kSqrt;
   template <typename T>
