@@ -705,10 +705,15 @@ void ModelRunner::reset() {
   for (uint32_t r = 0; r < m.replicaCount(); ++r) {
     Impl::Replica& replica = m.replicas[r];
     {
-      // A replica whose thread still serves is healthy, or failing right
-      // now: its own thread resets it or marks it stopped, and a later
-      // reset() restarts it. Only a stopped replica's failure is cleared.
-      std::lock_guard lock(m.submit_mutex);
+      // An error being handled (reported to its requests, the replica not
+      // yet marked) is waited for: its thread then resets the replica or
+      // marks it stopped under this lock. A replica still serving after
+      // that is healthy (one that fails later waits for the next reset());
+      // only a stopped replica's failure is cleared.
+      std::unique_lock lock(m.submit_mutex);
+      m.error_handled.wait(lock, [&] {
+        return !m.error_pending[r].load(std::memory_order_acquire) || m.closing.load(std::memory_order_relaxed);
+      });
       if (replica.running) continue;
     }
     if (replica.thread.joinable()) replica.thread.join();
