@@ -37,6 +37,27 @@ void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(near(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
 }
 
+// Writes a copy of the package at `source` to `target` with `edit` applied
+// to its metadata and to each user anchor (the ones the package does not
+// provide): packages the compiler does not write but the format allows.
+template <typename Edit>
+void withAnchors(const std::filesystem::path& source, const std::filesystem::path& target, Edit edit) {
+  PackageReader reader(source);
+  const MetadataBlob* metadata_blob = reader.metadata().front();
+  Metadata metadata = metadata_blob->metadata();
+  for (Anchor& anchor : metadata.anchors) {
+    if (!reader.isPackageProvided(anchor)) edit(metadata, anchor);
+  }
+  PackageWriter writer(target);
+  const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
+  writer.writeExecutable(executable->name(), executable->read());
+  writer.writeMetadata(metadata_blob->name(), metadata);
+  for (const TensorDataBlob* tensor : reader.tensorData()) {
+    writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
+  }
+  writer.close();
+}
+
 InputMemoryView inputOf(const std::vector<float>& x) {
   return {{"x", ConstTensorMemoryView{x.data(), x.size() * 4, DType::kF32}}};
 }
@@ -276,23 +297,10 @@ TEST(ModelRunnerReplicas, PerReplicaAnchorsGainALeadingDimension) {
   TempPackage compiled("per_replica_src");
   testing::writeAffineModel(compiled.path(), kBatch, kFeatures);
   TempPackage package("per_replica");
-  {
-    PackageReader reader(compiled.path());
-    const MetadataBlob* metadata_blob = reader.metadata().front();
-    Metadata metadata = metadata_blob->metadata();
+  withAnchors(compiled.path(), package.path(), [](Metadata& metadata, Anchor& anchor) {
     metadata.replication_factor = 2;
-    for (Anchor& anchor : metadata.anchors) {
-      if (!reader.isPackageProvided(anchor)) anchor.is_per_replica = true;
-    }
-    PackageWriter writer(package.path());
-    const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
-    writer.writeExecutable(executable->name(), executable->read());
-    writer.writeMetadata(metadata_blob->name(), metadata);
-    for (const TensorDataBlob* tensor : reader.tensorData()) {
-      writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
-    }
-    writer.close();
-  }
+    anchor.is_per_replica = true;
+  });
   DeviceManager manager(simOptions(2));
   ModelRunnerConfig config;
   config.device_kind = DeviceKind::kSim;
@@ -406,26 +414,6 @@ TEST(ModelRunnerValidation, PipelineDepthOutOfRangeIsAClearError) {
   expectNear(floats(runner.execute(inputOf(x)).at("y")), affineReference(x, kFeatures));
 }
 
-// A copy of `source` whose user anchors carry Anchor::batch_dim = `batch_dim`
-// (the format allows it; examples/write_example_package.cc sets it).
-void copyWithAnchorBatchDim(const std::filesystem::path& source, const std::filesystem::path& target,
-                            uint32_t batch_dim) {
-  PackageReader reader(source);
-  const MetadataBlob* metadata_blob = reader.metadata().front();
-  Metadata metadata = metadata_blob->metadata();
-  for (Anchor& anchor : metadata.anchors) {
-    if (!reader.isPackageProvided(anchor)) anchor.batch_dim = batch_dim;
-  }
-  PackageWriter writer(target);
-  const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
-  writer.writeExecutable(executable->name(), executable->read());
-  writer.writeMetadata(metadata_blob->name(), metadata);
-  for (const TensorDataBlob* tensor : reader.tensorData()) {
-    writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
-  }
-  writer.close();
-}
-
 // Without batching_dim a request is whole tensors (N of them), whatever
 // batch dimension the package's anchors name: the runner and the session's
 // queues must agree on that. (They did not: the session batched the queues
@@ -436,11 +424,11 @@ TEST(ModelRunnerBatching, AnchorsWithABatchDimStillTakeWholeTensorsWithoutBatchi
   TempPackage middle_source("anchor_batch_dim_src");
   testing::writeMiddleBatchModel(middle_source.path(), 3, 2, 5);
   TempPackage middle("anchor_batch_dim_1");
-  copyWithAnchorBatchDim(middle_source.path(), middle.path(), 1);
+  withAnchors(middle_source.path(), middle.path(), [](Metadata&, Anchor& anchor) { anchor.batch_dim = 1; });
   TempPackage affine_source("anchor_batch_dim0_src");
   testing::writeAffineModel(affine_source.path(), kBatch, kFeatures);
   TempPackage affine("anchor_batch_dim_0");
-  copyWithAnchorBatchDim(affine_source.path(), affine.path(), 0);
+  withAnchors(affine_source.path(), affine.path(), [](Metadata&, Anchor& anchor) { anchor.batch_dim = 0; });
   DeviceManager manager(simOptions(1));
   for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kSim}) {
     ModelRunnerConfig config;

@@ -1,10 +1,10 @@
 // ModelRunner error handling, as the reference's table says, with faults
 // injected on sim devices: each error class with and without auto_reset,
-// requests enqueued before an error complete with it, and a soak test of
-// several threads with random faults where every request is answered once.
+// requests enqueued before an error complete with it, replicas that stop
+// and come back, and runners destroyed while they handle errors (the soak
+// with many threads is runner_soak_test.cc).
 #include <gtest/gtest.h>
 
-#include <random>
 #include <thread>
 
 #include "kiln/error.h"
@@ -155,82 +155,14 @@ TEST(RunnerErrors, RequestsEnqueuedBeforeAnErrorGetIt) {
   EXPECT_EQ(runner.resets(), 1u);
 }
 
-// Several threads, thousands of requests of random sizes, random faults of
-// the classes the runner recovers from: every request is answered exactly
-// once (a second answer would hit a deleted request or a satisfied
-// promise), completed + failed == submitted, and every completed result is
-// right.
-TEST(RunnerErrors, SoakWithRandomFaults) {
-  TempPackage package("soak");
-  testing::writeAffineModel(package.path(), kBatch, kFeatures);
-  SimDeviceConfig sim;
-  sim.fault_rates[static_cast<size_t>(FaultKind::kApplicationError)] = 0.01;
-  sim.fault_rates[static_cast<size_t>(FaultKind::kRecoverableReset)] = 0.01;
-  sim.fault_rates[static_cast<size_t>(FaultKind::kRecoverableRerun)] = 0.01;
-  sim.fault_seed = 7;
-  DeviceManager manager(simOptions(2, sim));
+// Two replicas on `manager`'s sim devices, stopping on errors until reset().
+ModelRunnerConfig twoReplicasNoAutoReset(DeviceManager& manager) {
   ModelRunnerConfig config;
   config.device_kind = DeviceKind::kSim;
   config.device_manager = &manager;
-  config.batching_dim = 0;
-  config.timeout_ns = std::chrono::microseconds(200);
   config.replication_factor = 2;
-  config.ring_buffer_size_multiplier = 4;
-  ModelRunner runner(package.path(), config);
-
-  constexpr int kThreads = 4;
-  constexpr int kRequestsPerThread = 750;
-  std::atomic<int> completed{0}, failed{0}, wrong{0}, unexpected{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 random(static_cast<unsigned>(t));
-      struct InFlight {
-        std::vector<float> x;
-        Future<OutputTensors> result;
-      };
-      std::vector<InFlight> window;
-      auto settle = [&](InFlight& request) {
-        try {
-          OutputTensors result = request.result.get();
-          if (matches(result, request.x)) {
-            ++completed;
-          } else if (wrong++ < 3) {
-            std::vector<float> got(result.at("y").bytes.size() / 4);
-            std::memcpy(got.data(), result.at("y").bytes.data(), got.size() * 4);
-            const std::vector<float> want = affineReference(request.x, kFeatures);
-            std::string text;
-            for (size_t k = 0; k < got.size(); k += kFeatures) text += std::to_string(got[k]) + "/" + std::to_string(want[k]) + " ";
-            ADD_FAILURE() << "wrong result, rows " << got.size() / kFeatures << ": " << text;
-          }
-        } catch (const DeviceError&) {
-          ++failed;
-        } catch (const std::exception& e) {
-          if (unexpected++ < 3) ADD_FAILURE() << "unexpected error: " << e.what();
-        }
-      };
-      for (int i = 0; i < kRequestsPerThread; ++i) {
-        InFlight request;
-        request.x = rows(1 + random() % 9, static_cast<float>(t * 1000 + i));
-        request.result = runner.executeAsync(inputOf(request.x));
-        window.push_back(std::move(request));
-        if (window.size() == 8) {
-          for (auto& r : window) settle(r);
-          window.clear();
-        }
-      }
-      for (auto& r : window) settle(r);
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  EXPECT_EQ(completed + failed + wrong + unexpected, kThreads * kRequestsPerThread);
-  EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(unexpected.load(), 0);
-  EXPECT_GT(failed.load(), 0);          // faults did happen...
-  EXPECT_GT(runner.resets(), 0u);       // ...and were recovered from
-  EXPECT_GT(completed.load(), failed.load());
-  std::printf("soak: %d completed, %d failed, %llu resets, %llu batches\n", completed.load(), failed.load(),
-              static_cast<unsigned long long>(runner.resets()), static_cast<unsigned long long>(runner.batchesRun()));
+  config.auto_reset = false;
+  return config;
 }
 
 // Replicas fail one by one: a replica that stops on an error leaves the
@@ -244,12 +176,7 @@ TEST(RunnerErrors, AStoppedReplicaLeavesTheRotationUntilReset) {
   options.sim_each.resize(2);
   options.sim_each[0].fault_script = {ScriptedFault{1, FaultKind::kUnknown}};  // its second batch
   DeviceManager manager(options);
-  ModelRunnerConfig config;
-  config.device_kind = DeviceKind::kSim;
-  config.device_manager = &manager;
-  config.replication_factor = 2;
-  config.auto_reset = false;
-  ModelRunner runner(package.path(), config);
+  ModelRunner runner(package.path(), twoReplicasNoAutoReset(manager));
   EXPECT_EQ(runner.replicasServing(), 2u);
   const std::vector<float> x = rows(kBatch, 2.0f);
   int failed = 0;
@@ -275,12 +202,7 @@ TEST(RunnerErrors, RequestsFailWithTheErrorOnceNoReplicaIsLeftAndResetRaces) {
   SimDeviceConfig sim;
   sim.fault_script = {ScriptedFault{0, FaultKind::kUnknown}};  // every device's first batch
   DeviceManager manager(simOptions(2, sim));
-  ModelRunnerConfig config;
-  config.device_kind = DeviceKind::kSim;
-  config.device_manager = &manager;
-  config.replication_factor = 2;
-  config.auto_reset = false;
-  ModelRunner runner(package.path(), config);
+  ModelRunner runner(package.path(), twoReplicasNoAutoReset(manager));
   const std::vector<float> x = rows(kBatch, 2.0f);
   for (int i = 0; i < 2; ++i) EXPECT_THROW(runner.execute(inputOf(x)), UnknownDeviceError);
   EXPECT_EQ(runner.replicasServing(), 0u);
