@@ -49,7 +49,7 @@ build-asan: setup
 # Only the runtime's tests: they are the threaded ones.
 build-tsan: setup
 	cmake --preset tsan $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests
+	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests kiln_soak_tests
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
