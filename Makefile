@@ -53,7 +53,7 @@ build-tsan: setup
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz
+	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz package_fuzz graph_run_fuzz
 
 demo: build
 	@mkdir -p build/demo
@@ -116,13 +116,17 @@ fuzz: fuzz-run
 
 # Fuzzes copies of the seed corpora, so that runs never change the
 # repository: the package reader for FUZZ_SECONDS, the ONNX importer and the
-# graph codec for half that each, the .npy reader for a quarter. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
+# graph codec, package loading (package_fuzz) and compile-and-run
+# (graph_run_fuzz) for half that each, the .npy reader and requests for a
+# quarter. Logs: build/fuzz/<target>.log; crashing inputs: build/fuzz/.
 fuzz-run: build-fuzz
 	@scripts/fuzz reader_fuzz tests/format/fuzz_seeds tests/format/reader_fuzz.dict $(FUZZ_SECONDS)
 	@scripts/fuzz onnx_import_fuzz tests/frontend/fuzz_seeds tests/frontend/onnx_import_fuzz.dict $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz graph_codec_fuzz tests/ir/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz npy_fuzz tests/cli/npy_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
 	@scripts/fuzz request_fuzz tests/runtime/request_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
+	@scripts/fuzz package_fuzz tests/runtime/package_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
+	@scripts/fuzz graph_run_fuzz "" "" $$(( $(FUZZ_SECONDS) / 2 ))
 
 # Long campaigns: each target for FUZZ_RUNS inputs (10^8 by default: hours per
 # target on 2 cores), then its finds merged into the committed corpus.
@@ -132,12 +136,14 @@ fuzz-long: build-fuzz
 	@scripts/fuzz graph_codec_fuzz tests/ir/fuzz_seeds "" 0 $(FUZZ_RUNS)
 	@scripts/fuzz npy_fuzz tests/cli/npy_fuzz_seeds "" 0 $(FUZZ_RUNS)
 	@scripts/fuzz request_fuzz tests/runtime/request_fuzz_seeds "" 0 $(FUZZ_RUNS)
+	@scripts/fuzz package_fuzz tests/runtime/package_fuzz_seeds "" 0 $(FUZZ_RUNS)
+	@scripts/fuzz graph_run_fuzz "" "" 0 $(FUZZ_RUNS)
 	$(MAKE) --no-print-directory fuzz-merge
 
 # Minimises each target's committed corpus together with the last run's
 # (libFuzzer -merge=1: the smallest set of inputs with the same coverage).
 fuzz-merge: build-fuzz
-	@for t in reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz; do \
+	@for t in reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz package_fuzz graph_run_fuzz; do \
 	  mkdir -p tests/fuzz/corpus/$$t build/fuzz/merged-$$t && rm -rf build/fuzz/merged-$$t/*; \
 	  build/fuzz/tests/$$t -merge=1 -max_len=8192 build/fuzz/merged-$$t tests/fuzz/corpus/$$t build/fuzz/corpus-$$t \
 	    > build/fuzz/$$t-merge.log 2>&1 || { tail -n 20 build/fuzz/$$t-merge.log; exit 1; }; \

@@ -79,6 +79,10 @@ struct Metadata {
   // Anchors by direction, in stored order.
   std::vector<const Anchor*> inputs() const;
   std::vector<const Anchor*> outputs() const;
+  // Whether an input anchor feeds a load program (a weight) rather than the
+  // main program; the main program's inputs are the others, in stored order.
+  bool isLoadAnchor(const Anchor& anchor) const;
+  std::vector<const Anchor*> mainInputs() const;
 
   // The anchor with this name and direction, or nullptr.
   const Anchor* findAnchor(const std::string& name, AnchorDirection direction) const;

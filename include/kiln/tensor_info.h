@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,18 @@ struct TensorInfo {
   friend bool operator==(const TensorInfo&, const TensorInfo&) = default;
 };
 
-// a * b for sizes and element counts (a, b >= 0), or nullopt when the
-// product leaves [0, 2^63): the one checked product for shape arithmetic.
+// Checked arithmetic for every size, offset and shape formula computed
+// from a file, a model or a request (issue 12): the result, or nullopt
+// where it would overflow, never undefined behaviour.
+//   multiplySizes  a * b for sizes and element counts; nullopt also when
+//                  a or b is negative
+//   elementCount   the product of a shape's dimensions (all >= 0); 0 when
+//                  any is 0, whatever the others (as numElements)
+//   checkedAdd, checkedSubtract, checkedMultiply   signed a + b, a - b, a * b
 std::optional<int64_t> multiplySizes(int64_t a, int64_t b);
+std::optional<int64_t> elementCount(std::span<const int64_t> shape);
+std::optional<int64_t> checkedAdd(int64_t a, int64_t b);
+std::optional<int64_t> checkedSubtract(int64_t a, int64_t b);
+std::optional<int64_t> checkedMultiply(int64_t a, int64_t b);
 
 }  // namespace kiln

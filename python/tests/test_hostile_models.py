@@ -208,3 +208,56 @@ def test_request_shapes_that_ask_for_more_memory_than_the_machine_has_are_refuse
             assert expected in str(error) and "cannot be allocated on this machine" in str(error), error
         y = runner.run({"x": x, "shape": np.array([2, 3], np.int64)})[outputs[0]]
         np.testing.assert_allclose(y, 15.0 if outputs == ["total"] else np.full((2, 3), 2.5, np.float32))
+
+
+BIG = 1 << 62
+
+
+def inference_error(tmp_path, node, inits, x_shape):
+    """The compile's error, or when the shape was left to run time (an
+    inference that fails falls back to run-time shapes), the first call's."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    message = compile_error(tmp_path, [node], inits, [x], [out("y", TensorProto.FLOAT)])
+    if message == "(compiled)":
+        try:
+            kiln.Runner(tmp_path / "m.kiln").run({"x": np.zeros(x_shape, np.float32)})
+            message = "(ran)"
+        except kiln.Error as error:
+            message = str(error)
+    return message
+
+
+def test_dimension_formulas_that_overflow_are_refused(tmp_path):
+    """Found by graph_run_fuzz (UBSan: signed overflow, undefined behaviour):
+    Tile's size * repeats, Pad's pads summed, a Conv's dilated kernel, a
+    DepthToSpace block squared, Range's limit - start, a Resize scale whose
+    size is not finite. Each is now a compile error that names it."""
+    cases = [
+        (helper.make_node("Tile", ["x", "r"], ["y"]), [numpy_helper.from_array(np.array([4, BIG], np.int64), "r")],
+         [2, 4]),
+        (helper.make_node("Pad", ["x", "p"], ["y"]),
+         [numpy_helper.from_array(np.array([BIG, BIG, 0, 0], np.int64), "p")], [2, 4]),
+        (helper.make_node("Conv", ["x", "w"], ["y"], dilations=[BIG, 1]),
+         [numpy_helper.from_array(np.zeros((1, 1, 3, 3), np.float32), "w")], [1, 1, 8, 8]),
+        (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=1 << 32), [], [1, 4, 2, 2]),
+        (helper.make_node("Resize", ["x", "", "s"], ["y"]),
+         [numpy_helper.from_array(np.array([1, 1, 1e30, 1], np.float32), "s")], [1, 1, 2, 2]),
+    ]
+    for node, inits, shape in cases:
+        message = inference_error(tmp_path, node, inits, shape)
+        assert "overflow" in message or "not a size" in message, (node.op_type, message)
+
+
+def test_range_whose_length_overflows_is_refused(tmp_path):
+    """Range from INT64_MIN to INT64_MAX: limit - start wrapped (undefined
+    behaviour) before its length was computed."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for v, n in ((INT64_MIN, "a"), (np.iinfo(np.int64).max, "b"), (1, "d"))]
+    message = compile_error(tmp_path, [helper.make_node("Range", ["a", "b", "d"], ["y"])], inits, [], [out("y")])
+    if message == "(compiled)":  # left to run time, as inference failures are
+        try:
+            kiln.Runner(tmp_path / "m.kiln").run({})
+            message = "(ran)"
+        except kiln.Error as error:
+            message = str(error)
+    assert "too long" in message, message

@@ -1,5 +1,7 @@
 #include "format/executable_spec.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "format/info_codec.h"
@@ -139,11 +141,18 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
       case ValueStorage::kConstant:
         if (v.index >= spec.constants.size()) fail(fmt::format("value '{}' refers to constant {}", v.name, v.index));
         break;
+      // The caller's buffer i is sized for the value spec.inputs[i] (or
+      // outputs[i]) alone: another value there, of another size, would
+      // reach past it (views of it are aliases).
       case ValueStorage::kInput:
-        if (v.index >= spec.inputs.size()) fail(fmt::format("value '{}' refers to input {}", v.name, v.index));
+        if (v.index >= spec.inputs.size() || spec.inputs[v.index] != i) {
+          fail(fmt::format("value '{}' claims input {}, which is not its value", v.name, v.index));
+        }
         break;
       case ValueStorage::kOutput:
-        if (v.index >= spec.outputs.size()) fail(fmt::format("value '{}' refers to output {}", v.name, v.index));
+        if (v.index >= spec.outputs.size() || spec.outputs[v.index] != i) {
+          fail(fmt::format("value '{}' claims output {}, which is not its value", v.name, v.index));
+        }
         break;
       case ValueStorage::kAlias: {
         if (v.index >= i) fail(fmt::format("value '{}' aliases value {}, which does not come before it", v.name, v.index));
@@ -174,13 +183,67 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
     while (spec.values[index].storage == ValueStorage::kAlias) index = spec.values[index].index;
     return spec.values[index].storage;
   };
+  // The bytes a value occupies: its root's storage and index (0 for the
+  // arena) and the byte range there, its aliases' offsets added up.
+  struct Extent {
+    ValueStorage storage;
+    uint32_t index;
+    uint64_t begin;
+    uint64_t end;
+  };
+  auto extentOf = [&](uint32_t index) {
+    const uint64_t size = spec.values[index].info.sizeInBytes();
+    uint64_t begin = 0;
+    while (spec.values[index].storage == ValueStorage::kAlias) {
+      begin += spec.values[index].offset;  // each alias lies inside its base (checked above): no wrap
+      index = spec.values[index].index;
+    }
+    const ValueSpec& root = spec.values[index];
+    if (root.storage == ValueStorage::kArena) return Extent{root.storage, 0, root.offset + begin, root.offset + begin + size};
+    return Extent{root.storage, root.index, begin, begin + size};
+  };
+  auto overlap = [](const Extent& a, const Extent& b) {
+    return a.storage == b.storage && a.index == b.index && a.begin < b.end && b.begin < a.end;
+  };
+  // Kernels access elements as their type: each value starts on a multiple
+  // of its element size in its storage (the arena, constants and buffers
+  // themselves are 64-byte aligned).
+  for (uint32_t i = 0; i < value_count; ++i) {
+    const uint64_t element = std::max<uint64_t>(1, dtypeSize(spec.values[i].info.dtype));
+    const uint64_t at = extentOf(i).begin;
+    if (at % element != 0) {
+      fail(fmt::format("value '{}' starts at byte {} of its storage, not on a {}-byte element boundary",
+                       spec.values[i].name, at, element));
+    }
+  }
+  // Kernels read their inputs while they write their outputs (and memcpy
+  // them): the compiler never places an output over an input or another
+  // output of the same step, and a package that does is refused.
+  auto checkDisjoint = [&](const StepSpec& step) {
+    for (size_t o = 0; o < step.outputs.size(); ++o) {
+      const Extent out = extentOf(step.outputs[o]);
+      if (out.begin == out.end) continue;
+      for (const auto* list : {&step.inputs, &step.outputs}) {
+        for (size_t k = 0; k < list->size(); ++k) {
+          const uint32_t other = (*list)[k];
+          if (other == kNoValueIndex || (list == &step.outputs && k <= o)) continue;
+          if (overlap(out, extentOf(other))) {
+            fail(fmt::format("step '{}' writes value '{}' over value '{}', which it also {}", step.kernel,
+                             spec.values[step.outputs[o]].name, spec.values[other].name,
+                             list == &step.inputs ? "reads" : "writes"));
+          }
+        }
+      }
+    }
+  };
   // `limit`: the sub-programs a step may run (those listed before its own
   // sub-program), so that sub-programs cannot run themselves.
   auto checkSteps = [&](const std::vector<StepSpec>& steps, size_t limit) {
     for (const StepSpec& step : steps) {
+      // Inputs may be omitted (optional operands); outputs never are.
       for (const auto* list : {&step.inputs, &step.outputs}) {
         for (uint32_t index : *list) {
-          if (index != kNoValueIndex && index >= value_count) {
+          if ((index != kNoValueIndex || list == &step.outputs) && index >= value_count) {
             fail(fmt::format("step '{}' refers to value {} of {}", step.kernel, index, value_count));
           }
         }
@@ -188,13 +251,13 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
       // Constants are read-only mappings of the file, inputs the caller's
       // (possibly immutable) buffers: no step may write into either.
       for (uint32_t index : step.outputs) {
-        if (index == kNoValueIndex) continue;
         const ValueStorage root = rootOf(index);
         if (root == ValueStorage::kConstant || root == ValueStorage::kInput) {
           fail(fmt::format("step '{}' writes value '{}', which lies in {}", step.kernel, spec.values[index].name,
                            root == ValueStorage::kConstant ? "a constant" : "a model input"));
         }
       }
+      checkDisjoint(step);
       for (uint32_t program : step.subprograms) {
         if (program >= limit) fail(fmt::format("step '{}' runs sub-program {} of {}", step.kernel, program, limit));
       }
@@ -242,17 +305,24 @@ void checkAnchorsMatch(const Metadata& metadata, const ExecutableSpec& spec, con
   };
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorInfo& value = spec.values[spec.outputs[i]].info;
-    if (value.dtype != outputs[i]->info.dtype || value.sizeInBytes() != outputs[i]->info.sizeInBytes()) {
+    if (!outputs[i]->info.isStatic() || value.dtype != outputs[i]->info.dtype ||
+        value.sizeInBytes() != outputs[i]->info.sizeInBytes()) {
       disagree(*outputs[i], value);
     }
   }
-  for (const Anchor* anchor : metadata.inputs()) {
-    for (uint32_t input : spec.inputs) {
-      const ValueSpec& value = spec.values[input];
-      if (value.name == anchor->name && anchor->info.isStatic() &&
-          (value.info.dtype != anchor->info.dtype || value.info.sizeInBytes() != anchor->info.sizeInBytes())) {
-        disagree(*anchor, value.info);
-      }
+  // The main program's input anchors are the caller's buffers, in the
+  // executable's input order (Executable binds them by position).
+  const std::vector<const Anchor*> inputs = metadata.mainInputs();
+  if (inputs.size() != spec.inputs.size()) {
+    throw FormatError(source, offset,
+                      fmt::format("metadata has {} main-program inputs, the executable {}", inputs.size(),
+                                  spec.inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorInfo& value = spec.values[spec.inputs[i]].info;
+    if (!inputs[i]->info.isStatic() || value.dtype != inputs[i]->info.dtype ||
+        value.sizeInBytes() != inputs[i]->info.sizeInBytes()) {
+      disagree(*inputs[i], value);
     }
   }
 }

@@ -90,10 +90,10 @@ struct Metadata;
 
 // Callers size their memory by a model's anchors while the steps write (or
 // read) the executable's values: throws FormatError naming `source` (at
-// byte `offset`) unless both list the same number of outputs and each
-// output anchor, and each static input anchor named like an input value,
-// has its value's dtype and byte size. Load runs it, and `kiln dump
-// --verify`.
+// byte `offset`) unless the output anchors and the main program's input
+// anchors (Metadata::mainInputs) are, in order, the executable's outputs
+// and inputs, each static and of its value's dtype and byte size. Load runs
+// it, and `kiln dump --verify`.
 void checkAnchorsMatch(const Metadata& metadata, const ExecutableSpec& spec, const std::string& source,
                        uint64_t offset);
 

@@ -37,6 +37,24 @@ std::vector<const Anchor*> Metadata::outputs() const {
   return result;
 }
 
+bool Metadata::isLoadAnchor(const Anchor& anchor) const {
+  if (anchor.direction != AnchorDirection::kInput) return false;
+  for (uint32_t program : anchor.programs) {
+    for (uint32_t load : program_flow.load) {
+      if (program == load) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<const Anchor*> Metadata::mainInputs() const {
+  std::vector<const Anchor*> result;
+  for (const Anchor& anchor : anchors) {
+    if (anchor.direction == AnchorDirection::kInput && !isLoadAnchor(anchor)) result.push_back(&anchor);
+  }
+  return result;
+}
+
 const Anchor* Metadata::findAnchor(const std::string& name, AnchorDirection direction) const {
   for (const Anchor& anchor : anchors) {
     if (anchor.name == name && anchor.direction == direction) return &anchor;
@@ -58,10 +76,10 @@ std::string findProgramProblem(const Metadata& m, const std::vector<uint32_t>& i
 // True when the bytes of the known dimensions fit in 63 bits, so that every
 // size computed from this shape later is exact.
 bool sizeFits(const TensorInfo& info) {
-  uint64_t bytes = dtypeSize(info.dtype);
+  std::optional<int64_t> bytes = static_cast<int64_t>(dtypeSize(info.dtype));
   for (int64_t dim : info.shape) {
-    if (dim == kDynamicDim) continue;
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes) || bytes > uint64_t{INT64_MAX}) return false;
+    if (dim != kDynamicDim) bytes = multiplySizes(*bytes, dim);
+    if (!bytes) return false;
   }
   return true;
 }

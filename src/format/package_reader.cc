@@ -66,11 +66,9 @@ uint64_t payloadSizeFor(const TensorInfo& tensor, uint64_t count, ByteCursor& cu
   } catch (const UsageError&) {
     cursor.failAt(at, "tensor size overflows: shape " + tensor.shapeString());
   }
-  uint64_t total = 0;
-  if (__builtin_mul_overflow(size, count, &total)) {
-    cursor.failAt(at, fmt::format("feed size overflows: {} items of {} bytes", count, size));
-  }
-  return total;
+  const std::optional<int64_t> total = multiplySizes(static_cast<int64_t>(size), static_cast<int64_t>(count));
+  if (!total) cursor.failAt(at, fmt::format("feed size overflows: {} items of {} bytes", count, size));
+  return static_cast<uint64_t>(*total);
 }
 
 }  // namespace

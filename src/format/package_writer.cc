@@ -180,11 +180,10 @@ uint64_t checkedTensorSize(const TensorInfo& info, uint64_t count, const std::st
     throw UsageError(fmt::format("'{}': stored tensors need a static shape, got {}", name, info.shapeString()));
   }
   if (info.shape.size() > kMaxRank) throw UsageError(fmt::format("'{}': rank {} exceeds {}", name, info.shape.size(), kMaxRank));
-  uint64_t total = 0;
-  if (__builtin_mul_overflow(info.sizeInBytes(), count, &total)) {
-    throw UsageError(fmt::format("'{}': {} items of {} bytes overflow", name, count, info.sizeInBytes()));
-  }
-  return total;
+  const std::optional<int64_t> total =
+      multiplySizes(static_cast<int64_t>(info.sizeInBytes()), static_cast<int64_t>(count));
+  if (!total) throw UsageError(fmt::format("'{}': {} items of {} bytes overflow", name, count, info.sizeInBytes()));
+  return static_cast<uint64_t>(*total);
 }
 
 // Opens `path` for appending after checking it is a well-formed chain of

@@ -227,8 +227,12 @@ void maxUnpool(InferenceContext& context) {
   std::vector<Dim> out{(*x)[0], (*x)[1]};
   for (size_t i = 0; i < spatial; ++i) {
     const Dim& in = (*x)[i + 2];
-    out.push_back(in.isKnown() ? Dim::known((in.size - 1) * strides[i] + kernel[i] - pads[i] - pads[i + spatial])
-                               : Dim{});
+    if (!in.isKnown()) {
+      out.emplace_back();
+      continue;
+    }
+    const int64_t spread = addDims(context, multiplyDims(context, subtractDims(context, in.size, 1), strides[i]), kernel[i]);
+    out.push_back(Dim::known(subtractDims(context, spread, addDims(context, pads[i], pads[i + spatial]))));
   }
   context.output(0) = ValueType{dtype, out};
 }

@@ -33,7 +33,7 @@ void arrayFeatureExtractor(InferenceContext& context) {
   if (!x || !y) return;
   if (x->empty()) context.fail("X must have rank 1 or more, found a scalar");
   std::vector<Dim> out = x->size() == 1 ? std::vector<Dim>{Dim::known(1)} : std::vector<Dim>(x->begin(), x->end() - 1);
-  out.push_back(productOf(*y));
+  out.push_back(productOf(context, *y));
   context.output(0) = ValueType{dtype, std::move(out)};
 }
 

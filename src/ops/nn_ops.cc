@@ -97,15 +97,17 @@ Dim windowOutput(const InferenceContext& context, const Window& window, size_t a
   const int64_t stride = window.strides[axis];
   if (window.auto_pad == AutoPad::kSameUpper || window.auto_pad == AutoPad::kSameLower) {
     if (!in.isKnown()) return stride == 1 ? in : Dim{};
-    return Dim::known((in.size + stride - 1) / stride);
+    return Dim::known(addDims(context, in.size, subtractDims(context, stride, 1)) / stride);
   }
   const int64_t kernel = window.kernel[axis];
   if (kernel == kUnknownKernel) return Dim{};
-  const int64_t extent = (kernel - 1) * window.dilations[axis] + 1;  // the dilated kernel
+  // The dilated kernel's extent, (kernel - 1) * dilation + 1, and the rest
+  // checked: attributes come from the model.
+  const int64_t extent = addDims(context, multiplyDims(context, subtractDims(context, kernel, 1), window.dilations[axis]), 1);
   const int64_t pad_begin = window.pads[axis];
-  const int64_t pads = pad_begin + window.pads[axis + spatial];
+  const int64_t pads = addDims(context, pad_begin, window.pads[axis + spatial]);
   if (!in.isKnown()) return stride == 1 && pads == extent - 1 ? in : Dim{};
-  const int64_t room = in.size + pads - extent;
+  const int64_t room = subtractDims(context, addDims(context, in.size, pads), extent);
   if (room < 0) {
     context.fail("spatial axis {}: the kernel spans {} elements (dilations included) but the padded input has {}", axis,
                  extent, in.size + pads);
@@ -115,7 +117,7 @@ Dim windowOutput(const InferenceContext& context, const Window& window, size_t a
     ++out;
     // The last window must start inside the input or the left padding
     // (ONNX since 1.16, PyTorch, onnxruntime).
-    if ((out - 1) * stride >= in.size + pad_begin) --out;
+    if (multiplyDims(context, out - 1, stride) >= addDims(context, in.size, pad_begin)) --out;
   }
   return Dim::known(out);
 }
@@ -198,15 +200,16 @@ Dim transposedOutput(const InferenceContext& context, const Window& window, cons
   const int64_t stride = window.strides[axis];
   if (window.auto_pad == AutoPad::kSameUpper || window.auto_pad == AutoPad::kSameLower) {
     if (!in.isKnown()) return stride == 1 ? in : Dim{};
-    return Dim::known(in.size * stride);
+    return Dim::known(multiplyDims(context, in.size, stride));
   }
   const int64_t kernel = window.kernel[axis];
   if (kernel == kUnknownKernel) return Dim{};
-  const int64_t extent = (kernel - 1) * window.dilations[axis] + 1;
-  const int64_t pads = window.pads[axis] + window.pads[axis + window.strides.size()];
-  const int64_t growth = output_padding[axis] + extent - 1 - pads;  // beyond stride * (in - 1) + 1
+  const int64_t extent = addDims(context, multiplyDims(context, subtractDims(context, kernel, 1), window.dilations[axis]), 1);
+  const int64_t pads = addDims(context, window.pads[axis], window.pads[axis + window.strides.size()]);
+  // beyond stride * (in - 1) + 1
+  const int64_t growth = subtractDims(context, addDims(context, output_padding[axis], subtractDims(context, extent, 1)), pads);
   if (!in.isKnown()) return stride == 1 && growth == 0 ? in : Dim{};
-  const int64_t out = stride * (in.size - 1) + 1 + growth;
+  const int64_t out = addDims(context, addDims(context, multiplyDims(context, stride, subtractDims(context, in.size, 1)), 1), growth);
   if (out < 1) context.fail("spatial axis {}: the output size {} is not positive (pads too large?)", axis, out);
   return Dim::known(out);
 }

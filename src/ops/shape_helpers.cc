@@ -1,5 +1,7 @@
 #include "ops/shape_helpers.h"
 
+#include <cmath>
+
 namespace kiln {
 
 std::vector<Dim> broadcastInputs(const InferenceContext& context, const std::vector<size_t>& inputs) {
@@ -37,11 +39,34 @@ void copyInputType(InferenceContext& context, size_t input, size_t output) {
   context.output(output) = context.inputType(input);
 }
 
-Dim productOf(const std::vector<Dim>& dims) {
+int64_t addDims(const InferenceContext& context, int64_t a, int64_t b) {
+  const std::optional<int64_t> sum = checkedAdd(a, b);
+  if (!sum) context.fail("the dimension arithmetic {} + {} overflows 64 bits", a, b);
+  return *sum;
+}
+
+int64_t subtractDims(const InferenceContext& context, int64_t a, int64_t b) {
+  const std::optional<int64_t> difference = checkedSubtract(a, b);
+  if (!difference) context.fail("the dimension arithmetic {} - {} overflows 64 bits", a, b);
+  return *difference;
+}
+
+int64_t multiplyDims(const InferenceContext& context, int64_t a, int64_t b) {
+  const std::optional<int64_t> product = checkedMultiply(a, b);
+  if (!product) context.fail("the dimension arithmetic {} * {} overflows 64 bits", a, b);
+  return *product;
+}
+
+int64_t dimFromFloat(const InferenceContext& context, double value) {
+  if (!(std::abs(value) < 9.2e18)) context.fail("the dimension {} computed in floating point is not a size", value);
+  return static_cast<int64_t>(value);
+}
+
+Dim productOf(const InferenceContext& context, const std::vector<Dim>& dims) {
   int64_t product = 1;
   for (const Dim& dim : dims) {
     if (!dim.isKnown()) return Dim{};
-    product *= dim.size;
+    product = multiplyDims(context, product, dim.size);
   }
   return Dim::known(product);
 }

@@ -21,8 +21,21 @@ size_t normalizeAxis(const InferenceContext& context, int64_t axis, size_t rank)
 // Output `output` gets the type of input `input`.
 void copyInputType(InferenceContext& context, size_t input = 0, size_t output = 0);
 
-// The product of `dims`, or an unknown Dim when any is unknown.
-Dim productOf(const std::vector<Dim>& dims);
+// a + b, a - b and a * b for dimension formulas (pads, strides, kernels, repeats,
+// blocks), failing the inference when the result overflows int64: a crafted
+// attribute or constant must not wrap (issue 12; kiln/tensor_info.h's
+// checkedAdd and checkedMultiply).
+int64_t addDims(const InferenceContext& context, int64_t a, int64_t b);
+int64_t subtractDims(const InferenceContext& context, int64_t a, int64_t b);
+int64_t multiplyDims(const InferenceContext& context, int64_t a, int64_t b);
+
+// A dimension computed in floating point (Resize's scales, a float Range's
+// length), rounded toward zero; fails unless it is finite and below 2^63.
+int64_t dimFromFloat(const InferenceContext& context, double value);
+
+// The product of `dims`, or an unknown Dim when any is unknown; fails when
+// it overflows.
+Dim productOf(const InferenceContext& context, const std::vector<Dim>& dims);
 
 // The dims of input `index` when its rank is known; nullptr when the input
 // is omitted or its rank is unknown. Inference functions use it to produce

@@ -78,8 +78,8 @@ std::optional<std::vector<double>> constantNumbers(const InferenceContext& conte
 }
 
 // True when `dims` certainly do not hold `count` elements.
-bool surelyNotCount(const std::vector<Dim>& dims, int64_t count) {
-  const Dim product = productOf(dims);
+bool surelyNotCount(const InferenceContext& context, const std::vector<Dim>& dims, int64_t count) {
+  const Dim product = productOf(context, dims);
   return product.isKnown() && product.size != count;
 }
 
@@ -110,12 +110,12 @@ std::optional<size_t> knownLength(const InferenceContext& context, size_t index)
 
 // The product of `dims`. Unlike productOf, a product with a single unknown
 // factor (the others multiplying to 1) is that dimension, symbol kept.
-Dim productKeepingSymbol(std::span<const Dim> dims) {
+Dim productKeepingSymbol(const InferenceContext& context, std::span<const Dim> dims) {
   int64_t known = 1;
   std::vector<Dim> unknown;
   for (const Dim& dim : dims) {
     if (dim.isKnown()) {
-      known *= dim.size;
+      known = multiplyDims(context, known, dim.size);
     } else {
       unknown.push_back(dim);
     }
@@ -242,7 +242,7 @@ void flatten(InferenceContext& context) {
   const std::span<const Dim> dims(*in);
   const auto split = static_cast<size_t>(axis);
   context.output(0) = ValueType{
-      dtype, std::vector<Dim>{productKeepingSymbol(dims.first(split)), productKeepingSymbol(dims.subspan(split))}};
+      dtype, std::vector<Dim>{productKeepingSymbol(context, dims.first(split)), productKeepingSymbol(context, dims.subspan(split))}};
 }
 
 // ------------------------------------------------------ Squeeze/Unsqueeze
@@ -699,7 +699,7 @@ void tile(InferenceContext& context) {
     const int64_t times = (*repeats)[i];
     if (times < 0) context.fail("repeats [{}] has the negative value {}", fmt::join(*repeats, ", "), times);
     if (out[i].isKnown() || times == 0) {
-      out[i] = Dim::known(out[i].isKnown() ? out[i].size * times : 0);
+      out[i] = Dim::known(out[i].isKnown() ? multiplyDims(context, out[i].size, times) : 0);
     } else if (times != 1) {
       out[i] = Dim{};
     }
@@ -729,10 +729,10 @@ void padWith(InferenceContext& context, const std::optional<Ints>& pads, std::op
                  2 * padded.size(), padded.size());
   }
   for (size_t i = 0; i < padded.size(); ++i) {
-    const int64_t extra = (*pads)[i] + (*pads)[i + padded.size()];
+    const int64_t extra = addDims(context, (*pads)[i], (*pads)[i + padded.size()]);
     Dim& dim = out[padded[i]];
     if (dim.isKnown()) {
-      if (dim.size + extra < 0) {
+      if (addDims(context, dim.size, extra) < 0) {
         context.fail("pads [{}] remove more than the {} elements of axis {}", fmt::join(*pads, ", "), dim.size,
                      padded[i]);
       }
@@ -866,7 +866,7 @@ void resizeSizes(InferenceContext& context, const std::vector<size_t>& axes, con
     scale = !scale ? ratio : policy == "not_larger" ? std::min(*scale, ratio) : std::max(*scale, ratio);
   }
   for (size_t axis : axes) {
-    out[axis] = Dim::known(static_cast<int64_t>(std::floor(*scale * static_cast<double>(out[axis].size) + 0.5)));
+    out[axis] = Dim::known(dimFromFloat(context, std::floor(*scale * static_cast<double>(out[axis].size) + 0.5)));
   }
 }
 
@@ -877,7 +877,7 @@ void resizeScales(InferenceContext& context, const std::vector<size_t>& axes, co
     Dim& dim = out[axes[i]];
     if (dim.isKnown()) {
       // As ONNX does: the float product, rounded down.
-      dim = Dim::known(static_cast<int64_t>(std::floor(static_cast<float>(dim.size) * static_cast<float>(scales[i]))));
+      dim = Dim::known(dimFromFloat(context, std::floor(static_cast<float>(dim.size) * static_cast<float>(scales[i]))));
     } else if (scales[i] != 1.0) {
       dim = Dim{};
     }
@@ -960,7 +960,7 @@ void range(InferenceContext& context) {
                    dtypeName(context.inputType(i).dtype), dtypeName(dtype));
     }
     const std::vector<Dim>* shape = knownShape(context, i);
-    if (shape && surelyNotCount(*shape, 1)) {
+    if (shape && surelyNotCount(context, *shape, 1)) {
       context.fail("input {} must be a scalar, found {}", i, dimsText(*shape));
     }
   }
@@ -969,9 +969,14 @@ void range(InferenceContext& context) {
     const auto start = context.constantInts(0), limit = context.constantInts(1), delta = context.constantInts(2);
     if (delta && delta->front() == 0) context.fail("delta is 0");
     if (start && limit && delta) {
-      const int64_t span = limit->front() - start->front(), step = delta->front();
-      // ceil(span / step), at least 0
-      const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
+      // ceil((limit - start) / delta), at least 0; the operands are any
+      // int64 values (a wrapped span, or INT64_MIN / -1, trapped).
+      const std::optional<int64_t> span = checkedSubtract(limit->front(), start->front());
+      const int64_t step = delta->front();
+      if (!span || (*span == INT64_MIN && step == -1)) {
+        context.fail("the range from {} to {} by {} is too long", start->front(), limit->front(), step);
+      }
+      const int64_t count = *span / step + (*span % step != 0 && (*span < 0) == (step < 0) ? 1 : 0);
       length = Dim::known(std::max<int64_t>(count, 0));
     }
   } else if (dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 || dtype == DType::kBF16) {
@@ -980,7 +985,7 @@ void range(InferenceContext& context) {
     if (delta && delta->front() == 0) context.fail("delta is 0");
     if (start && limit && delta) {
       const double count = std::ceil((limit->front() - start->front()) / delta->front());
-      length = Dim::known(std::max<int64_t>(static_cast<int64_t>(count), 0));
+      length = Dim::known(std::max<int64_t>(dimFromFloat(context, std::max(count, -1.0)), 0));
     }
   }
   context.output(0) = ValueType{dtype, std::vector<Dim>{length}};
@@ -1014,16 +1019,16 @@ void depthSpace(InferenceContext& context, bool to_space) {
   };
   auto grow = [&](size_t axis, int64_t factor) {
     Dim& dim = out[axis];
-    dim = dim.isKnown() ? Dim::known(dim.size * factor) : Dim{};
+    dim = dim.isKnown() ? Dim::known(multiplyDims(context, dim.size, factor)) : Dim{};
   };
   if (to_space) {
-    shrink(1, block * block);
+    shrink(1, multiplyDims(context, block, block));
     grow(2, block);
     grow(3, block);
   } else {
     shrink(2, block);
     shrink(3, block);
-    grow(1, block * block);
+    grow(1, multiplyDims(context, block, block));
   }
   context.output(0) = ValueType{dtype, out};
 }
@@ -1062,7 +1067,7 @@ void topKV1(InferenceContext& context) {
 
 void topKV10(InferenceContext& context) {
   const std::vector<Dim>* k_shape = knownShape(context, 1);
-  if (k_shape && (k_shape->size() != 1 || surelyNotCount(*k_shape, 1))) {
+  if (k_shape && (k_shape->size() != 1 || surelyNotCount(context, *k_shape, 1))) {
     context.fail("k must be a 1-D tensor of one element, found {}", dimsText(*k_shape));
   }
   const auto k = context.constantInts(1);
@@ -1086,7 +1091,7 @@ void cumSum(InferenceContext& context) {
 void oneHot(InferenceContext& context) {
   const DType dtype = context.inputType(2).dtype;
   const std::vector<Dim>* values = knownShape(context, 2);
-  if (values && (values->size() != 1 || surelyNotCount(*values, 2))) {
+  if (values && (values->size() != 1 || surelyNotCount(context, *values, 2))) {
     context.fail("values must be [off, on], a 1-D tensor of 2 elements, found {}", dimsText(*values));
   }
   const std::vector<Dim>* indices = knownShape(context, 0);

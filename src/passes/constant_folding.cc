@@ -85,13 +85,9 @@ std::optional<IntTensor> broadcast(const IntTensor& a, const IntTensor& b, const
   }
   // Checked: a zero dimension makes it empty whatever the others; otherwise
   // a count past kMaxFoldedElements is left to run time (it is no shape).
-  int64_t count = 1;
-  if (std::find(out.dims.begin(), out.dims.end(), 0) != out.dims.end()) count = 0;
-  for (int64_t d : out.dims) {
-    if (count != 0 && (__builtin_mul_overflow(count, d, &count) || count > int64_t{kMaxFoldedElements})) {
-      return std::nullopt;
-    }
-  }
+  const std::optional<int64_t> elements = elementCount(out.dims);
+  if (!elements || *elements > int64_t{kMaxFoldedElements}) return std::nullopt;
+  const int64_t count = *elements;
   out.values.resize(static_cast<size_t>(count));
   for (int64_t flat = 0; flat < count; ++flat) {
     int64_t rest = flat, ia = 0, ib = 0, sa = 1, sb = 1;
@@ -122,11 +118,9 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
     std::vector<int64_t> dims;
     for (const Dim& d : *type.shape) dims.push_back(d.size);
     if (op == "Size") {
-      int64_t n = 1;
-      for (int64_t d : dims) {
-        if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
-      }
-      return std::pair{IntTensor{{}, {n}}, DType::kI64};
+      const std::optional<int64_t> n = elementCount(dims);
+      if (!n) return std::nullopt;
+      return std::pair{IntTensor{{}, {*n}}, DType::kI64};
     }
     const auto rank = static_cast<int64_t>(dims.size());
     int64_t start = node.intAttribute("start", 0), end = node.intAttribute("end", rank);
@@ -222,7 +216,9 @@ std::optional<std::pair<IntTensor, DType>> evaluate(const Graph& graph, const No
     IntTensor out{{0}, {}};
     for (int64_t v = *first; *delta > 0 ? v < *limit : v > *limit;) {
       out.values.push_back(v);
-      if (out.values.size() > kMaxFoldedElements || __builtin_add_overflow(v, *delta, &v)) return std::nullopt;
+      const std::optional<int64_t> next = checkedAdd(v, *delta);
+      if (out.values.size() > kMaxFoldedElements || !next) return std::nullopt;
+      v = *next;
     }
     out.dims[0] = static_cast<int64_t>(out.values.size());
     return std::pair{out, in_dtype};

@@ -26,7 +26,7 @@ std::optional<Dims> axesOf(const Graph& graph, NodeId id, size_t rank) {
     const ConstantPtr& c = graph.value(node.inputs[1]).initializer;
     if (!c || c->info.dtype != DType::kI64) return std::nullopt;
     axes.resize(static_cast<size_t>(c->info.numElements()));
-    std::memcpy(axes.data(), c->bytes.data(), axes.size() * sizeof(int64_t));
+    if (!axes.empty()) std::memcpy(axes.data(), c->bytes.data(), axes.size() * sizeof(int64_t));
   } else {
     axes = node.intsAttribute("axes", {});
   }

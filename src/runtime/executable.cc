@@ -80,28 +80,14 @@ Executable::Executable(std::shared_ptr<const PackageReader> package, const std::
   m.spec = decodeExecutable(blob->read(), where);
   checkAnchorsMatch(m.metadata, m.spec, where, chosen->info().offset);  // as verifyModels
   // Anchors by program: those of the load programs are the weights.
-  auto in_load = [&](const Anchor& anchor) {
-    for (uint32_t program : anchor.programs) {
-      for (uint32_t load : m.metadata.program_flow.load) {
-        if (program == load) return true;
-      }
-    }
-    return false;
-  };
   for (const Anchor& anchor : m.metadata.anchors) {
-    if (anchor.direction == AnchorDirection::kInput && in_load(anchor)) {
+    if (m.metadata.isLoadAnchor(anchor)) {
       m.load_anchors.push_back(anchor);
     } else if (anchor.direction == AnchorDirection::kInput) {
       m.main_inputs.push_back(anchor);
     } else {
       m.main_outputs.push_back(anchor);
     }
-  }
-  if (m.main_inputs.size() != m.spec.inputs.size() || m.main_outputs.size() != m.spec.outputs.size()) {
-    throw FormatError(m.source, chosen->info().offset,
-                      fmt::format("metadata of '{}' has {} inputs and {} outputs, its executable {} and {}", m.name,
-                                  m.main_inputs.size(), m.main_outputs.size(), m.spec.inputs.size(),
-                                  m.spec.outputs.size()));
   }
   for (const Anchor& anchor : m.load_anchors) {
     if (!anchor.info.isStatic()) throw FormatError(m.source, chosen->info().offset, "load anchor '" + anchor.name + "' has a dynamic shape");

@@ -452,9 +452,19 @@ void Executor::Impl::bind(std::span<const std::byte* const> call_inputs, std::sp
     throw UsageError(fmt::format("run() needs {} inputs and {} outputs, got {} and {}", inputs.size(), outputs.size(),
                                  call_inputs.size(), call_outputs.size()));
   }
+  // An empty tensor's buffer may be null (an empty vector's data()); the
+  // kernels get a real address, which they never read or write past.
+  alignas(64) static std::byte empty_tensor[64];
   for (const CallBinding& binding : bindings) {
     std::byte* base =
         binding.is_output ? call_outputs[binding.buffer] : const_cast<std::byte*>(call_inputs[binding.buffer]);
+    if (base == nullptr) {
+      if (views[binding.view].numElements() != 0) {
+        throw UsageError(fmt::format("run(): {} {} is a null pointer", binding.is_output ? "output" : "input",
+                                     binding.buffer));
+      }
+      base = empty_tensor;
+    }
     views[binding.view].data = base + binding.offset;
   }
 }

@@ -199,6 +199,19 @@ TEST(ConcatKernel, PrepareErrors) {
             "Concat: output is f32[6, 3] but the inputs give f32[5, 3]");
 }
 
+// An empty dimension before the axis leaves nothing to copy; the pieces'
+// rows were copied once anyway, into (and out of) an empty tensor's null
+// buffer (found by graph_run_fuzz, issue 12).
+TEST(ConcatKernel, AnEmptyDimensionBeforeTheAxisCopiesNothing) {
+  std::vector<Operand> pieces = {operand<float>({0, 2}, {}), operand<float>({0, 3}, {})};
+  std::vector<Operand> whole = {output(DType::kF32, {0, 5})};
+  PreparedKernel("Concat", pieces, whole, params({{"axis", int64_t{1}}})).run(pieces, whole);
+  std::vector<Operand> from = {operand<float>({0, 5}, {})};
+  std::vector<Operand> parts = {output(DType::kF32, {0, 2}), output(DType::kF32, {0, 3})};
+  PreparedKernel("Split", from, parts, params({{"axis", int64_t{1}}})).run(from, parts);
+  EXPECT_TRUE(whole[0].bytes.empty());
+}
+
 TEST(SplitKernel, MatchesReference) {
   const Shape shape = {3, 7, 2};
   const std::vector<float> x = randomValues<float>(elementCount(shape), 4, -1, 1);
@@ -362,6 +375,9 @@ TEST(SliceKernel, PrepareErrors) {
             "Slice: ends has 2 entries, starts 1");
   EXPECT_EQ(prepareError("Slice", {x, operand<float>({1}, {0.0f}), ints({2})}, {output(DType::kF32, {2, 4})}),
             "Slice: starts must be i32 or i64, got f32");
+  // Omitted ends (a crafted package's step): its values were read anyway.
+  EXPECT_EQ(prepareError("Slice", {x, ints({0}), omitted()}, {output(DType::kF32, {2, 4})}),
+            "Slice: expects data, starts and ends inputs, then optional axes and steps");
 }
 
 // ------------------------------------------------------------------- Gather
@@ -465,6 +481,10 @@ TEST(TileKernel, MatchesReference) {
   EXPECT_EQ(prepareError("Tile", {operand<float>({2}, {1, 2}), operand<int64_t>({1}, {2}, true)},
                          {output(DType::kF32, {6})}),
             "Tile: output is f32[6] but the inputs give f32[4]");
+  // size * repeats overflowed (undefined behaviour; found by graph_run_fuzz).
+  EXPECT_EQ(prepareError("Tile", {operand<float>({2}, {1, 2}), operand<int64_t>({1}, {int64_t{1} << 62}, true)},
+                         {output(DType::kF32, {6})}),
+            "Tile: repeats [4611686018427387904] is negative or too large");
 }
 
 // -------------------------------------------------------------------- Where

@@ -5,6 +5,7 @@
 // can make, which the fuzzers' mutations (stopped by the checksums) miss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fmt/format.h>
 
@@ -14,10 +15,12 @@
 
 #include "format/executable_spec.h"
 #include "kiln/error.h"
+#include "kiln/compiler.h"
 #include "kiln/executor.h"
+#include "kiln/graph.h"
 #include "kiln/model_runner.h"
 #include "kiln/package_reader.h"
-#include "kiln/package_writer.h"
+#include "tests/format/package_edit.h"
 #include "tests/runtime/runtime_test_models.h"
 
 namespace kiln {
@@ -25,25 +28,14 @@ namespace {
 
 using testing::TempPackage;
 
-using EditSpec = std::function<void(ExecutableSpec&)>;
-using EditMetadata = std::function<void(Metadata&)>;
+using testing::EditMetadata;
+using testing::EditSpec;
 
 // The package at `source` rewritten to `path` with its executable spec
 // passed through `edit` (and its metadata through `edit_metadata`).
 void rewrite(const std::filesystem::path& source, const std::filesystem::path& path, const EditSpec& edit,
              const EditMetadata& edit_metadata = [](Metadata&) {}) {
-  PackageReader reader(source);
-  const MetadataBlob* metadata = reader.metadata().front();
-  const ExecutableBlob* executable = reader.findExecutable(metadata->metadata().executable);
-  ExecutableSpec spec = decodeExecutable(executable->read(), "test");
-  edit(spec);
-  PackageWriter writer(path);
-  writer.writeExecutable(executable->name(), encodeExecutable(spec));
-  Metadata edited = metadata->metadata();
-  edit_metadata(edited);
-  writer.writeMetadata(metadata->name(), edited);
-  for (const TensorDataBlob* tensor : reader.tensorData()) writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
-  writer.close();
+  testing::rewritePackage(PackageReader(source), path, edit, edit_metadata);
 }
 
 // The affine model's package, edited.
@@ -202,6 +194,85 @@ TEST(HostilePackage, AControlFlowStepWithoutOutputsIsRefused) {
   });
   const std::string error = loadError(package.path());
   EXPECT_NE(error.find("malformed step"), std::string::npos) << error;
+}
+
+// Found by package_fuzz, whose structural mutations reach past the
+// checksums: each crafted executable ran and read or wrote where it must
+// not (or tripped UBSan) before the verifier refused it.
+TEST(HostilePackage, ExecutablesTheFuzzerCraftedAreRefused) {
+  constexpr uint32_t kNoValue = kNoValueIndex;
+  // A value appended to the executable, in the arena unless said otherwise.
+  auto append = [](ExecutableSpec& spec, const std::string& name, std::vector<int64_t> shape,
+                   ValueStorage storage = ValueStorage::kArena, uint64_t offset = 0, uint32_t index = 0) {
+    spec.values.push_back({name, TensorInfo{DType::kF32, std::move(shape)}, storage, offset, index});
+    spec.arena_bytes = std::max<uint64_t>(spec.arena_bytes, 1024);
+    return static_cast<uint32_t>(spec.values.size() - 1);
+  };
+  auto relu = [](uint32_t input, uint32_t output) { return StepSpec{"Relu", {input}, {output}, {}, {}}; };
+  struct Case {
+    const char* what;
+    EditSpec edit;
+    const char* expected;
+  };
+  const Case cases[] = {
+      // A step writing over what it reads: memcpy of overlapping ranges.
+      {"output over its input",
+       [&](ExecutableSpec& spec) {
+         const uint32_t t = append(spec, "t", {4, 8});
+         spec.steps.push_back(relu(t, t));
+       },
+       "step 'Relu' writes value 't' over value 't', which it also reads"},
+      // An omitted output: the executor indexed its value table with 2^32 - 1.
+      {"omitted output",
+       [&](ExecutableSpec& spec) { spec.steps.push_back(relu(spec.inputs[0], kNoValue)); },
+       "step 'Relu' refers to value 4294967295"},
+      // A float at byte 2 of the arena: misaligned loads and stores.
+      {"misaligned value",
+       [&](ExecutableSpec& spec) { append(spec, "t", {2}, ValueStorage::kArena, 2); },
+       "value 't' starts at byte 2 of its storage, not on a 4-byte element boundary"},
+      // A second, larger value in the caller's input buffer: read past it.
+      {"second value in an input",
+       [&](ExecutableSpec& spec) { append(spec, "x2", {64, 64}, ValueStorage::kInput, 0, 0); },
+       "value 'x2' claims input 0, which is not its value"},
+      // The input value renamed and grown: anchors were matched by name, so
+      // none was checked, and the steps read past the caller's buffer.
+      {"renamed input",
+       [&](ExecutableSpec& spec) {
+         ValueSpec& x = spec.values[spec.inputs[0]];
+         x.name = "renamed";
+         x.info.shape = {64, 64};
+       },
+       "anchor 'x' is { dtype: F32, sizeInBytes: 128, shape [4, 8] } but the executable's value is { dtype: F32, "
+       "sizeInBytes: 16384, shape [64, 64] }"},
+  };
+  for (const Case& c : cases) {
+    TempPackage package("hostile_crafted");
+    writeEdited(package.path(), c.edit);
+    const std::string error = loadError(package.path());
+    EXPECT_NE(error.find(c.expected), std::string::npos) << c.what << ": " << error;
+  }
+}
+
+// An empty tensor's buffer may be null (an empty vector's data()); memcpy
+// was handed it (UBSan, found by graph_run_fuzz). A null buffer for a
+// tensor with elements is a clear error.
+TEST(HostileRequest, NullBuffersAreServedForEmptyTensorsOnly) {
+  TempPackage empty("empty_input"), full("full_input");
+  for (const auto& [package, rows] : {std::pair{&empty, int64_t{0}}, std::pair{&full, int64_t{2}}}) {
+    Graph graph;
+    const ValueId x = graph.addInput("x", ValueType::tensor(DType::kF32, {rows, 4}));
+    graph.addOutput(graph.node(graph.addNode("Relu", {x}, {"y"})).outputs[0]);
+    compile(graph, {{"", 17}}, package->path());
+  }
+  const std::byte* no_input[] = {nullptr};
+  std::byte* no_output[] = {nullptr};
+  Executor(empty.path()).run(no_input, no_output);
+  try {
+    Executor(full.path()).run(no_input, no_output);
+    ADD_FAILURE() << "a null buffer for 8 floats was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "run(): input 0 is a null pointer");
+  }
 }
 
 }  // namespace

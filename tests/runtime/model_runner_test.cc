@@ -13,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
 #include "kiln/package_writer.h"
+#include "tests/format/package_edit.h"
 #include "tests/runtime/runtime_test_models.h"
 
 namespace kiln {
@@ -43,19 +44,13 @@ void expectNear(const std::vector<float>& got, const std::vector<float>& want) {
 template <typename Edit>
 void withAnchors(const std::filesystem::path& source, const std::filesystem::path& target, Edit edit) {
   PackageReader reader(source);
-  const MetadataBlob* metadata_blob = reader.metadata().front();
-  Metadata metadata = metadata_blob->metadata();
-  for (Anchor& anchor : metadata.anchors) {
-    if (!reader.isPackageProvided(anchor)) edit(metadata, anchor);
-  }
-  PackageWriter writer(target);
-  const ExecutableBlob* executable = reader.findExecutable(metadata.executable);
-  writer.writeExecutable(executable->name(), executable->read());
-  writer.writeMetadata(metadata_blob->name(), metadata);
-  for (const TensorDataBlob* tensor : reader.tensorData()) {
-    writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
-  }
-  writer.close();
+  testing::rewritePackage(
+      reader, target, [](ExecutableSpec&) {},
+      [&](Metadata& metadata) {
+        for (Anchor& anchor : metadata.anchors) {
+          if (!reader.isPackageProvided(anchor)) edit(metadata, anchor);
+        }
+      });
 }
 
 InputMemoryView inputOf(const std::vector<float>& x) {

@@ -10,6 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
 #include "kiln/package_writer.h"
+#include "tests/format/package_edit.h"
 #include "tests/runtime/runtime_test_models.h"
 #include "tests/support/allocation_counter.h"
 
@@ -253,19 +254,13 @@ TEST_P(SessionTest, FeedDataInputsAreFedItemByItem) {
   std::vector<std::vector<float>> items;
   for (int k = 0; k < 3; ++k) items.push_back(rampRows(kBatch, static_cast<float>(10 * k)));
   {
-    PackageReader compiled(package_.path());
-    const MetadataBlob* blob = compiled.metadata().front();
-    PackageWriter writer(package.path());
-    const ExecutableBlob* executable = compiled.findExecutable(blob->metadata().executable);
-    writer.writeExecutable(executable->name(), executable->read());
-    writer.writeMetadata(blob->name(), blob->metadata());
-    for (const TensorDataBlob* tensor : compiled.tensorData()) {
-      writer.writeTensorData(tensor->name(), tensor->tensorInfo(), tensor->data());
-    }
     std::vector<float> all;
     for (const auto& item : items) all.insert(all.end(), item.begin(), item.end());
-    writer.writeFeedData("x", TensorInfo{DType::kF32, {kBatch, kFeatures}}, 3, std::as_bytes(std::span(all)));
-    writer.close();
+    testing::rewritePackage(
+        PackageReader(package_.path()), package.path(), [](ExecutableSpec&) {}, [](Metadata&) {},
+        [&](PackageWriter& writer) {
+          writer.writeFeedData("x", TensorInfo{DType::kF32, {kBatch, kFeatures}}, 3, std::as_bytes(std::span(all)));
+        });
   }
   auto reader = std::make_shared<const PackageReader>(package.path());
   {

@@ -176,13 +176,11 @@ NpyArray readNpy(const std::filesystem::path& path) {
   NpyArray array;
   array.info.dtype = found->dtype;
   array.info.shape = *shape;
-  uint64_t bytes = dtypeSize(found->dtype);
-  if (std::find(shape->begin(), shape->end(), 0) != shape->end()) bytes = 0;
-  for (int64_t dim : *shape) {
-    if (bytes != 0 && __builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes)) {
-      fail(fmt::format("shape ({}) is too large", fmt::join(*shape, ", ")));
-    }
-  }
+  const std::optional<int64_t> elements = elementCount(*shape);
+  const std::optional<int64_t> size =
+      elements ? multiplySizes(*elements, static_cast<int64_t>(dtypeSize(found->dtype))) : std::nullopt;
+  if (!size) fail(fmt::format("shape ({}) is too large", fmt::join(*shape, ", ")));
+  const auto bytes = static_cast<uint64_t>(*size);
   const std::streamoff data_start = in.tellg();
   in.seekg(0, std::ios::end);
   const std::streamoff file_end = in.tellg();

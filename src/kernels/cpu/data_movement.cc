@@ -153,9 +153,12 @@ void planStridedCopy(StridedCopy& plan, size_t rank, const Dims& dims, const Str
   plan.element_size = element_size;
   plan.offset = offset;
   plan.rank = 0;
-  plan.empty = false;
+  // An empty copy does nothing: no plan (its other dimensions may be any
+  // size, and their products need not fit).
+  plan.empty = std::find(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(rank), 0) !=
+               dims.begin() + static_cast<std::ptrdiff_t>(rank);
+  if (plan.empty) return;
   for (size_t d = 0; d < rank; ++d) {
-    if (dims[d] == 0) plan.empty = true;
     if (dims[d] == 1) continue;
     if (plan.rank > 0 && plan.strides[plan.rank - 1] == strides[d] * dims[d]) {
       plan.dims[plan.rank - 1] *= dims[d];
@@ -348,8 +351,9 @@ std::unique_ptr<KernelState> prepareTile(const KernelSetup& setup) {
     repeats = constantInts(setup, 1);
     std::vector<int64_t> want(rank);
     for (size_t d = 0; d < rank; ++d) {
-      if (repeats[d] < 0) throw UsageError(fmt::format("Tile: repeats [{}] has a negative entry", fmt::join(repeats, ", ")));
-      want[d] = x.shape[d] * repeats[d];
+      const std::optional<int64_t> size = multiplySizes(x.shape[d], repeats[d]);
+      if (!size) throw UsageError(fmt::format("Tile: repeats [{}] is negative or too large", fmt::join(repeats, ", ")));
+      want[d] = *size;
     }
     expectOutput("Tile", y, x.dtype, want);
   } else {
@@ -491,7 +495,9 @@ std::unique_ptr<KernelState> prepareSlice(const KernelSetup& setup) {
     }
     count = values[1].size();
   } else {
-    if (setup.inputs.size() < 3) throw UsageError("Slice: expects starts and ends inputs");
+    if (setup.inputs.size() < 3 || setup.inputs.size() > 5 || !present(setup, 1) || !present(setup, 2)) {
+      throw UsageError("Slice: expects data, starts and ends inputs, then optional axes and steps");
+    }
     static constexpr const char* kNames[] = {"data", "starts", "ends", "axes", "steps"};
     for (size_t i = 1; i < setup.inputs.size(); ++i) {
       if (!present(setup, i)) continue;
@@ -611,6 +617,7 @@ template <typename Copy>
 void forEachPieceRun(const PiecesState& state, const Copy& copy) {
   constexpr int64_t kChunk = 16 << 10;  // bytes
   const size_t count = state.piece_bytes.size();
+  if (state.outer == 0) return;  // an empty dimension before the axis: nothing to copy
   if (state.outer > 1) {
     parallelForItems(state.outer, static_cast<int64_t>(state.whole_bytes / 4), [&](int64_t begin, int64_t end) {
       size_t at = static_cast<size_t>(begin) * state.whole_bytes;
@@ -709,6 +716,7 @@ void gatherLoop(const GatherState& state, const std::byte* x_bytes, const std::b
   T* y = reinterpret_cast<T*>(y_bytes);
   const int64_t inner = state.inner;
   const int64_t dim = state.axis_dim;
+  if (inner == 0) return;  // an empty output (and maybe null buffers): nothing to copy
   for (int64_t o = 0; o < state.outer; ++o) {
     const T* block = x + o * dim * inner;
     for (int64_t j = 0; j < state.count; ++j) {
