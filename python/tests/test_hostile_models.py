@@ -261,3 +261,14 @@ def test_range_whose_length_overflows_is_refused(tmp_path):
         except kiln.Error as error:
             message = str(error)
     assert "too long" in message, message
+
+
+def test_integer_cumsum_wraps(tmp_path):
+    """CumSum's integer sums overflowed (undefined behaviour; graph_run_fuzz):
+    they wrap, as Add does."""
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [3])
+    axis = numpy_helper.from_array(np.array(0, np.int64), "axis")
+    feeds = {"x": np.array([np.iinfo(np.int64).max, 1, 1], np.int64)}
+    y = compile_and_run(tmp_path, [helper.make_node("CumSum", ["x", "axis"], ["y"])], [axis], [out("y")], [x],
+                        feeds)["y"]
+    np.testing.assert_array_equal(y, [np.iinfo(np.int64).max, INT64_MIN, INT64_MIN + 1])

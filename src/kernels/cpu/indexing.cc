@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/wrapping_arithmetic.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/numeric_types.h"
 #include "kernels/cpu/setup_helpers.h"
@@ -1129,11 +1130,19 @@ void cumulativeLoop(const CumulativeState& s, int64_t axis, const std::byte* x_b
         const int64_t j = s.reverse ? n - 1 - step : step;
         const int64_t at = (o * n + j) * inner + i;
         const Acc v = A::load(x[at]);
+        // Integers wrap, as the elementwise kernels do (never C++'s undefined overflow).
+        auto next = [&] {
+          if constexpr (std::is_integral_v<Acc>) {
+            return kProduct ? wrapMul(acc, v) : wrapAdd(acc, v);
+          } else {
+            return static_cast<Acc>(kProduct ? acc * v : acc + v);
+          }
+        };
         if (s.exclusive) {
           y[at] = A::store(acc);
-          acc = static_cast<Acc>(kProduct ? acc * v : acc + v);
+          acc = next();
         } else {
-          acc = static_cast<Acc>(kProduct ? acc * v : acc + v);
+          acc = next();
           y[at] = A::store(acc);
         }
       }
