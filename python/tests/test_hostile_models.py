@@ -230,8 +230,8 @@ def inference_error(tmp_path, node, inits, x_shape):
 def test_dimension_formulas_that_overflow_are_refused(tmp_path):
     """Found by graph_run_fuzz (UBSan: signed overflow, undefined behaviour):
     Tile's size * repeats, Pad's pads summed, a Conv's dilated kernel, a
-    DepthToSpace block squared, Range's limit - start, a Resize scale whose
-    size is not finite. Each is now a compile error that names it."""
+    DepthToSpace block squared, a Resize scale whose size is not finite,
+    Split's sizes summed, a OneHot depth of 1e30. Each is now a compile error that names it."""
     cases = [
         (helper.make_node("Tile", ["x", "r"], ["y"]), [numpy_helper.from_array(np.array([4, BIG], np.int64), "r")],
          [2, 4]),
@@ -242,6 +242,11 @@ def test_dimension_formulas_that_overflow_are_refused(tmp_path):
         (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=1 << 32), [], [1, 4, 2, 2]),
         (helper.make_node("Resize", ["x", "", "s"], ["y"]),
          [numpy_helper.from_array(np.array([1, 1, 1e30, 1], np.float32), "s")], [1, 1, 2, 2]),
+        (helper.make_node("Split", ["x", "s"], ["y", "z"], axis=1),
+         [numpy_helper.from_array(np.array([BIG, BIG], np.int64), "s")], [2, 4]),
+        (helper.make_node("OneHot", ["i", "d", "v"], ["y"]),
+         [numpy_helper.from_array(np.array([0, 1], np.int64), "i"), numpy_helper.from_array(np.array(1e30, np.float32), "d"),
+          numpy_helper.from_array(np.array([0, 1], np.float32), "v")], [1]),
     ]
     for node, inits, shape in cases:
         message = inference_error(tmp_path, node, inits, shape)

@@ -33,6 +33,7 @@ std::optional<std::vector<std::vector<std::byte>>> evaluateOnce(const std::strin
   std::vector<TensorView> output_views;
   for (const TensorInfo& info : outputs) {
     results.emplace_back(info.sizeInBytes());
+    results.back().reserve(1);  // an empty output gets a real address too (memcpy of 0 bytes to null is undefined)
     output_views.push_back(viewOf(info, results.back().data()));
   }
   def->run(KernelCall{input_views.data(), static_cast<uint32_t>(input_views.size()), output_views.data(),

@@ -43,11 +43,11 @@ bool resolveSlice(uint32_t rank, const std::array<int64_t, kMaxRank>& in_dims, u
     } else if (st > 0) {
       start = std::clamp<int64_t>(start, 0, dim);
       end = std::clamp<int64_t>(end, 0, dim);
-      n = end > start ? (end - start + st - 1) / st : 0;
+      n = end > start ? (end - start - 1) / st + 1 : 0;  // ceil((end - start) / st), never overflowing
     } else {
       start = std::clamp<int64_t>(start, 0, dim - 1);
       end = std::clamp<int64_t>(end, -1, dim - 1);
-      n = start > end ? (start - end + (-st) - 1) / (-st) : 0;
+      n = start > end ? 1 - (start - end - 1) / st : 0;  // st < 0, INT64_MIN included
     }
     first[static_cast<size_t>(axis)] = n > 0 ? start : 0;
     step[static_cast<size_t>(axis)] = st;

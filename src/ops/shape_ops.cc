@@ -425,7 +425,7 @@ void splitInto(InferenceContext& context, const std::optional<Ints>& split, bool
     for (size_t i = 0; i < n; ++i) {
       if ((*split)[i] < 0) context.fail("split [{}] has a negative size", fmt::join(*split, ", "));
       sizes[i] = Dim::known((*split)[i]);
-      total += (*split)[i];
+      total = addDims(context, total, (*split)[i]);
     }
     if (dim.isKnown() && total != dim.size) {
       context.fail("split [{}] adds up to {} but axis {} of {} has size {}", fmt::join(*split, ", "), total, axis,
@@ -437,7 +437,7 @@ void splitInto(InferenceContext& context, const std::optional<Ints>& split, bool
     const auto parts = static_cast<int64_t>(n);
     if (num_outputs != 0) {
       // Opset 18: chunks of ceil(size / n), the last one smaller.
-      const int64_t chunk = (dim.size + parts - 1) / parts;
+      const int64_t chunk = addDims(context, dim.size, parts - 1) / parts;
       const int64_t last = dim.size - chunk * (parts - 1);
       if (last < 0) context.fail("axis {} of size {} cannot be split into {} chunks of {}", axis, dim.size, n, chunk);
       for (size_t i = 0; i < n; ++i) sizes[i] = Dim::known(i + 1 == n ? last : chunk);
@@ -483,11 +483,11 @@ int64_t sliceLength(int64_t size, int64_t start, int64_t end, int64_t step) {
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, size);
     end = std::clamp<int64_t>(end, 0, size);
-    return end > start ? (end - start + step - 1) / step : 0;
+    return end > start ? (end - start - 1) / step + 1 : 0;  // ceil((end - start) / step), never overflowing
   }
   start = std::clamp<int64_t>(start, 0, size - 1);
   end = std::clamp<int64_t>(end, -1, size - 1);
-  return start > end ? (start - end - step - 1) / -step : 0;
+  return start > end ? 1 - (start - end - 1) / step : 0;  // step < 0, INT64_MIN included
 }
 
 // True for x[0:INT_MAX] and x[::-1] (x[-1:INT_MIN:-1]): slices that keep an
@@ -1099,8 +1099,8 @@ void oneHot(InferenceContext& context) {
   const size_t axis = normalizeAxis(context, context.node().intAttribute("axis", -1), indices->size() + 1);
   Dim depth;  // any numeric type; a float depth is truncated
   if (const auto numbers = constantNumbers(context, 1); numbers && numbers->size() == 1) {
-    const auto value = static_cast<int64_t>(numbers->front());
-    if (value < 1) context.fail("depth must be positive, found {}", numbers->front());
+    if (!(numbers->front() >= 1)) context.fail("depth must be positive, found {}", numbers->front());
+    const int64_t value = dimFromFloat(context, numbers->front());
     depth = Dim::known(value);
   }
   std::vector<Dim> out = *indices;

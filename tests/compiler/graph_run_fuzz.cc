@@ -1,7 +1,7 @@
 // libFuzzer target that compiles and runs small ONNX graphs (issue 12):
 // the bytes choose up to eight operators from the table below (elementwise,
-// comparisons, casts, shape and indexing operators, reductions, MatMul,
-// Range, ConstantOfShape, ...), which values they read, their attributes
+// comparisons, casts, shape and indexing operators, scatters, reductions,
+// MatMul, Gemm, pools, Resize, Range, ConstantOfShape, ...), which values they read, their attributes
 // and constant operands (shapes, axes, pads, indices: mostly small, some
 // extreme: -1, 0, 2^31, 2^62, INT64_MIN), and the input tensors (small
 // shapes, values with zeros, signs, infinities and NaN). Each graph goes
@@ -112,8 +112,8 @@ class GraphMaker {
   Tensor makeTensor(DType dtype) {
     Tensor tensor;
     tensor.info.dtype = dtype;
-    const int rank = in_.ConsumeIntegralInRange(0, 3);
-    for (int i = 0; i < rank; ++i) tensor.info.shape.push_back(in_.ConsumeIntegralInRange(0, 4));
+    const int rank = in_.ConsumeIntegralInRange(0, 4);
+    for (int i = 0; i < rank; ++i) tensor.info.shape.push_back(in_.ConsumeIntegralInRange(0, rank == 4 ? 3 : 4));
     const uint64_t count = tensor.info.numElements();
     tensor.bytes.resize(tensor.info.sizeInBytes());
     for (uint64_t i = 0; i < count; ++i) {
@@ -178,7 +178,7 @@ class GraphMaker {
     static const char* const kReduce[] = {"ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd"};
     auto pickOf = [&](const auto& names) { return std::string(names[in_.ConsumeIntegralInRange<size_t>(0, std::size(names) - 1)]); };
     const Entry a = operand();
-    switch (in_.ConsumeIntegralInRange(0, 27)) {
+    switch (in_.ConsumeIntegralInRange(0, 40)) {
       case 0: add(pickOf(kUnary), {a.id}, a.dtype); break;
       case 1: add("Not", {operand(DType::kBool).id}, DType::kBool); break;
       case 2: add(pickOf(kBinary), {a.id, operand(a.dtype).id}, a.dtype); break;
@@ -263,6 +263,70 @@ class GraphMaker {
       }
       case 25: add("ConstantOfShape", {intConstant(ints(3, 0, 4))}, DType::kF32); break;
       case 26: add("MatMul", {a.id, operand(a.dtype).id}, a.dtype); break;
+      case 28: {
+        std::vector<ValueId> operands{a.id, operand(a.dtype).id};
+        if (in_.ConsumeBool()) operands.push_back(operand(a.dtype).id);
+        add("Gemm", operands, a.dtype,
+            {{"transA", int64_t{in_.ConsumeBool()}}, {"transB", int64_t{in_.ConsumeBool()}}, {"alpha", 0.5f}, {"beta", 2.0f}});
+        break;
+      }
+      case 29: add("Split", {a.id, intConstant(ints(3, 0, 4))}, a.dtype, {{"axis", axis()}}, 2); break;
+      case 30: {
+        const ValueId indices = in_.ConsumeBool() ? intConstant(ints(4, -3, 3)) : operand(DType::kI64).id;
+        add("GatherND", {a.id, indices}, a.dtype, {{"batch_dims", smallOrExtreme(0, 1)}});
+        break;
+      }
+      case 31: {
+        static const char* const kReductions[] = {"none", "add", "mul", "max", "min"};
+        const ValueId indices = in_.ConsumeBool() ? intConstant(ints(4, -3, 3)) : operand(DType::kI64).id;
+        add(in_.ConsumeBool() ? "ScatterElements" : "ScatterND", {a.id, indices, operand(a.dtype).id}, a.dtype,
+            {{"axis", axis()}, {"reduction", pickOf(kReductions)}});
+        break;
+      }
+      case 32: {
+        std::vector<ValueId> operands{a.id};
+        if (in_.ConsumeBool()) operands.push_back(intConstant({smallOrExtreme(-3, 3)}, true));
+        add("Trilu", operands, a.dtype, {{"upper", int64_t{in_.ConsumeBool()}}});
+        break;
+      }
+      case 33: {
+        const ValueId depth = intConstant({smallOrExtreme(0, 5)}, true);
+        add("OneHot", {a.id, depth, intConstant({0, 1})}, DType::kI64, {{"axis", axis()}});
+        break;
+      }
+      case 34: {
+        static const char* const kNorms[] = {"ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "ReduceLogSum"};
+        Attributes attributes{{"keepdims", int64_t{in_.ConsumeBool()}}};
+        if (in_.ConsumeBool()) attributes["axes"] = ints(3, -3, 3);
+        add(pickOf(kNorms), {a.id}, a.dtype, attributes);
+        break;
+      }
+      case 35: {
+        static const char* const kPools[] = {"MaxPool", "AveragePool", "LpPool"};
+        const std::vector<int64_t> kernel{smallOrExtreme(1, 3), smallOrExtreme(1, 3)};
+        Attributes attributes{{"kernel_shape", kernel}, {"strides", ints(2, 1, 3)}, {"pads", ints(4, 0, 2)},
+                              {"ceil_mode", int64_t{in_.ConsumeBool()}}};
+        if (in_.ConsumeBool()) attributes["dilations"] = ints(2, 1, 2);
+        add(pickOf(kPools), {a.id}, a.dtype, attributes);
+        break;
+      }
+      case 36: add(in_.ConsumeBool() ? "DepthToSpace" : "SpaceToDepth", {a.id}, a.dtype, {{"blocksize", smallOrExtreme(1, 2)}}); break;
+      case 37: {
+        static const char* const kModes[] = {"nearest", "linear"};
+        std::vector<float> scales(in_.ConsumeIntegralInRange<size_t>(1, 4));
+        for (float& scale : scales) scale = 0.5f * static_cast<float>(in_.ConsumeIntegralInRange(1, 5));
+        std::vector<std::byte> bytes(scales.size() * 4);
+        std::memcpy(bytes.data(), scales.data(), bytes.size());
+        const ValueId s = graph_->addInitializer(
+            "c" + std::to_string(constants_++),
+            makeConstant(TensorInfo{DType::kF32, {static_cast<int64_t>(scales.size())}}, std::move(bytes)));
+        const ValueId none = graph_->addInitializer("c" + std::to_string(constants_++),
+                                                    makeConstant(TensorInfo{DType::kF32, {0}}, {}));
+        add("Resize", {a.id, none, s}, a.dtype, {{"mode", pickOf(kModes)}});
+        break;
+      }
+      case 38: add(in_.ConsumeBool() ? "LogSoftmax" : "Hardmax", {a.id}, a.dtype, {{"axis", axis()}}); break;
+      case 39: add(in_.ConsumeBool() ? "Sum" : "Mean", {a.id, operand(a.dtype).id, operand(a.dtype).id}, a.dtype); break;
       default: {
         std::vector<ValueId> operands{a.id};
         if (in_.ConsumeBool()) {

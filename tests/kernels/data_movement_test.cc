@@ -375,6 +375,11 @@ TEST(SliceKernel, PrepareErrors) {
             "Slice: ends has 2 entries, starts 1");
   EXPECT_EQ(prepareError("Slice", {x, operand<float>({1}, {0.0f}), ints({2})}, {output(DType::kF32, {2, 4})}),
             "Slice: starts must be i32 or i64, got f32");
+  // Steps of INT64_MIN and INT64_MAX (end - start + step - 1 overflowed).
+  EXPECT_EQ(run<float>("Slice", {x, ints({3}), ints({0}), ints({0}), ints({INT64_MIN})}, DType::kF32, {1, 4}),
+            (std::vector<float>{12, 13, 14, 15}));
+  EXPECT_EQ(run<float>("Slice", {x, ints({0}), ints({4}), ints({0}), ints({INT64_MAX})}, DType::kF32, {1, 4}),
+            (std::vector<float>{0, 1, 2, 3}));
   // Omitted ends (a crafted package's step): its values were read anyway.
   EXPECT_EQ(prepareError("Slice", {x, ints({0}), omitted()}, {output(DType::kF32, {2, 4})}),
             "Slice: expects data, starts and ends inputs, then optional axes and steps");

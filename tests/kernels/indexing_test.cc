@@ -156,6 +156,50 @@ TEST(Trilu, UpperAndLowerWithK) {
   EXPECT_EQ(trilu(0, 5, true), x);
 }
 
+// Found by graph_run_fuzz (UBSan, undefined behaviour; make test-asan
+// runs these): extreme operands that overflowed signed arithmetic.
+TEST(Trilu, ExtremeKAndEmptyMatricesDoNotOverflow) {
+  const std::vector<int32_t> x{1, 2, 3, 4};
+  auto trilu = [&](int64_t upper, int64_t k) {
+    return run<int32_t>("Trilu", {operand<int32_t>({2, 2}, x), operand<int64_t>({}, {k})}, {output(DType::kI32, {2, 2})},
+                        params({{"upper", upper}}));
+  };
+  EXPECT_EQ(trilu(1, INT64_MAX), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(trilu(1, INT64_MIN), x);
+  EXPECT_EQ(trilu(0, INT64_MAX), x);
+  EXPECT_EQ(trilu(0, INT64_MIN), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(run<int32_t>("Trilu", {operand<int32_t>({0, INT64_MAX}, {}), operand<int64_t>({}, {1})},
+                           {output(DType::kI32, {0, INT64_MAX})})
+                  .empty());
+}
+
+TEST(OneHot, IndicesAndDepthWithoutAnIntegerValue) {
+  // NaN and 1e30 have no int64 value (casting them is undefined): such an
+  // index sets nothing, such a depth matches no output.
+  EXPECT_EQ(run<float>("OneHot", {operand<float>({2}, {NAN, 1e30f}), operand<int64_t>({}, {2}), operand<float>({2}, {0, 1})},
+                       {output(DType::kF32, {2, 2})}),
+            (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_THAT(prepareError("OneHot",
+                           {operand<int64_t>({1}, {0}), operand<float>({}, {1e30f}, true), operand<float>({2}, {0, 1})},
+                           {output(DType::kF32, {1, 2})}),
+              HasSubstr("OneHot: depth is"));
+}
+
+TEST(GatherND, HugeIndicesGiveZerosWithoutOverflow) {
+  EXPECT_EQ(run<float>("GatherND", {operand<float>({2, 2}, {1, 2, 3, 4}), operand<int64_t>({2, 2}, {int64_t{1} << 62, 0, 1, 1})},
+                       {output(DType::kF32, {2})}),
+            (std::vector<float>{0, 4}));
+}
+
+TEST(CumSum, IntegerSumsWrap) {
+  EXPECT_EQ(run<int64_t>("CumSum", {operand<int64_t>({3}, {INT64_MAX, 1, 1}), operand<int64_t>({}, {0}, true)},
+                         {output(DType::kI64, {3})}),
+            (std::vector<int64_t>{INT64_MAX, INT64_MIN, INT64_MIN + 1}));
+  EXPECT_EQ(run<int64_t>("CumProd", {operand<int64_t>({2}, {int64_t{1} << 62, 4}), operand<int64_t>({}, {0}, true)},
+                         {output(DType::kI64, {2})}),
+            (std::vector<int64_t>{int64_t{1} << 62, 0}));
+}
+
 TEST(TopK, LargestAndSmallestKeepLowerIndicesOnTies) {
   const std::vector<float> x{3, 1, 3, 2, 0, 5, 5, 1};
   std::vector<Operand> inputs{operand<float>({2, 4}, x), operand<int64_t>({1}, {2})};

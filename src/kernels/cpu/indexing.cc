@@ -118,6 +118,11 @@ std::array<std::byte, 8> elementBytes(DType dtype, double value) {
   return bytes;
 }
 
+// A number read as an index, truncated toward zero; INT64_MIN (out of any
+// range) when it has no int64 value (NaN, infinities, 1e30): casting those
+// is undefined.
+int64_t indexOf(double value) { return std::abs(value) < 9.2e18 ? static_cast<int64_t>(value) : INT64_MIN; }
+
 // Element `i` of a numeric tensor as double (OneHot's float indices and depth).
 double readNumber(const std::byte* data, DType dtype, uint64_t i) {
   double out = 0;
@@ -324,7 +329,7 @@ void runGatherNd(const KernelCall& call) {
         int64_t index = readInt(indices, s.index_dtype, tuple * static_cast<uint64_t>(s.depth) + static_cast<uint64_t>(k));
         if (index < 0) index += s.addressed[static_cast<size_t>(k)];
         valid = valid && index >= 0 && index < s.addressed[static_cast<size_t>(k)];
-        slice += index * s.addressed_strides[static_cast<size_t>(k)];
+        if (valid) slice += index * s.addressed_strides[static_cast<size_t>(k)];  // an invalid index may overflow
       }
       if (!valid) {
         std::memset(y, 0, static_cast<size_t>(s.slice_bytes));
@@ -576,7 +581,7 @@ void runScatterNd(const KernelCall& call) {
       int64_t index = readInt(indices, s.index_dtype, static_cast<uint64_t>(t * s.depth + k));
       if (index < 0) index += s.addressed[static_cast<size_t>(k)];
       valid = valid && index >= 0 && index < s.addressed[static_cast<size_t>(k)];
-      slice += index * s.addressed_strides[static_cast<size_t>(k)];
+      if (valid) slice += index * s.addressed_strides[static_cast<size_t>(k)];  // an invalid index may overflow
     }
     if (valid) state.reduce(state.reduction, y + slice * s.slice_bytes, updates + t * s.slice_bytes, state.slice_elements);
   }
@@ -698,7 +703,11 @@ std::unique_ptr<KernelState> prepareTrilu(const KernelSetup& setup) {
 
 void runTrilu(const KernelCall& call) {
   const auto& s = static_cast<const TriluState&>(*call.state);
-  const int64_t k = s.k_at_run ? readInt(call.inputs[1].data, DType::kI64, 0) : s.k;
+  if (s.matrices == 0 || s.rows == 0 || s.columns == 0) return;  // empty (the other sizes may be anything)
+  // Any k past the matrix's corners acts as the corner: clamped, so that
+  // i + k cannot overflow (rows + columns + 1 cannot: the matrix is in memory).
+  const int64_t reach = s.rows + s.columns + 1;
+  const int64_t k = std::clamp<int64_t>(s.k_at_run ? readInt(call.inputs[1].data, DType::kI64, 0) : s.k, -reach, reach);
   const std::byte* x = call.inputs[0].data;
   std::byte* y = call.outputs[0].data;
   const auto size = static_cast<int64_t>(s.element_size);
@@ -841,7 +850,7 @@ std::unique_ptr<KernelState> prepareOneHot(const KernelSetup& setup) {
   auto state = std::make_unique<OneHotState>();
   state->depth = y.shape[axis];
   if (const std::byte* bytes = constantInput(setup, 1)) {
-    const auto given = static_cast<int64_t>(readNumber(bytes, depth.dtype, 0));
+    const int64_t given = indexOf(readNumber(bytes, depth.dtype, 0));
     if (given != state->depth) {
       throw UsageError(fmt::format("OneHot: depth is {} but the output {} has {}", given, typeString(y), state->depth));
     }
@@ -866,7 +875,7 @@ void runOneHot(const KernelCall& call) {
   const std::byte* indices = call.inputs[0].data;
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t i = 0; i < s.inner; ++i) {
-      auto index = static_cast<int64_t>(readNumber(indices, s.index_dtype, static_cast<uint64_t>(o * s.inner + i)));
+      int64_t index = indexOf(readNumber(indices, s.index_dtype, static_cast<uint64_t>(o * s.inner + i)));
       if (index < 0) index += s.depth;
       if (index < 0 || index >= s.depth) continue;
       std::memcpy(y + ((o * s.depth + index) * s.inner + i) * static_cast<int64_t>(s.element_size), on.data(),
