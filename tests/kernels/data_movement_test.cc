@@ -106,6 +106,16 @@ TEST(TransposeKernel, MatchesReference) {
   }
 }
 
+// Strides of an empty tensor among huge dimensions overflowed int64
+// (UBSan; found by graph_run_fuzz and package_fuzz).
+TEST(TransposeKernel, EmptyTensorsWithHugeDimensions) {
+  const int64_t huge = (int64_t{1} << 62) + 2;
+  EXPECT_TRUE(run<float>("Transpose", {operand<float>({0, huge, 4}, {})}, DType::kF32, {4, huge, 0}).empty());
+  EXPECT_TRUE(run<float>("Expand", {operand<float>({0, huge, 4}, {}), operand<int64_t>({3}, {0, huge, 4}, true)},
+                         DType::kF32, {0, huge, 4})
+                  .empty());
+}
+
 TEST(TransposeKernel, DefaultPermReverses) {
   const std::vector<float> x = iota<float>(6);
   EXPECT_EQ(run<float>("Transpose", {operand<float>({2, 3}, x)}, DType::kF32, {3, 2}),

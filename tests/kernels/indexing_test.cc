@@ -261,6 +261,15 @@ TEST(DepthToSpace, DcrCrdAndBack) {
             x);
 }
 
+// An empty input with a blocksize of 2^31: the outer loops counted through
+// 2^62 empty rows (a hang; found by graph_run_fuzz).
+TEST(DepthToSpace, EmptyWithAHugeBlockReturnsAtOnce) {
+  const int64_t block = int64_t{1} << 31;
+  EXPECT_TRUE(run<float>("DepthToSpace", {operand<float>({1, 0, 2, 2}, {})}, {output(DType::kF32, {1, 0, 2 * block, 2 * block})},
+                         params({{"blocksize", block}}))
+                  .empty());
+}
+
 TEST(ReverseSequence, ReversesEachBatchEntrysPrefix) {
   // time_axis 0, batch_axis 1: x[t, b].
   EXPECT_EQ(run<float>("ReverseSequence",

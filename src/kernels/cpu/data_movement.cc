@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/wrapping_arithmetic.h"
 #include "kernels/slice_positions.h"
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -277,13 +278,15 @@ void runStridedCopy(const StridedCopy& plan, const std::byte* x, std::byte* y) {
   withElementSize(plan.element_size, [&](auto t) { runStridedCopyAs<decltype(t)>(plan, x, y); });
 }
 
-// Row-major strides of `shape`, in elements.
+// Row-major strides of `shape`, in elements. The products wrap rather than
+// overflow: they exceed int64 only for an empty tensor (a 0 among huge
+// dimensions), whose strides nothing uses.
 std::array<int64_t, kMaxRank> contiguousStrides(const std::vector<int64_t>& shape) {
   std::array<int64_t, kMaxRank> strides{};
   int64_t stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
     strides[d] = stride;
-    stride *= shape[d];
+    stride = wrapMul(stride, shape[d]);
   }
   return strides;
 }
@@ -392,7 +395,7 @@ bool broadcastStrides(const std::vector<int64_t>& in, const std::vector<int64_t>
     const int64_t dim = d >= offset ? in[d - offset] : 1;
     if (dim != out[d] && dim != 1) return false;
     strides[d] = dim == 1 ? 0 : stride;
-    stride *= dim;
+    stride = wrapMul(stride, dim);  // as contiguousStrides
   }
   return true;
 }

@@ -983,6 +983,9 @@ template <typename T>
 void permuteLoop(const PermuteState& s, const T* x, T* y) {
   const auto& n = s.dims;
   const auto& st = s.strides;
+  // Empty: nothing to do, and the outer loops must not count through the
+  // other dimensions (a crafted blocksize makes them 2^62 long).
+  if (std::find(n.begin(), n.end(), 0) != n.end()) return;
   for (int64_t a = 0; a < n[0]; ++a) {
     for (int64_t b = 0; b < n[1]; ++b) {
       for (int64_t c = 0; c < n[2]; ++c) {
@@ -1004,7 +1007,7 @@ std::unique_ptr<KernelState> planPermute(const std::array<int64_t, 6>& view, con
   int64_t stride = 1;
   for (size_t d = 6; d-- > 0;) {
     strides[d] = stride;
-    stride *= view[d];
+    stride = wrapMul(stride, view[d]);  // past int64 only when empty (unused then)
   }
   auto state = std::make_unique<PermuteState>();
   for (size_t d = 0; d < 6; ++d) {
