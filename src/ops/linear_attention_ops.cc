@@ -29,8 +29,6 @@ const std::vector<Dim>* rank3(const InferenceContext& context, size_t index, con
   return dims;
 }
 
-Dim divided(const Dim& a, int64_t b) { return a.isKnown() ? Dim::known(a.size / b) : Dim{}; }
-
 void linearAttention(InferenceContext& context) {
   const std::string rule = context.node().stringAttribute("update_rule", "gated_delta");
   if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta") {
@@ -69,7 +67,7 @@ void linearAttention(InferenceContext& context) {
     }
   }
   const Dim d_v = divided((*v)[2], kv_heads);
-  const Dim hidden = d_v.isKnown() ? Dim::known(d_v.size * q_heads) : Dim{};
+  const Dim hidden = d_v.isKnown() ? Dim::known(multiplyDims(context, d_v.size, q_heads)) : Dim{};
   context.output(0) = ValueType{dtype, std::vector<Dim>{(*q)[0], (*q)[1], hidden}};
   if (context.outputCount() > 1) {
     context.output(1) = ValueType{state_type, std::vector<Dim>{(*q)[0], Dim::known(kv_heads), divided((*k)[2], kv_heads), d_v}};

@@ -219,7 +219,7 @@ void convTranspose(InferenceContext& context) {
   const std::vector<Dim>* x = knownShape(context, 0);
   const std::vector<Dim>* w = knownShape(context, 1);
   const int64_t group = groups(context);
-  const Dim out_channels = w && w->size() >= 2 && (*w)[1].isKnown() ? Dim::known((*w)[1].size * group) : Dim{};
+  const Dim out_channels = w && w->size() >= 2 && (*w)[1].isKnown() ? Dim::known(multiplyDims(context, (*w)[1].size, group)) : Dim{};
   if (!x) {
     if (!w) return setUnknownShape(context, dtype);
     std::vector<Dim> out(w->size());

@@ -62,6 +62,8 @@ int64_t dimFromFloat(const InferenceContext& context, double value) {
   return static_cast<int64_t>(value);
 }
 
+Dim divided(const Dim& a, int64_t c) { return a.isKnown() && c != 0 ? Dim::known(a.size / c) : Dim{}; }
+
 Dim productOf(const InferenceContext& context, const std::vector<Dim>& dims) {
   int64_t product = 1;
   for (const Dim& dim : dims) {

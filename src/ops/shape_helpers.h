@@ -33,6 +33,9 @@ int64_t multiplyDims(const InferenceContext& context, int64_t a, int64_t b);
 // length), rounded toward zero; fails unless it is finite and below 2^63.
 int64_t dimFromFloat(const InferenceContext& context, double value);
 
+// a / c for a known `a` and c != 0; otherwise unknown.
+Dim divided(const Dim& a, int64_t c);
+
 // The product of `dims`, or an unknown Dim when any is unknown; fails when
 // it overflows.
 Dim productOf(const InferenceContext& context, const std::vector<Dim>& dims);

@@ -386,7 +386,7 @@ void concat(InferenceContext& context) {
       Dim& into = (*out)[d];
       const Dim& dim = (*shape)[d];
       if (d == axis) {
-        into = into.isKnown() && dim.isKnown() ? Dim::known(into.size + dim.size) : Dim{};
+        into = into.isKnown() && dim.isKnown() ? Dim::known(addDims(context, into.size, dim.size)) : Dim{};
       } else if (into.isKnown() && dim.isKnown() && into.size != dim.size) {
         context.fail("input {} is {} and input {} is {}: they may differ only along axis {}", first, dimsText(*out), i,
                      dimsText(*shape), axis);

@@ -80,7 +80,7 @@ void dft(InferenceContext& context, bool axis_input) {
   if (context.hasInput(1)) {
     length = positive(context, constantScalar(context, 1), "dft_length");
   } else if ((*x)[a].isKnown()) {
-    length = Dim::known(inverse && onesided ? 2 * ((*x)[a].size - 1) : (*x)[a].size);
+    length = Dim::known(inverse && onesided ? multiplyDims(context, 2, (*x)[a].size - 1) : (*x)[a].size);
     if (length.size < 1) context.fail("a one-sided inverse DFT needs 2 or more bins along axis {}", a);
   }
   out[a] = length.isKnown() && onesided && !inverse ? Dim::known(length.size / 2 + 1) : length;

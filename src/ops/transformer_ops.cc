@@ -15,15 +15,9 @@
 namespace kiln {
 namespace {
 
-// a * b / c when all are known, else unknown.
-Dim scaled(const Dim& a, int64_t b, int64_t c) {
-  if (!a.isKnown() || c == 0) return Dim{};
-  return Dim::known(a.size * b / c);
-}
-
-Dim sum(const Dim& a, const Dim& b) {
+Dim sum(const InferenceContext& context, const Dim& a, const Dim& b) {
   if (!a.isKnown() || !b.isKnown()) return Dim{};
-  return Dim::known(a.size + b.size);
+  return Dim::known(addDims(context, a.size, b.size));
 }
 
 // Requires a positive, known head count for 3-D inputs.
@@ -72,8 +66,8 @@ void attention(InferenceContext& context) {
     kv_heads = Dim::known(kvh);
     q_seq = (*q)[1];
     kv_seq = (*k)[1];
-    head_size = scaled((*k)[2], 1, kvh);
-    v_head_size = scaled((*v)[2], 1, kvh);
+    head_size = divided((*k)[2], kvh);
+    v_head_size = divided((*v)[2], kvh);
   }
   if (q_heads.isKnown() && kv_heads.isKnown() && (kv_heads.size == 0 || q_heads.size % kv_heads.size != 0)) {
     context.fail("the {} query heads do not divide into groups of the {} key/value heads", q_heads.size,
@@ -87,11 +81,11 @@ void attention(InferenceContext& context) {
   } else if (context.hasInput(4)) {
     past = Dim{};
   }
-  const Dim total = sum(past, kv_seq);
+  const Dim total = sum(context, past, kv_seq);
   if (rank == 4) {
     context.output(0) = ValueType{dtype, std::vector<Dim>{batch, q_heads, q_seq, v_head_size}};
   } else {
-    const Dim hidden = q_heads.isKnown() && v_head_size.isKnown() ? Dim::known(q_heads.size * v_head_size.size) : Dim{};
+    const Dim hidden = q_heads.isKnown() && v_head_size.isKnown() ? Dim::known(multiplyDims(context, q_heads.size, v_head_size.size)) : Dim{};
     context.output(0) = ValueType{dtype, std::vector<Dim>{batch, q_seq, hidden}};
   }
   if (context.outputCount() > 1) context.output(1) = ValueType{dtype, std::vector<Dim>{batch, kv_heads, total, head_size}};

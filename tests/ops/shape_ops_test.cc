@@ -197,6 +197,12 @@ TEST(Concat, MismatchesAreRefused) {
   GraphBuilder no_axis;
   no_axis.op("Concat", {no_axis.input("x", DType::kF32, {2})});
   EXPECT_TRUE(failsWith(no_axis, "needs the 'axis' attribute"));
+  // The sizes along the axis summed past int64 (undefined behaviour; found by graph_run_fuzz).
+  GraphBuilder huge;
+  const int64_t big = int64_t{1} << 62;
+  huge.op("Concat", {huge.input("x", DType::kF32, {1, big}), huge.input("y", DType::kF32, {1, big})},
+          {{"axis", int64_t{1}}});
+  EXPECT_TRUE(failsWith(huge, "the dimension arithmetic 4611686018427387904 + 4611686018427387904 overflows 64 bits"));
 }
 
 // ------------------------------------------------------------------ Split

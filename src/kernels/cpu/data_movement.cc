@@ -458,11 +458,13 @@ bool planSlice(StridedCopy& plan, uint32_t rank, const std::array<int64_t, kMaxR
   int64_t stride = 1;
   int64_t offset = 0;
   std::array<int64_t, kMaxRank> strides{};
+  // Wrapping: a product leaves int64 only where it is not used (an axis of
+  // one element, whose step may be anything, or an empty input).
   for (uint32_t d = rank; d-- > 0;) {
     if (size[d] != out_dims[d]) return false;
-    strides[d] = stride * step[d];
-    offset += stride * first[d];
-    stride *= in_dims[d];
+    strides[d] = wrapMul(stride, step[d]);
+    offset = wrapAdd(offset, wrapMul(stride, first[d]));
+    stride = wrapMul(stride, in_dims[d]);
   }
   planStridedCopy(plan, rank, out_dims, strides, offset, element_size);
   return true;
