@@ -52,8 +52,10 @@ struct TensorInfo {
 // where it would overflow, never undefined behaviour.
 //   multiplySizes  a * b for sizes and element counts; nullopt also when
 //                  a or b is negative
-//   elementCount   the product of a shape's dimensions (all >= 0); 0 when
-//                  any is 0, whatever the others (as numElements)
+//   elementCount   the product of a shape's dimensions (all >= 0): 0 when
+//                  any is 0, but nullopt whenever the others (the non-zero
+//                  ones) multiply past int64, in any order, so that every
+//                  partial product a kernel takes of a valid shape fits
 //   checkedAdd, checkedSubtract, checkedMultiply   signed a + b, a - b, a * b
 std::optional<int64_t> multiplySizes(int64_t a, int64_t b);
 std::optional<int64_t> elementCount(std::span<const int64_t> shape);

@@ -1,5 +1,7 @@
 #include "kiln/tensor_info.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "kiln/error.h"
@@ -12,18 +14,22 @@ std::optional<int64_t> multiplySizes(int64_t a, int64_t b) {
 }
 
 std::optional<int64_t> elementCount(std::span<const int64_t> shape) {
-  // A zero anywhere makes it empty: [2^62, 2^62, 0] holds 0 elements, as
-  // [0, 2^62, 2^62] does (multiplying in order overflowed on the first).
-  for (int64_t dim : shape) {
-    if (dim == 0) return 0;
-  }
+  // The non-zero dimensions must multiply within int64 even when a zero
+  // empties the tensor: kernels take partial products of the dimensions
+  // (strides, row counts), and [0, 2^62, 4] would overflow them. Order does
+  // not matter: [2^62, 2^62, 0] and [0, 2^62, 2^62] are both refused.
+  bool empty = false;
   int64_t count = 1;
   for (int64_t dim : shape) {
+    if (dim == 0) {
+      empty = true;
+      continue;
+    }
     const std::optional<int64_t> product = multiplySizes(count, dim);
     if (!product) return std::nullopt;
     count = *product;
   }
-  return count;
+  return empty ? 0 : count;
 }
 
 std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
@@ -59,9 +65,15 @@ uint64_t TensorInfo::numElements() const {
 }
 
 uint64_t TensorInfo::sizeInBytes() const {
-  const std::optional<int64_t> bytes = multiplySizes(static_cast<int64_t>(numElements()), int64_t(dtypeSize(dtype)));
-  if (!bytes) throw UsageError(fmt::format("tensor size overflows 63 bits: {} elements of {} bytes", numElements(), dtypeSize(dtype)));
-  return static_cast<uint64_t>(*bytes);
+  // As for the element count, the bytes of the non-zero dimensions must fit
+  // even when a zero empties the tensor (kernels compute byte strides).
+  const uint64_t elements = numElements();
+  std::vector<int64_t> footprint = shape;
+  for (int64_t& dim : footprint) dim = std::max<int64_t>(dim, 1);
+  const std::optional<int64_t> count = elementCount(footprint);
+  const std::optional<int64_t> bytes = count ? multiplySizes(*count, int64_t(dtypeSize(dtype))) : std::nullopt;
+  if (!bytes) throw UsageError(fmt::format("tensor size overflows 63 bits: {} of {}-byte elements", shapeString(), dtypeSize(dtype)));
+  return elements * dtypeSize(dtype);
 }
 
 std::string TensorInfo::shapeString() const {

@@ -80,11 +80,17 @@ TEST(TensorInfo, SizesAndText) {
   const TensorInfo huge{DType::kF64, {int64_t{1} << 40, int64_t{1} << 40}};
   EXPECT_THROW(huge.sizeInBytes(), UsageError);
 
-  // A zero dimension empties the tensor wherever it stands (issue 12: the
-  // product overflowed before reaching a trailing 0).
+  // A zero dimension empties the tensor, but the other dimensions must
+  // still fit, in any order (issue 12: the product overflowed before
+  // reaching a trailing 0 only; kernels' partial products overflowed
+  // with a leading one).
   constexpr int64_t kBig = int64_t{1} << 62;
-  EXPECT_EQ((TensorInfo{DType::kF32, {kBig, kBig, 0}}).numElements(), 0u);
-  EXPECT_EQ((TensorInfo{DType::kF32, {0, kBig, kBig}}).sizeInBytes(), 0u);
+  EXPECT_THROW((TensorInfo{DType::kF32, {kBig, kBig, 0}}).numElements(), UsageError);
+  EXPECT_THROW((TensorInfo{DType::kF32, {0, kBig, kBig}}).sizeInBytes(), UsageError);
+  EXPECT_EQ((TensorInfo{DType::kF32, {0, kBig}}).numElements(), 0u);
+  EXPECT_EQ((TensorInfo{DType::kF32, {kBig, 0}}).numElements(), 0u);
+  EXPECT_THROW((TensorInfo{DType::kF32, {kBig, 0}}).sizeInBytes(), UsageError);  // 2^64 bytes of rows
+  EXPECT_EQ((TensorInfo{DType::kU8, {kBig, 0}}).sizeInBytes(), 0u);
 }
 
 TEST(TensorInfo, MultiplySizesIsChecked) {
