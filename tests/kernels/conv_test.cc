@@ -309,6 +309,15 @@ TEST(ConvKernel, PrepareErrors) {
   bad_pad.set("auto_pad", std::string("SAME"));
   EXPECT_THAT(prepareError("Conv", {x, w}, {output(DType::kF32, {1, 6, 3, 3})}, bad_pad),
               HasSubstr("auto_pad is 'SAME', not NOTSET, VALID, SAME_UPPER or SAME_LOWER"));
+  // Dilations and pads from a crafted package overflowed the window
+  // arithmetic (UBSan; found by package_fuzz).
+  for (const char* key : {"dilations", "pads"}) {
+    ParamMap huge = group2;
+    huge.set(key, std::string(key) == "pads" ? Ints{INT64_MAX, 0, 0, 0} : Ints{INT64_MAX, 1});
+    EXPECT_THAT(prepareError("Conv", {x, w}, {output(DType::kF32, {1, 6, 3, 3})}, huge),
+                HasSubstr("spatial axis 0: the window arithmetic overflows"))
+        << key;
+  }
   ParamMap bad_strides = group2;
   bad_strides.set("strides", Ints{1});
   EXPECT_THAT(prepareError("Conv", {x, w}, {output(DType::kF32, {1, 6, 3, 3})}, bad_strides),

@@ -674,6 +674,16 @@ TEST(ResizeKernel, OnnxExamples) {
   EXPECT_NEAR(linear[1], 4.3333331, 1e-6);
 }
 
+// An empty output whose other axis is 2^31 long: prepare built a source
+// table per output index of that axis (gigabytes; found by graph_run_fuzz).
+TEST(ResizeKernel, EmptyOutputsBuildNoTables) {
+  const int64_t wide = int64_t{1} << 31;
+  EXPECT_TRUE(run<float>("Resize", {operand<float>({1, 1, 0, 2}, {}), omitted(), omitted(),
+                                    operand<int64_t>({4}, {1, 1, 0, wide}, true)},
+                         DType::kF32, {1, 1, 0, wide})
+                  .empty());
+}
+
 TEST(ResizeKernel, MatchesReference) {
   struct ResizeCase {
     Shape in, out;

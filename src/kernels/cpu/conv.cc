@@ -235,22 +235,30 @@ ConvShape convShape(const KernelSetup& setup) {
   s.pad_begin.resize(n);
   s.pad_end.resize(n);
   s.out.resize(n);
+  // The window arithmetic, checked: kernel, dilations, strides and pads come
+  // from the package.
+  auto must = [&](std::optional<int64_t> value, size_t axis) {
+    if (!value) throw UsageError(fmt::format("{}: spatial axis {}: the window arithmetic overflows", op, axis));
+    return *value;
+  };
   for (size_t i = 0; i < n; ++i) {
-    const int64_t extent = (s.kernel[i] - 1) * s.dilations[i] + 1;
+    const int64_t extent = must(checkedAdd(must(checkedMultiply(s.kernel[i] - 1, s.dilations[i]), i), 1), i);
     const int64_t stride = s.strides[i];
     if (auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower) {
-      s.out[i] = (s.in[i] + stride - 1) / stride;
-      const int64_t total = std::max<int64_t>(0, (s.out[i] - 1) * stride + extent - s.in[i]);
+      s.out[i] = must(checkedAdd(s.in[i], stride - 1), i) / stride;
+      const int64_t reach = must(checkedAdd(must(checkedMultiply(s.out[i] - 1, stride), i), extent), i);
+      const int64_t total = std::max<int64_t>(0, must(checkedSubtract(reach, s.in[i]), i));
       s.pad_begin[i] = auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
       s.pad_end[i] = total - s.pad_begin[i];
     } else {
       s.pad_begin[i] = auto_pad == AutoPad::kValid ? 0 : pads[i];
       s.pad_end[i] = auto_pad == AutoPad::kValid ? 0 : pads[i + n];
-      const int64_t room = s.in[i] + s.pad_begin[i] + s.pad_end[i] - extent;
+      const int64_t padded = must(checkedAdd(must(checkedAdd(s.in[i], s.pad_begin[i]), i), s.pad_end[i]), i);
+      const int64_t room = must(checkedSubtract(padded, extent), i);
       if (room < 0) {
         throw UsageError(fmt::format(
             "Conv: spatial axis {}: the kernel spans {} elements (dilations included) but the padded input has {}", i,
-            extent, s.in[i] + s.pad_begin[i] + s.pad_end[i]));
+            extent, padded));
       }
       s.out[i] = room / stride + 1;
     }

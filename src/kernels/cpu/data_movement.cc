@@ -1385,7 +1385,8 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
           throw UsageError(fmt::format("Resize: only the last two dimensions can be scaled, dimension {} has scale {}",
                                        d, s));
         }
-        const int64_t want = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[d]) * s));
+        const double scaled = std::floor(static_cast<double>(x.shape[d]) * s);
+        const int64_t want = scaled < 9.2e18 ? static_cast<int64_t>(scaled) : -1;  // no int64: matches no output
         if (want != y.shape[d]) {
           throw UsageError(fmt::format("Resize: scale {} takes dimension {} from {} to {}, the output has {}", s, d,
                                        x.shape[d], want, y.shape[d]));
@@ -1405,7 +1406,9 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
     state->scale_h = state->in_h == 0 ? 1 : static_cast<double>(state->out_h) / static_cast<double>(state->in_h);
     state->scale_w = state->in_w == 0 ? 1 : static_cast<double>(state->out_w) / static_cast<double>(state->in_w);
   }
-  if (state->scales_input < 0) {
+  // The per-axis source tables; none for an empty output, whose other axes
+  // may be huge (nothing runs then).
+  if (state->scales_input < 0 && y.numElements() != 0) {
     auto table = [&](int64_t out, int64_t in, double scale, std::vector<int64_t>& i0s, std::vector<int64_t>& i1s,
                      std::vector<float>& ws) {
       for (int64_t i = 0; i < out; ++i) {
@@ -1425,6 +1428,7 @@ std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup, bool channe
 
 void runResize(const KernelCall& call) {
   const auto& state = static_cast<const ResizeState&>(*call.state);
+  if (call.outputs[0].numElements() == 0) return;
   if (state.general) {
     KernelCall general = call;
     general.state = state.general.get();
