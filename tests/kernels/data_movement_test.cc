@@ -682,6 +682,11 @@ TEST(ResizeKernel, EmptyOutputsBuildNoTables) {
                                     operand<int64_t>({4}, {1, 1, 0, wide}, true)},
                          DType::kF32, {1, 1, 0, wide})
                   .empty());
+  // The general path (cubic), likewise.
+  EXPECT_TRUE(run<float>("Resize", {operand<float>({1, 1, 0, 2}, {}), omitted(), omitted(),
+                                    operand<int64_t>({4}, {1, 1, 0, wide}, true)},
+                         DType::kF32, {1, 1, 0, wide}, params({{"mode", std::string("cubic")}}))
+                  .empty());
 }
 
 TEST(ResizeKernel, MatchesReference) {

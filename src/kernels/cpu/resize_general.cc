@@ -455,6 +455,8 @@ std::unique_ptr<KernelState> prepareGeneralResize(const KernelSetup& setup, bool
       continue;
     }
     if (x.shape[d] == 0 && y.shape[d] != 0) throw UsageError(fmt::format("Resize: cannot resize {}", typeString(x)));
+    // No tables for an empty output, whose other axes may be huge (nothing runs).
+    if (y.numElements() == 0) continue;
     buildTable(coefficients, transform, exclude_outside, x.shape[d], y.shape[d], scale[d], roi_start[d], roi_end[d],
                state->axes[d], weights);
     state->resized.push_back(static_cast<uint32_t>(d));
@@ -466,6 +468,7 @@ std::unique_ptr<KernelState> prepareGeneralResize(const KernelSetup& setup, bool
 
 void runGeneralResize(const KernelCall& call) {
   const auto& s = static_cast<const GeneralResizeState&>(*call.state);
+  if (call.outputs[0].numElements() == 0) return;
   if (!s.roi_at_run) {
     s.loop(s, s.axes, call.inputs[0].data, call.outputs[0].data);
     return;
