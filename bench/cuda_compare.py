@@ -5,7 +5,7 @@ the same GPU, in the same run (the CUDA issue's benchmark).
     python3 bench/cuda_compare.py --kiln build/release/tools/kiln \\
         [--models-dir build/bench/models] [--models mlp,resnet50,...] \\
         [--zoo-dir ~/.cache/kiln/zoo/models] [--zoo ppocr4_det,...] \\
-        [--batches 1,32] [--seconds 3] [--tf32] [--out cuda_results.md]
+        [--batches 1,32] [--seconds 3] [--tf32 | --fp16] [--out cuda_results.md]
 
 For each model and batch: kiln compiles it with `--target cuda` at that
 batch; both engines run the same random inputs (the seeds of
@@ -64,10 +64,11 @@ def run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
 
 
-def kiln_case(kiln, model, feeds, work, seconds, tf32=False):
+def kiln_case(kiln, model, feeds, work, seconds, tf32=False, fp16=False):
     package = os.path.join(work, "model.kiln")
     shapes = [a for name, v in feeds.items() for a in ("--shape", f"{name}:{'x'.join(map(str, v.shape)) or '1'}")]
-    compiled = run([kiln, "compile", model, "-o", package, "--target", "cuda", *shapes, *(["--tf32"] if tf32 else [])])
+    compiled = run([kiln, "compile", model, "-o", package, "--target", "cuda", *shapes, *(["--tf32"] if tf32 else []),
+                    *(["--fp16"] if fp16 else [])])
     if compiled.returncode != 0:
         return {"error": compiled.stderr.strip().splitlines()[-1]}
     host = [line for line in compiled.stderr.splitlines() if "run on the host" in line]
@@ -94,6 +95,17 @@ def kiln_case(kiln, model, feeds, work, seconds, tf32=False):
     return {"p50_ms": stats["p50_ms"], "mean_ms": stats["mean_ms"], "outputs": outputs, "host_steps": host}
 
 
+def float16_model(model, work):
+    """The model converted to f16 as onnxruntime users do it
+    (onnxconverter-common, inputs and outputs kept f32)."""
+    import onnx
+    from onnxconverter_common import float16
+    converted = float16.convert_float_to_float16(onnx.load(model), keep_io_types=True)
+    path = os.path.join(work, "model.fp16.onnx")
+    onnx.save(converted, path)
+    return path
+
+
 def ort_case(model, feeds, seconds, tf32):
     import onnxruntime as ort
     options = ort.SessionOptions()
@@ -113,6 +125,17 @@ def ort_case(model, feeds, seconds, tf32):
         times.append((time.perf_counter() - start) * 1000)
     times.sort()
     return {"p50_ms": times[len(times) // 2], "mean_ms": sum(times) / len(times), "outputs": outputs}
+
+
+def cpu_outputs(model, feeds, ours):
+    """Without onnxruntime-gpu: onnxruntime's CPU outputs as the reference
+    where onnxruntime is installed, else kiln's own (an error of 0)."""
+    try:
+        import onnxruntime as ort
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    except ImportError:
+        return ours.get("outputs", {})
 
 
 def max_rel_err(ours, theirs):
@@ -139,9 +162,13 @@ def main(argv=None):
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--out", default="")
-    parser.add_argument("--no-ort", action="store_true", help="time kiln alone (no onnxruntime-gpu at hand)")
+    parser.add_argument("--no-ort", action="store_true",
+                        help="time kiln alone (no onnxruntime-gpu at hand); errors against onnxruntime's CPU outputs")
     parser.add_argument("--ort-tf32", type=int, default=0, choices=[0, 1],
                         help="onnxruntime's use_tf32 (default 0: f32 like kiln's default; 1 is its own default)")
+    parser.add_argument("--fp16", action="store_true",
+                        help="both engines in f16: kiln compile --fp16, onnxruntime on the model converted by "
+                             "onnxconverter-common (keep_io_types); errors against onnxruntime's f32 outputs")
     parser.add_argument("--tf32", action="store_true",
                         help="both engines with TF32 tensor cores: kiln compile --tf32, onnxruntime use_tf32=1")
     args = parser.parse_args(argv)
@@ -172,9 +199,12 @@ def main(argv=None):
         feeds = make()
         with tempfile.TemporaryDirectory() as work:
             try:
-                ours = kiln_case(args.kiln, path, feeds, work, args.seconds, args.tf32)
-                theirs = {"outputs": ours.get("outputs", {}), "mean_ms": float("nan")} if args.no_ort else \
-                    ort_case(path, feeds, args.seconds, 1 if args.tf32 else args.ort_tf32)
+                ours = kiln_case(args.kiln, path, feeds, work, args.seconds, args.tf32, args.fp16)
+                theirs = {"outputs": cpu_outputs(path, feeds, ours), "mean_ms": float("nan")} if args.no_ort else \
+                    ort_case(float16_model(path, work) if args.fp16 else path, feeds, args.seconds,
+                             1 if args.tf32 else args.ort_tf32)
+                if args.fp16 and not args.no_ort:  # errors against f32, not against onnxruntime's f16
+                    theirs["outputs"] = ort_case(path, feeds, 0, args.ort_tf32)["outputs"]
             except Exception as error:  # a row that says what failed, and go on
                 ours, theirs = {"error": str(error)}, {}
         if "error" in ours:

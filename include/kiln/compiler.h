@@ -70,6 +70,12 @@ struct CompileOptions {
   // (operands rounded to 10 bits of mantissa, about 1e-3 relative error;
   // several times faster on NVIDIA GPUs since Ampere). Off: f32 throughout.
   bool tf32 = false;
+  // cuda target: store activations and weights in f16 where the cuda
+  // kernels take it (products and convolutions on f16 tensor cores, summing
+  // in f32; src/passes/float16_storage.h). Inputs and outputs stay f32.
+  // Rounds each such tensor to 11 bits (errors of 2e-4 to 6e-2 of an
+  // output's magnitude on real models: docs/cuda.md), and f16's range.
+  bool fp16 = false;
   // The device kind the package is for: "cpu" (also runs on sim) or
   // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored)
   // and needs static shapes.

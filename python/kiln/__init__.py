@@ -45,7 +45,7 @@ def _as_bits(array: np.ndarray) -> np.ndarray:
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             batch: Optional[int] = None, dynamic: bool = False, target: str = "cpu",
-            quantize_activations: bool = False, tf32: bool = False) -> dict:
+            quantize_activations: bool = False, tf32: bool = False, fp16: bool = False) -> dict:
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
@@ -62,10 +62,14 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     as fast on CPUs with AVX-512 VNNI, and it changes results (about 5e-3
     relative on a MiniLM); the report's int8_matmuls counts them. tf32=True
     (target="cuda") lets products and convolutions use TF32 tensor cores:
-    faster, about 1e-3 relative error."""
+    faster, about 1e-3 relative error. fp16=True (target="cuda") stores
+    tensors in f16 where the cuda kernels take it (products and convolutions
+    on f16 tensor cores, summing in f32; inputs and outputs stay f32): faster,
+    with errors of 2e-4 to 6e-2 of an output's magnitude on real models, and
+    f16's range (docs/cuda.md)."""
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
-                    str(target), bool(quantize_activations), bool(tf32))
+                    str(target), bool(quantize_activations), bool(tf32), bool(fp16))
 
 
 class Runner:

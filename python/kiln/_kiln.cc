@@ -35,7 +35,7 @@ using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
-                      bool dynamic, const std::string& target, bool quantize_activations, bool tf32) {
+                      bool dynamic, const std::string& target, bool quantize_activations, bool tf32, bool fp16) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -48,6 +48,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.target = target;
   compile_options.quantize_activations = quantize_activations;
   compile_options.tf32 = tf32;
+  compile_options.fp16 = fp16;
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
@@ -250,7 +251,7 @@ NB_MODULE(_kiln, m) {
   nb::exception<kiln::Error>(m, "Error");
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
         nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false,
-        nb::arg("tf32") = false);
+        nb::arg("tf32") = false, nb::arg("fp16") = false);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   nb::class_<DeviceRunner>(m, "DeviceRunner")
       .def(nb::init<const std::string&, const std::string&, const std::string&>(), nb::arg("path"),

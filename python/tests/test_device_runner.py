@@ -81,3 +81,13 @@ def test_a_cuda_package_runs_on_cuda(devices, block_onnx, tmp_path):
     assert runner.device == "cuda"
     (theirs,) = ort.InferenceSession(str(block_onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(runner.run({"x": x})["y"], theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_fp16_is_a_cuda_compile_option(block_onnx, tmp_path):
+    # f16 storage is for the cuda target; the package compiles without a GPU.
+    plain = kiln.compile(block_onnx, tmp_path / "plain.kiln", target="cuda")
+    half = kiln.compile(block_onnx, tmp_path / "half.kiln", target="cuda", fp16=True)
+    # The weights travel as f16: half the constant bytes.
+    assert half["constant_bytes"] < plain["constant_bytes"]
+    with pytest.raises(kiln.Error, match=r"fp16 \(--fp16\) is for the cuda target"):
+        kiln.compile(block_onnx, tmp_path / "cpu.kiln", fp16=True)

@@ -16,6 +16,7 @@
 #include "kiln/package_writer.h"
 #include "ops/shape_inference.h"
 #include "passes/attention_fusion.h"
+#include "passes/float16_storage.h"
 #include "passes/batchnorm_folding.h"
 #include "passes/blocked_conv.h"
 #include "passes/channels_last.h"
@@ -899,6 +900,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
               .max_immediates = kCudaMaxProgramImmediates};
   }
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
+  if (options.fp16 && storeInFloat16(graph) > 0) inferTypes(graph, opsets);
   if (options.tf32) allowTf32(graph);
   optimizeSubgraphs(graph, opsets);
   removeDeadNodes(graph);
@@ -931,6 +933,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   }
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");
+  if (options.fp16 && options.target != "cuda") throw UsageError("fp16 (--fp16) is for the cuda target");
   if (runtime.dynamic && options.target == "cuda") {
     throw UsageError("the cuda target needs static shapes, and " + runtime.reason +
                      ": fix the input shapes with --shape or --batch");

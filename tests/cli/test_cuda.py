@@ -194,6 +194,15 @@ def run(kiln, package, feeds, tmp_path, tag, env=None):
     return {p.stem: np.load(p) for p in out.glob("*.npy")}
 
 
+def compile_and_run(kiln, path, feeds, tmp_path, flag, env):
+    """Compiles for cuda with a precision flag (--tf32, --fp16) and runs it."""
+    tag = flag.strip("-")
+    package = tmp_path / f"{tag}.kiln"
+    result = kiln("compile", path, "-o", package, "--target", "cuda", flag)
+    assert result.returncode == 0, result.stderr
+    return run(kiln, package, feeds, tmp_path, tag, env=env)
+
+
 def test_compile_for_cuda_needs_no_gpu(kiln, tmp_path):
     path, _ = conv_net(tmp_path)
     package, result = compile_for(kiln, path, "cuda", tmp_path)
@@ -263,14 +272,47 @@ def test_tf32_stays_within_its_documented_tolerance(kiln, tmp_path, make):
     if not gpu_present(kiln, tmp_path):
         pytest.skip("no GPU on this machine")
     path, feeds = make(tmp_path)
-    package = tmp_path / "tf32.kiln"
-    result = kiln("compile", path, "-o", package, "--target", "cuda", "--tf32")
-    assert result.returncode == 0, result.stderr
     env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
-    (ours,) = run(kiln, package, feeds, tmp_path, "tf32", env=env).values()
+    (ours,) = compile_and_run(kiln, path, feeds, tmp_path, "--tf32", env).values()
     theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     error = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
     assert error <= 1e-2, error
+
+
+def test_fp16_stores_weights_in_f16_for_cuda_and_is_refused_for_cpu(kiln, tmp_path):
+    path, _ = encoder_block(tmp_path)
+    package = tmp_path / "encoder.fp16.kiln"
+    result = kiln("compile", path, "-o", package, "--target", "cuda", "--fp16")
+    assert result.returncode == 0, result.stderr
+    dump = kiln("dump", package, "--all").stdout
+    # The products' weights travel as f16 copies; the model's inputs and
+    # outputs keep their types.
+    assert re.search(r'Name: "Wq:f16":\s+TensorInfo: \{ dtype: F16', dump), dump
+    assert re.search(r'Name: "z":\s+TensorInfo: \{ dtype: F32', dump), dump
+    refused = kiln("compile", path, "-o", tmp_path / "cpu.kiln", "--fp16")
+    assert refused.returncode == 1
+    assert "fp16 (--fp16) is for the cuda target" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("make", [encoder_block, conv_net, middle_axes, copies],
+                         ids=["encoder", "convnet", "middle_axes", "copies"])
+@pytest.mark.parametrize("jit", ["1", "0"], ids=["specialized", "interpreted"])
+def test_fp16_stays_within_its_documented_tolerance(kiln, tmp_path, make, jit):
+    """f16 storage rounds every converted tensor to 11 bits of mantissa:
+    docs/cuda.md documents 1e-2 of the output's largest magnitude as its
+    bound against onnxruntime's f32 outputs."""
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    path, feeds = make(tmp_path)
+    env = dict(os.environ, KILN_CUDA_JIT=jit, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    ours = compile_and_run(kiln, path, feeds, tmp_path, "--fp16", env)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert sorted(ours) == sorted(theirs)
+    for name, reference in theirs.items():
+        assert ours[name].dtype == reference.dtype, name
+        error = np.max(np.abs(ours[name] - reference)) / np.max(np.abs(reference))
+        assert error <= 1e-2, (name, error)
 
 
 def test_bench_runs_a_cuda_package_through_the_runner(kiln, tmp_path):

@@ -115,6 +115,33 @@ TEST(CudaElementwiseCodegen, EveryOpCompilesForEachGpuGeneration) {
   }
 }
 
+// `kiln compile --fp16`: f16 operands convert as they load (four at a time
+// in one 8-byte load where the kernel is four-wide), and an f16 result
+// rounds as it stores; an f32 operand next to them stays f32.
+TEST(CudaElementwiseCodegen, HalfOperandsAndResultsCompile) {
+  for (const bool row_is_half : {true, false}) {
+    Indexing indexing = broadcast(16, 64, false);
+    indexing.half[0] = true;
+    indexing.half[1] = row_is_half;
+    indexing.half_out = true;
+    const auto source = elementwiseSource(single(ElementwiseOp::kMul), indexing, 16 * 64);
+    ASSERT_TRUE(source);
+    EXPECT_EQ(source->vector_width, 4);
+    EXPECT_NE(source->text.find("const uint2 r0 ="), std::string::npos) << source->text;
+    EXPECT_EQ(source->text.find("const uint2 r1 =") != std::string::npos, row_is_half) << source->text;
+    EXPECT_NE(source->text.find("make_uint2(kiln_f2h("), std::string::npos) << source->text;
+    EXPECT_NE(source->text.find("reinterpret_cast<unsigned short*>(a.out)[e] = kiln_f2h("), std::string::npos);
+    for (int capability : {80, 90}) {
+      std::string error;
+      EXPECT_FALSE(compileImage(source->text, capability, &error).empty()) << error << "\n" << source->text;
+    }
+  }
+  // f32 programs carry no conversions.
+  const auto plain = elementwiseSource(single(ElementwiseOp::kMul), broadcast(16, 64, false), 16 * 64);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->text.find("kiln_h2f"), std::string::npos);
+}
+
 TEST(CudaDepthwiseCodegen, CompilesWithAndWithoutPostOps) {
   DepthwiseGeometry g;
   g.batch = 2;
@@ -130,11 +157,14 @@ TEST(CudaDepthwiseCodegen, CompilesWithAndWithoutPostOps) {
   clip_and_add.a[1] = 2;
   clip_and_add.b[1] = -1;
   clip_and_add.beta[1] = 6.0f;
-  for (const DeviceProgram& post : {DeviceProgram{}, clip_and_add}) {
-    const auto source = depthwiseSource(g, post, true, post.ops > 0);
-    ASSERT_TRUE(source);
-    std::string error;
-    EXPECT_FALSE(compileImage(*source, 90, &error).empty()) << error << "\n" << *source;
+  for (const bool half : {false, true}) {
+    for (const DeviceProgram& post : {DeviceProgram{}, clip_and_add}) {
+      const auto source = depthwiseSource(g, post, true, post.ops > 0, half);
+      ASSERT_TRUE(source);
+      EXPECT_EQ(source->find("kiln_f2h(") != std::string::npos, half) << *source;
+      std::string error;
+      EXPECT_FALSE(compileImage(*source, 90, &error).empty()) << error << "\n" << *source;
+    }
   }
   g.batch = 1 << 24;  // 2^31 or more outputs: the built-in kernel's
   EXPECT_FALSE(depthwiseSource(g, DeviceProgram{}, false, false));

@@ -164,11 +164,12 @@ void checkTensors(std::string_view op, const KernelSetup& setup, size_t max_inpu
     throw KernelUnsupported(fmt::format("{} on cuda: expects 1 output, got {}", op, setup.outputs.size()));
   }
   const size_t count = hasBias(setup) ? 3 : 2;
+  const DType dtype = setup.inputs[0].dtype;  // f32, or f16 throughout (`kiln compile --fp16`)
   for (size_t i = 0; i < count; ++i) {
     const TensorInfo& input = setup.inputs[i];
-    if (input.dtype != DType::kF32) {
-      throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32 only); input {} is {}", op,
-                                          dtypeName(input.dtype), i, typeString(input)));
+    if ((dtype != DType::kF32 && dtype != DType::kF16) || input.dtype != dtype) {
+      throw KernelUnsupported(fmt::format("{} on cuda: inputs all f32 or all f16 expected; input {} is {}", op, i,
+                                          typeString(input)));
     }
     if (!input.isStatic()) {
       throw KernelUnsupported(fmt::format("{} on cuda: needs static shapes, input {} is {}", op, i, typeString(input)));
@@ -198,9 +199,10 @@ void checkOutput(std::string_view op, const KernelSetup& setup, const ConvGeomet
   Ints expected{g.batch, g.out_channels};
   expected.insert(expected.end(), g.out.begin(), g.out.end());
   const TensorInfo& y = setup.outputs[0];
-  if (y.dtype != DType::kF32 || y.shape != expected) {
-    throw KernelUnsupported(fmt::format("{} on cuda: the output is {} but the inputs and attributes give f32{}", op,
-                                        typeString(y), TensorInfo{DType::kF32, expected}.shapeString()));
+  const DType dtype = setup.inputs[0].dtype;
+  if (y.dtype != dtype || y.shape != expected) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the output is {} but the inputs and attributes give {}", op,
+                                        typeString(y), typeString(TensorInfo{dtype, expected})));
   }
 }
 
@@ -439,7 +441,7 @@ CudnnGeometry cudnnGeometry(std::string_view op, const KernelSetup& setup, const
 
 // ------------------------------------------------------------- plane copies
 
-// A copy of f32 tensor `from` into `to`, both [planes, rows, columns] (a
+// A copy of tensor `from` into `to` (elements of `element_bytes`), both [planes, rows, columns] (a
 // plane is one (n, c) pair, or for 3-D convolutions one (n, c, depth)
 // triple): each plane's rows x columns block at `from_at` lands at `to_at`,
 // `to` zeroed first when the block does not cover it. One cudaMemset and one
@@ -457,6 +459,7 @@ struct PlaneCopy {
   cudaPos to_at{};
   bool zero_first = false;
   size_t buffer_bytes = 0;  // of the workspace, for the side in it (aligned)
+  size_t element_bytes = sizeof(float);
 };
 
 size_t product(std::span<const int> values) {
@@ -465,23 +468,24 @@ size_t product(std::span<const int> values) {
   return result;
 }
 
-size_t alignedBytes(std::span<const int> dims) {
-  const size_t bytes = product(dims) * sizeof(float);
+size_t alignedBytes(std::span<const int> dims, size_t element_bytes) {
+  const size_t bytes = product(dims) * element_bytes;
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
 // Where `offset` (per spatial axis) is in the last two axes, for cudaMemcpy3D.
-cudaPos lastTwoAxes(const CudnnInts& offset) {
+cudaPos lastTwoAxes(const CudnnInts& offset, size_t element_bytes) {
   const size_t n = offset.size();
-  return make_cudaPos(static_cast<size_t>(offset[n - 1]) * sizeof(float), static_cast<size_t>(offset[n - 2]), 0);
+  return make_cudaPos(static_cast<size_t>(offset[n - 1]) * element_bytes, static_cast<size_t>(offset[n - 2]), 0);
 }
 
 // The copy from `from` (its part from `from_offset`) to `to` (at
 // `to_offset`); disabled when there is nothing to copy. Only the last two
 // spatial axes may differ.
 PlaneCopy planeCopy(std::string_view op, const CudnnInts& from, const CudnnInts& from_offset, const CudnnInts& to,
-                    const CudnnInts& to_offset) {
+                    const CudnnInts& to_offset, size_t element_bytes) {
   PlaneCopy copy;
+  copy.element_bytes = element_bytes;
   const bool offsets = std::any_of(from_offset.begin(), from_offset.end(), [](int v) { return v != 0; }) ||
                        std::any_of(to_offset.begin(), to_offset.end(), [](int v) { return v != 0; });
   if (from == to && !offsets) return copy;
@@ -499,24 +503,25 @@ PlaneCopy planeCopy(std::string_view op, const CudnnInts& from, const CudnnInts&
   copy.from_columns = static_cast<size_t>(from[row_axis + 1]);
   copy.to_rows = static_cast<size_t>(to[row_axis]);
   copy.to_columns = static_cast<size_t>(to[row_axis + 1]);
-  copy.from_at = lastTwoAxes(from_offset);
-  copy.to_at = lastTwoAxes(to_offset);
+  copy.from_at = lastTwoAxes(from_offset, element_bytes);
+  copy.to_at = lastTwoAxes(to_offset, element_bytes);
   copy.rows = std::min(copy.from_rows - copy.from_at.y, copy.to_rows - copy.to_at.y);
-  copy.columns = std::min(copy.from_columns - copy.from_at.x / sizeof(float),
-                          copy.to_columns - copy.to_at.x / sizeof(float));
+  copy.columns = std::min(copy.from_columns - copy.from_at.x / element_bytes,
+                          copy.to_columns - copy.to_at.x / element_bytes);
   copy.zero_first = copy.rows < copy.to_rows || copy.columns < copy.to_columns;
   return copy;
 }
 
 void queuePlaneCopy(const PlaneCopy& copy, const void* from, void* to, cudaStream_t stream) {
-  if (copy.zero_first) cudaMemsetAsync(to, 0, copy.planes * copy.to_rows * copy.to_columns * sizeof(float), stream);
+  const size_t element = copy.element_bytes;
+  if (copy.zero_first) cudaMemsetAsync(to, 0, copy.planes * copy.to_rows * copy.to_columns * element, stream);
   cudaMemcpy3DParms params{};
-  params.srcPtr = make_cudaPitchedPtr(const_cast<void*>(from), copy.from_columns * sizeof(float), copy.from_columns,
+  params.srcPtr = make_cudaPitchedPtr(const_cast<void*>(from), copy.from_columns * element, copy.from_columns,
                                       copy.from_rows);
   params.srcPos = copy.from_at;
-  params.dstPtr = make_cudaPitchedPtr(to, copy.to_columns * sizeof(float), copy.to_columns, copy.to_rows);
+  params.dstPtr = make_cudaPitchedPtr(to, copy.to_columns * element, copy.to_columns, copy.to_rows);
   params.dstPos = copy.to_at;
-  params.extent = make_cudaExtent(copy.columns * sizeof(float), copy.rows, copy.planes);
+  params.extent = make_cudaExtent(copy.columns * element, copy.rows, copy.planes);
   params.kind = cudaMemcpyDeviceToDevice;
   cudaMemcpy3DAsync(&params, stream);
 }
@@ -528,7 +533,8 @@ struct ConvState : KernelState {
   bool empty = false;  // the output has no elements: nothing to do
   bool has_bias = false;
   bool bias_in_post_pass = false;  // kiln.FusedConv: its post pass adds the bias, not cudnnAddTensor
-  cudnnMathType_t math = CUDNN_FMA_MATH;  // CUDNN_TENSOR_OP_MATH: TF32 allowed
+  DType dtype = DType::kF32;  // of every tensor, or f16 throughout
+  cudnnMathType_t math = CUDNN_FMA_MATH;  // CUDNN_TENSOR_OP_MATH: TF32 allowed, or f16 on tensor cores
   TensorDescriptor x;  // what cuDNN reads (ConvTranspose: the "dy" of the backward pass)
   TensorDescriptor y;  // what cuDNN writes (ConvTranspose: its "dx")
   TensorDescriptor output;  // the op's output, for the bias
@@ -542,17 +548,19 @@ struct ConvState : KernelState {
   PlaneCopy output_copy;  // ConvTranspose: y, after any input copy in the workspace, into the output
 };
 
-void setTensor(const TensorDescriptor& descriptor, const CudnnInts& dims) {
-  check(cudnnSetTensorNdDescriptorEx(descriptor.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+void setTensor(const TensorDescriptor& descriptor, DType dtype, const CudnnInts& dims) {
+  check(cudnnSetTensorNdDescriptorEx(descriptor.get(), CUDNN_TENSOR_NCHW, cudnnDataType(dtype),
                                      static_cast<int>(dims.size()), dims.data()),
         "cudnnSetTensorNdDescriptorEx");
 }
 
 void setDescriptors(ConvState& state, const CudnnGeometry& c, int64_t group, bool has_bias) {
-  setTensor(state.x, c.x);
-  setTensor(state.y, c.y);
-  setTensor(state.output, c.op_y);
-  check(cudnnSetFilterNdDescriptor(state.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(c.w.size()),
+  setTensor(state.x, state.dtype, c.x);
+  setTensor(state.y, state.dtype, c.y);
+  setTensor(state.output, state.dtype, c.op_y);
+  // f16 tensors convolve with f32 sums (cuDNN's PSEUDO_HALF_CONFIG): the
+  // convolution's compute type stays FLOAT.
+  check(cudnnSetFilterNdDescriptor(state.w.get(), cudnnDataType(state.dtype), CUDNN_TENSOR_NCHW, static_cast<int>(c.w.size()),
                                    c.w.data()),
         "cudnnSetFilterNdDescriptor");
   check(cudnnSetConvolutionNdDescriptor(state.conv.get(), static_cast<int>(c.pads.size()), c.pads.data(),
@@ -565,7 +573,7 @@ void setDescriptors(ConvState& state, const CudnnGeometry& c, int64_t group, boo
   // Also without a bias input: kiln.FusedConv's fused call then adds zeros.
   CudnnInts bias_dims(c.y.size(), 1);
   bias_dims[1] = c.y[1];
-  setTensor(state.bias, bias_dims);
+  setTensor(state.bias, state.dtype, bias_dims);
 }
 
 // cuDNN's own idea of the forward output (for ConvTranspose: of the
@@ -761,10 +769,11 @@ void pickBackwardDataAlgorithm(const KernelSetup& setup, const CudaQueue& queue,
 // Plans the copies; returns the workspace left for cuDNN's algorithm.
 size_t planCopies(std::string_view op, const CudaQueue& queue, const CudnnGeometry& c, ConvState& state) {
   const CudnnInts origin(c.pads.size(), 0);
-  state.input_copy = planeCopy(op, c.op_x, origin, c.x, c.x_offset);
-  if (state.input_copy.enabled) state.input_copy.buffer_bytes = alignedBytes(c.x);
-  state.output_copy = planeCopy(op, c.y, c.y_offset, c.op_y, origin);
-  if (state.output_copy.enabled) state.output_copy.buffer_bytes = alignedBytes(c.y);
+  const size_t element = dtypeSize(state.dtype);
+  state.input_copy = planeCopy(op, c.op_x, origin, c.x, c.x_offset, element);
+  if (state.input_copy.enabled) state.input_copy.buffer_bytes = alignedBytes(c.x, element);
+  state.output_copy = planeCopy(op, c.y, c.y_offset, c.op_y, origin, element);
+  if (state.output_copy.enabled) state.output_copy.buffer_bytes = alignedBytes(c.y, element);
   const size_t copies = state.input_copy.buffer_bytes + state.output_copy.buffer_bytes;
   if (copies > queue.workspace_bytes) {
     throw KernelUnsupported(
@@ -791,8 +800,10 @@ std::optional<Plan> planConvolution(std::string_view op, const KernelSetup& setu
         fmt::format("{} on cuda: no kernel for the empty input {}", op, typeString(setup.inputs[0])));
   }
   Plan plan{cudnnGeometry(op, setup, g), g.group, 0};
+  state.dtype = setup.inputs[0].dtype;
   plan.budget = planCopies(op, queueOf(setup.queue), plan.cudnn, state);
-  state.math = allowsTf32(setup.params) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  const bool tensor_cores = state.dtype == DType::kF16 || allowsTf32(setup.params);
+  state.math = tensor_cores ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   setDescriptors(state, plan.cudnn, g.group, hasBias(setup));
   checkCudnnOutput(op, state, plan.cudnn);
   return plan;
@@ -932,9 +943,9 @@ void checkResidual(std::string_view op, const KernelSetup& setup) {
   }
   const TensorInfo& residual = setup.inputs[3];
   const TensorInfo& y = setup.outputs[0];
-  if (residual.dtype != DType::kF32 || !residual.isStatic() || residual.numElements() != y.numElements()) {
-    throw KernelUnsupported(fmt::format("{} on cuda: the residual (input 3) is {}; one f32 per output element ({}) "
-                                        "expected",
+  if (residual.dtype != y.dtype || !residual.isStatic() || residual.numElements() != y.numElements()) {
+    throw KernelUnsupported(fmt::format("{} on cuda: the residual (input 3) is {}; one element of the output's type "
+                                        "per output element ({}) expected",
                                         op, typeString(residual), typeString(y)));
   }
 }
@@ -945,7 +956,11 @@ void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState&
   const std::optional<ElementwiseProgram> program = postOpProgram(op, setup.params, state.has_bias);
   const TensorInfo& y = setup.outputs[0];
   const int64_t pixels = y.shape.size() > 2 ? static_cast<int64_t>(y.numElements()) / (y.shape[0] * y.shape[1]) : 1;
-  const Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual);
+  Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual);
+  if (y.dtype == DType::kF16) {
+    for (size_t k = 0; k < program->input_count; ++k) indexing.half[k] = true;
+    indexing.half_out = true;
+  }
   state.post_ops.prepare(toDeviceProgram(op, *program), indexing, y.numElements(), queueOf(setup.queue));
   state.post_pass = true;
   state.bias_in_post_pass = state.has_bias;

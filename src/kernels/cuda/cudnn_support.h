@@ -79,6 +79,10 @@ inline AutoPad autoPad(std::string_view op, const ParamMap& params) {
 
 inline bool isSame(AutoPad auto_pad) { return auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower; }
 
+// cuDNN's name for an f32 or f16 tensor (the only types the cuDNN kernels
+// take; f16 under `kiln compile --fp16`).
+inline cudnnDataType_t cudnnDataType(DType dtype) { return dtype == DType::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT; }
+
 // A size as cuDNN's int dimensions.
 inline int toInt(std::string_view op, int64_t value) {
   if (value < 0 || value > INT_MAX) {

@@ -245,6 +245,7 @@ void runCast(const KernelCall& call) {
 struct WhereState final : KernelState {
   WhereIndexing indexing;
   uint64_t elements = 0;
+  int element_bytes = 4;
 };
 
 // The broadcast strides of every input of `setup` against its output.
@@ -265,8 +266,11 @@ WhereIndexing broadcastIndexing(std::string_view op, const KernelSetup& setup) {
 
 std::unique_ptr<KernelState> prepareWhere(const KernelSetup& setup) {
   const TensorInfo& y = setup.outputs[0];
-  if (y.dtype != DType::kF32 || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32 values");
+  const bool values = (y.dtype == DType::kF32 || y.dtype == DType::kF16) && setup.inputs[1].dtype == y.dtype &&
+                      setup.inputs[2].dtype == y.dtype;
+  if (!values || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32 or f16 values");
   auto state = std::make_unique<WhereState>();
+  state->element_bytes = static_cast<int>(dtypeSize(y.dtype));
   state->indexing = broadcastIndexing("Where", setup);
   state->elements = y.numElements();
   return state;
@@ -304,8 +308,8 @@ void runCompare(const KernelCall& call) {
 
 void runWhere(const KernelCall& call) {
   const auto& s = *static_cast<const WhereState*>(call.state);
-  launchWhere(call.inputs[0].as<const bool>(), call.inputs[1].as<const float>(), call.inputs[2].as<const float>(),
-              call.outputs[0].as<float>(), s.indexing, s.elements, queueOf(call.queue).stream);
+  launchWhere(call.inputs[0].as<const bool>(), call.inputs[1].data, call.inputs[2].data, call.outputs[0].data,
+              s.element_bytes, s.indexing, s.elements, queueOf(call.queue).stream);
 }
 
 // ---------------------------------------------------------- Concat, Split
@@ -407,7 +411,9 @@ struct ResizeState final : KernelState {
 std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup) {
   std::optional<ResizeTables> t = resizeTables(setup);
   if (!t) decline("Resize", "modes other than 2-D nearest and linear with constant scales");
-  if (t->linear && t->dtype != DType::kF32) decline("Resize", "linear resizing of other than f32");
+  if (t->linear && t->dtype != DType::kF32 && t->dtype != DType::kF16) {
+    decline("Resize", "linear resizing of other than f32 and f16");
+  }
   auto state = std::make_unique<ResizeState>();
   ResizeGeometry& g = state->geometry;
   g = {t->planes, t->in_h, t->in_w, t->out_h, t->out_w, t->linear, elementBytes("Resize", t->dtype)};

@@ -77,8 +77,9 @@ __global__ void cast(const From* x, To* y, uint64_t n) {
   }
 }
 
-__global__ void where(const bool* condition, const float* a, const float* b, float* y, WhereIndexing indexing,
-                      uint64_t n) {
+// T: the values' bits (uint32_t for f32, uint16_t for f16): Where selects.
+template <typename T>
+__global__ void where(const bool* condition, const T* a, const T* b, T* y, WhereIndexing indexing, uint64_t n) {
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
     int64_t offset[3] = {0, 0, 0};
     uint64_t rest = i;
@@ -133,21 +134,29 @@ __global__ void resizeNearest(const T* x, T* y, ResizeGeometry g, const int64_t*
   }
 }
 
-__global__ void resizeLinear(const float* x, float* y, ResizeGeometry g, const int64_t* rows, const int64_t* cols,
+__device__ inline float loadFloat(float v) { return v; }
+__device__ inline float loadFloat(__half v) { return __half2float(v); }
+__device__ inline void storeFloat(float* y, float v) { *y = v; }
+__device__ inline void storeFloat(__half* y, float v) { *y = __float2half_rn(v); }
+
+// T: f32, or f16 (`kiln compile --fp16`) interpolated in f32.
+template <typename T>
+__global__ void resizeLinear(const T* x, T* y, ResizeGeometry g, const int64_t* rows, const int64_t* cols,
                              const float* row_w, const float* col_w, uint64_t n) {
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
     const int64_t ox = static_cast<int64_t>(i % g.out_w);
     const int64_t oy = static_cast<int64_t>((i / g.out_w) % g.out_h);
     const int64_t p = static_cast<int64_t>(i / g.out_w / g.out_h);
-    const float* plane = x + p * g.in_h * g.in_w;
-    const float* r0 = plane + rows[oy] * g.in_w;
-    const float* r1 = plane + rows[g.out_h + oy] * g.in_w;
+    const T* plane = x + p * g.in_h * g.in_w;
+    const T* r0 = plane + rows[oy] * g.in_w;
+    const T* r1 = plane + rows[g.out_h + oy] * g.in_w;
     const int64_t x0 = cols[ox], x1 = cols[g.out_w + ox];
     const float wx = col_w[ox], wy = row_w[oy];
+    const float a = loadFloat(r0[x0]), b = loadFloat(r0[x1]), c = loadFloat(r1[x0]), d = loadFloat(r1[x1]);
     // The CPU kernel's order of operations, so that both round alike.
-    const float top = r0[x0] + wx * (r0[x1] - r0[x0]);
-    const float bottom = r1[x0] + wx * (r1[x1] - r1[x0]);
-    y[i] = top + wy * (bottom - top);
+    const float top = a + wx * (b - a);
+    const float bottom = c + wx * (d - c);
+    storeFloat(y + i, top + wy * (bottom - top));
   }
 }
 
@@ -202,6 +211,11 @@ void launchResize(const void* x, void* y, const ResizeGeometry& g, const int64_t
   const uint64_t n = static_cast<uint64_t>(g.planes * g.out_h * g.out_w);
   if (n == 0) return;
   const unsigned blocks = blocksFor(n);
+  if (g.linear && g.element_bytes == 2) {
+    resizeLinear<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const __half*>(x), static_cast<__half*>(y), g,
+                                                          rows, cols, row_w, col_w, n);
+    return;
+  }
   if (g.linear) {
     resizeLinear<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), g, rows,
                                                           cols, row_w, col_w, n);
@@ -313,10 +327,18 @@ void launchCast(const void* x, uint8_t from, void* y, uint8_t to, uint64_t n, cu
   }
 }
 
-void launchWhere(const bool* condition, const float* a, const float* b, float* y, const WhereIndexing& indexing,
-                 uint64_t n, cudaStream_t stream) {
+void launchWhere(const bool* condition, const void* a, const void* b, void* y, int element_bytes,
+                 const WhereIndexing& indexing, uint64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  where<<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(condition, a, b, y, indexing, n);
+  if (element_bytes == 2) {
+    where<<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(condition, static_cast<const uint16_t*>(a),
+                                                         static_cast<const uint16_t*>(b), static_cast<uint16_t*>(y),
+                                                         indexing, n);
+  } else {
+    where<<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(condition, static_cast<const uint32_t*>(a),
+                                                         static_cast<const uint32_t*>(b), static_cast<uint32_t*>(y),
+                                                         indexing, n);
+  }
 }
 
 }  // namespace kiln::cuda

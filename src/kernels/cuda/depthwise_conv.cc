@@ -24,6 +24,7 @@ struct DepthwiseState final : KernelState {
   DeviceProgram post;  // post.ops == 0: none
   bool has_bias = false;
   bool has_residual = false;
+  bool half = false;  // every tensor f16 (`kiln compile --fp16`): the specialized kernel only
   cudaKernel_t specialized = nullptr;  // kiln_depthwise, or null: the built-in kernel
   unsigned blocks = 0;
 };
@@ -43,22 +44,29 @@ std::optional<std::vector<int64_t>> pair(const ParamMap& params, const std::stri
 }  // namespace
 
 std::optional<std::string> depthwiseSource(const DepthwiseGeometry& g, const DeviceProgram& post, bool has_bias,
-                                           bool has_residual) {
+                                           bool has_residual, bool half) {
   const uint64_t outputs = static_cast<uint64_t>(g.batch * g.channels * g.out_h * g.out_w);
   const uint64_t inputs = static_cast<uint64_t>(g.batch * g.channels * g.in_h * g.in_w);
   if (outputs == 0 || outputs >= (1ull << 31) || inputs >= (1ull << 31) || !opsAreKnown(post)) return std::nullopt;
   std::string out;
   appendPrelude(out, fmt::format("a {}x{} depthwise convolution over {} channels", g.kernel_h, g.kernel_w, g.channels),
                 post);
+  // Elements are E; L(v) is v as a float. f16 tensors are unsigned shorts
+  // converted in registers (the sums stay f32).
+  if (half) {
+    appendHalfConversions(out);
+    out += "typedef unsigned short E;\n#define L(v) kiln_h2f(v)\n";
+  } else {
+    out += "typedef float E;\n#define L(v) (v)\n";
+  }
   fmt::format_to(std::back_inserter(out),
-                 "struct DepthwiseArgs {{ const float* x; const float* w; const float* bias; const float* residual; "
-                 "float* y; }};\n"
+                 "struct DepthwiseArgs {{ const E* x; const E* w; const E* bias; const E* residual; E* y; }};\n"
                  "extern \"C\" __global__ void __launch_bounds__({0}) kiln_depthwise(DepthwiseArgs a) {{\n"
                  "  const unsigned i = blockIdx.x * {0}u + threadIdx.x;\n"
                  "  if (i >= {1}u) return;\n"
                  "  const unsigned ox = i % {2}u, oy = (i / {2}u) % {3}u, plane = i / {4}u, c = plane % {5}u;\n"
-                 "  const float* in = a.x + plane * {6}u;\n"
-                 "  const float* taps = a.w + c * {7}u;\n"
+                 "  const E* in = a.x + plane * {6}u;\n"
+                 "  const E* taps = a.w + c * {7}u;\n"
                  "  float sum = {8};\n"
                  "  const int y0 = static_cast<int>(oy) * {9} - {10}, x0 = static_cast<int>(ox) * {11} - {12};\n"
                  "#pragma unroll\n"
@@ -69,18 +77,18 @@ std::optional<std::string> depthwiseSource(const DepthwiseGeometry& g, const Dev
                  "    for (int kx = 0; kx < {16}; ++kx) {{\n"
                  "      const int ix = x0 + kx * {17};\n"
                  "      if (ix < 0 || ix >= {18}) continue;\n"
-                 "      sum += in[iy * {18} + ix] * __ldg(taps + ky * {16} + kx);\n"
+                 "      sum += L(in[iy * {18} + ix]) * L(__ldg(taps + ky * {16} + kx));\n"
                  "    }}\n"
                  "  }}\n",
                  kBlock, outputs, g.out_w, g.out_h, g.out_w * g.out_h, g.channels, g.in_h * g.in_w,
-                 g.kernel_h * g.kernel_w, has_bias ? "__ldg(a.bias + c)" : "0.0f", g.stride_h, g.pad_top, g.stride_w,
+                 g.kernel_h * g.kernel_w, has_bias ? "L(__ldg(a.bias + c))" : "0.0f", g.stride_h, g.pad_top, g.stride_w,
                  g.pad_left, g.kernel_h, g.dilation_h, g.in_h, g.kernel_w, g.dilation_w, g.in_w);
   std::string result = "sum";
   if (post.ops > 0) {
-    if (has_residual) out += "  const float residual = a.residual[i];\n";
+    if (has_residual) out += "  const float residual = L(a.residual[i]);\n";
     result = appendInstructions(out, post, "p", [](int k) { return std::string(k == 0 ? "sum" : "residual"); });
   }
-  fmt::format_to(std::back_inserter(out), "  a.y[i] = {};\n}}\n", result);
+  fmt::format_to(std::back_inserter(out), "  a.y[i] = {};\n}}\n", half ? "kiln_f2h(" + result + ")" : result);
   return out;
 }
 
@@ -89,7 +97,9 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[1];
   const TensorInfo& y = setup.outputs[0];
-  if (!setup_helpers::presentInputsAre(setup, DType::kF32)) return nullptr;
+  const bool half = x.dtype == DType::kF16;
+  if (!setup_helpers::presentInputsAre(setup, half ? DType::kF16 : DType::kF32) || y.dtype != x.dtype) return nullptr;
+  if (half && !runtimeCompilerEnabled()) return nullptr;  // the built-in kernel is f32 only: cuDNN's then
   if (x.shape.size() != 4 || w.shape.size() != 4 || y.shape.size() != 4) return nullptr;
   const int64_t channels = x.shape[1];
   // One filter per channel, one output channel per input channel.
@@ -131,6 +141,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
   auto state = std::make_unique<DepthwiseState>();
   state->geometry = g;
   state->has_bias = present(setup, 2);
+  state->half = half;
   if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params)) {
     state->post = toDeviceProgram(op, *post);
     state->has_residual = post->input_count > 1;
@@ -139,7 +150,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
     }
   }
   if (runtimeCompilerEnabled()) {
-    if (const auto source = depthwiseSource(g, state->post, state->has_bias, state->has_residual)) {
+    if (const auto source = depthwiseSource(g, state->post, state->has_bias, state->has_residual, half)) {
       static constexpr const char* kNames[] = {"kiln_depthwise"};
       std::string error;
       const auto kernels = compileKernels(*source, kNames, queueOf(setup.queue).compute_capability, &error);
@@ -149,6 +160,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
       }
     }
   }
+  if (half && state->specialized == nullptr) return nullptr;
   return state;
 }
 

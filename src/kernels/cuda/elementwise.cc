@@ -1,6 +1,7 @@
 // Elementwise work on cuda: kiln.FusedElementwise programs
 // (core/elementwise_program.h) and the single f32 ONNX ops, which run as
-// one-instruction programs of the same kernel.
+// one-instruction programs of the same kernel. Operands and result may each
+// be f16 (`kiln compile --fp16`); the arithmetic is f32.
 //
 // Each step is one ElementwisePass (elementwise_pass.h): a kernel the
 // runtime compiler specializes to the program and shapes at load, or the
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "core/elementwise_program.h"
+#include "core/float_formats.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/elementwise_launch.h"
@@ -70,7 +72,8 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
   for (int d = 0; d < indexing.rank; ++d) indexing.out_dims[d] = out.shape[d];
   for (size_t k = 0; k < setup.inputs.size(); ++k) {
     const TensorInfo& in = setup.inputs[k];
-    if (in.dtype != DType::kF32) decline(op, fmt::format("{} inputs", dtypeName(in.dtype)));
+    if (in.dtype != DType::kF32 && in.dtype != DType::kF16) decline(op, fmt::format("{} inputs", dtypeName(in.dtype)));
+    indexing.half[k] = in.dtype == DType::kF16;
     indexing.scalar[k] = in.numElements() == 1;
     if (!indexing.scalar[k] && in.numElements() != out.numElements()) indexing.direct = false;
     // Right-aligned (numpy) broadcasting.
@@ -85,11 +88,14 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
   // A full-size input of another shape (a [N] input against a [1, N]
   // output) is still read element by element in order.
   if (!indexing.direct) collapse(indexing, static_cast<int>(setup.inputs.size()));
+  indexing.half_out = out.dtype == DType::kF16;
   return indexing;
 }
 
 std::unique_ptr<KernelState> finish(const std::string& op, const KernelSetup& setup, const ElementwiseProgram& program) {
-  if (setup.outputs.size() != 1 || setup.outputs[0].dtype != DType::kF32) decline(op, "a non-f32 output");
+  if (setup.outputs.size() != 1 || (setup.outputs[0].dtype != DType::kF32 && setup.outputs[0].dtype != DType::kF16)) {
+    decline(op, "an output other than f32 or f16");
+  }
   auto state = std::make_unique<ElementwiseState>();
   state->pass.prepare(toDeviceProgram(op, program), planIndexing(op, setup), setup.outputs[0].numElements(),
                       queueOf(setup.queue));
@@ -145,8 +151,16 @@ std::unique_ptr<KernelState> prepareClip(const KernelSetup& setup) {
   bounds[1] = static_cast<float>(setup.params.getFloat("max", INFINITY));
   for (size_t k = 1; k < setup.inputs.size() && k < 3; ++k) {
     if (setup.inputs[k].dtype == DType::kUndefined) continue;
-    if (setup.constants[k] == nullptr || setup.inputs[k].dtype != DType::kF32) decline("Clip", "bounds known only at run time");
-    std::memcpy(&bounds[k - 1], setup.constants[k], sizeof(float));
+    if (setup.constants[k] == nullptr) decline("Clip", "bounds known only at run time");
+    if (setup.inputs[k].dtype == DType::kF16) {
+      uint16_t bits;
+      std::memcpy(&bits, setup.constants[k], sizeof bits);
+      bounds[k - 1] = halfToFloat(bits);
+    } else if (setup.inputs[k].dtype == DType::kF32) {
+      std::memcpy(&bounds[k - 1], setup.constants[k], sizeof(float));
+    } else {
+      decline("Clip", fmt::format("{} bounds", dtypeName(setup.inputs[k].dtype)));
+    }
   }
   KernelSetup data_only{setup.params, setup.inputs.first(1), setup.outputs, setup.constants.first(1), setup.queue};
   return finish("Clip", data_only, singleOp(E::kClip, 1, bounds[0], bounds[1]));

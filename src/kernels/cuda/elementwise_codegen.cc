@@ -70,6 +70,27 @@ std::string offsetOf(const Indexing& indexing, const Plan& p, int k) {
   return sum.empty() ? "0u" : sum;
 }
 
+// Declares input k's value at `offset` as x<k>: a float, or with `vector`
+// a float4 of the four elements from there. An f16 input (half) converts
+// as it loads; four of them are one 8-byte load.
+void appendLoad(std::string& out, int k, const std::string& offset, bool vector, bool half) {
+  if (!half && !vector) {
+    fmt::format_to(std::back_inserter(out), "  const float x{0} = a.in[{0}][{1}];\n", k, offset);
+  } else if (!half) {
+    fmt::format_to(std::back_inserter(out), "  const float4 x{0} = *reinterpret_cast<const float4*>(a.in[{0}] + ({1}));\n",
+                   k, offset);
+  } else if (!vector) {
+    fmt::format_to(std::back_inserter(out),
+                   "  const float x{0} = kiln_h2f(reinterpret_cast<const unsigned short*>(a.in[{0}])[{1}]);\n", k, offset);
+  } else {
+    fmt::format_to(std::back_inserter(out),
+                   "  const uint2 r{0} = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(a.in[{0}]) + ({1}));\n"
+                   "  const float4 x{0} = make_float4(kiln_h2f(r{0}.x & 0xffffu), kiln_h2f(r{0}.x >> 16), "
+                   "kiln_h2f(r{0}.y & 0xffffu), kiln_h2f(r{0}.y >> 16));\n",
+                   k, offset);
+  }
+}
+
 void writeKernel(std::string& out, const DeviceProgram& program, const Indexing& indexing, const Plan& p,
                  uint64_t elements, int width) {
   const uint64_t threads = elements / static_cast<uint64_t>(width);
@@ -90,27 +111,10 @@ void writeKernel(std::string& out, const DeviceProgram& program, const Indexing&
   const bool vector = width == 4;
   for (int k = 0; k < p.inputs; ++k) {
     switch (p.access[k]) {
-      case Access::kScalar: fmt::format_to(std::back_inserter(out), "  const float x{0} = a.in[{0}][0];\n", k); break;
-      case Access::kFull:
-        if (vector) {
-          fmt::format_to(std::back_inserter(out),
-                         "  const float4 x{0} = *reinterpret_cast<const float4*>(a.in[{0}] + e);\n", k);
-        } else {
-          fmt::format_to(std::back_inserter(out), "  const float x{0} = a.in[{0}][e];\n", k);
-        }
-        break;
-      case Access::kRow:
-        if (vector) {
-          fmt::format_to(std::back_inserter(out),
-                         "  const float4 x{0} = *reinterpret_cast<const float4*>(a.in[{0}] + ({1}));\n", k,
-                         offsetOf(indexing, p, k));
-        } else {
-          fmt::format_to(std::back_inserter(out), "  const float x{0} = a.in[{0}][{1}];\n", k, offsetOf(indexing, p, k));
-        }
-        break;
-      case Access::kRepeated:
-        fmt::format_to(std::back_inserter(out), "  const float x{0} = a.in[{0}][{1}];\n", k, offsetOf(indexing, p, k));
-        break;
+      case Access::kScalar: appendLoad(out, k, "0u", false, indexing.half[k]); break;
+      case Access::kFull: appendLoad(out, k, "e", vector, indexing.half[k]); break;
+      case Access::kRow: appendLoad(out, k, offsetOf(indexing, p, k), vector, indexing.half[k]); break;
+      case Access::kRepeated: appendLoad(out, k, offsetOf(indexing, p, k), false, indexing.half[k]); break;
     }
   }
   static constexpr const char* kLane[4] = {".x", ".y", ".z", ".w"};
@@ -121,9 +125,17 @@ void writeKernel(std::string& out, const DeviceProgram& program, const Indexing&
       return fmt::format("x{}{}", k, split ? kLane[lane] : "");
     });
   }
-  if (vector) {
+  if (vector && indexing.half_out) {
+    fmt::format_to(std::back_inserter(out),
+                   "  *reinterpret_cast<uint2*>(reinterpret_cast<unsigned short*>(a.out) + e) = make_uint2("
+                   "kiln_f2h({}) | (unsigned(kiln_f2h({})) << 16), kiln_f2h({}) | (unsigned(kiln_f2h({})) << 16));\n}}\n",
+                   result[0], result[1], result[2], result[3]);
+  } else if (vector) {
     fmt::format_to(std::back_inserter(out), "  *reinterpret_cast<float4*>(a.out + e) = make_float4({}, {}, {}, {});\n}}\n",
                    result[0], result[1], result[2], result[3]);
+  } else if (indexing.half_out) {
+    fmt::format_to(std::back_inserter(out), "  reinterpret_cast<unsigned short*>(a.out)[e] = kiln_f2h({});\n}}\n",
+                   result[0]);
   } else {
     fmt::format_to(std::back_inserter(out), "  a.out[e] = {};\n}}\n", result[0]);
   }
@@ -142,6 +154,9 @@ std::optional<ElementwiseSource> elementwiseSource(const DeviceProgram& program,
   std::string& out = source.text;
   appendPrelude(out, fmt::format("an elementwise program of {} instructions over {} elements", program.ops, elements),
                 program);
+  bool any_half = indexing.half_out;
+  for (int k = 0; k < program.inputs; ++k) any_half = any_half || indexing.half[k];
+  if (any_half) appendHalfConversions(out);
   fmt::format_to(std::back_inserter(out), "struct Pointers {{ const float* in[{}]; float* out; }};  // elementwise_launch.h\n",
                  kMaxElementwiseInputs);
   writeKernel(out, program, indexing, p, elements, 1);

@@ -3,6 +3,8 @@
 // broadcast strides, or directly when each input is full-size or a single
 // element), runs the program in its own slots, and stores the last result.
 // Each op computes what the CPU kernels compute (NaN handling included).
+#include <cuda_fp16.h>
+
 #include <cmath>
 
 #include "core/elementwise_program.h"
@@ -13,6 +15,11 @@
 namespace kiln::cuda {
 namespace {
 
+template <typename Index>
+__device__ float load(const float* data, Index offset, bool half) {
+  return half ? __half2float(reinterpret_cast<const __half*>(data)[offset]) : data[offset];
+}
+
 // Index: uint32_t when every element and offset fits (most tensors), which
 // makes the broadcast index arithmetic several times cheaper than 64-bit.
 template <typename Index>
@@ -21,7 +28,7 @@ __global__ void runProgram(DeviceProgram program, Indexing indexing, Pointers po
   loadImmediates(program, slot);
   for (Index i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     if (indexing.direct) {
-      for (int k = 0; k < program.inputs; ++k) slot[k] = pointers.in[k][indexing.scalar[k] ? 0 : i];
+      for (int k = 0; k < program.inputs; ++k) slot[k] = load(pointers.in[k], indexing.scalar[k] ? Index{0} : i, indexing.half[k]);
     } else {
       Index offset[kMaxElementwiseInputs] = {};
       Index rest = i;
@@ -31,9 +38,14 @@ __global__ void runProgram(DeviceProgram program, Indexing indexing, Pointers po
         rest /= size;
         for (int k = 0; k < program.inputs; ++k) offset[k] += coordinate * static_cast<Index>(indexing.strides[k][d]);
       }
-      for (int k = 0; k < program.inputs; ++k) slot[k] = pointers.in[k][offset[k]];
+      for (int k = 0; k < program.inputs; ++k) slot[k] = load(pointers.in[k], offset[k], indexing.half[k]);
     }
-    pointers.out[i] = runInstructions(program, slot);
+    const float result = runInstructions(program, slot);
+    if (indexing.half_out) {
+      reinterpret_cast<__half*>(pointers.out)[i] = __float2half_rn(result);
+    } else {
+      pointers.out[i] = result;
+    }
   }
 }
 

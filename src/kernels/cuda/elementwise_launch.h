@@ -37,8 +37,14 @@ struct Indexing {
   int rank = 0;
   int64_t out_dims[kMaxElementwiseDims] = {};
   int64_t strides[kMaxElementwiseInputs][kMaxElementwiseDims] = {};  // 0 along broadcast dimensions
+  // Element types: f16 where set (`kiln compile --fp16`), f32 otherwise.
+  // The program computes in f32 either way; f16 operands convert as they
+  // load and the result rounds (to nearest even) as it stores.
+  bool half[kMaxElementwiseInputs] = {};
+  bool half_out = false;
 };
 
+// Typed as f32; an f16 operand's pointer (Indexing::half) is cast back.
 struct Pointers {
   const float* in[kMaxElementwiseInputs] = {};
   float* out = nullptr;

@@ -21,14 +21,16 @@ inline unsigned blocksFor(uint64_t n) {
 }
 
 // Softmax or LogSoftmax over rows of `axis` elements that lie `inner` apart:
-// element (o, a, i) of x at (o * axis + a) * inner + i.
-void launchSoftmax(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
+// element (o, a, i) of x at (o * axis + a) * inner + i. x and y are f32, or
+// f16 with `half` (computed in f32).
+void launchSoftmax(const void* x, void* y, bool half, int64_t outer, int64_t axis, int64_t inner, bool log,
                    cudaStream_t stream);
 
 // LayerNormalization over rows of `cols` elements; scale and bias have
-// `cols` elements or one (broadcast), bias may be null.
-void launchLayerNorm(const float* x, const float* scale, bool scale_is_scalar, const float* bias,
-                     bool bias_is_scalar, float* y, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+// `cols` elements or one (broadcast), bias may be null. Every tensor f32,
+// or every one f16 with `half` (computed in f32).
+void launchLayerNorm(const void* x, const void* scale, bool scale_is_scalar, const void* bias, bool bias_is_scalar,
+                     void* y, bool half, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
 
 enum class Reduction : uint8_t { kSum, kMean, kMax, kMin, kSumSquare, kL2, kL1, kLogSumExp };
 // Reduces element (o, r, i) over r: y[o * inner + i].
@@ -83,8 +85,9 @@ struct WhereIndexing {
   int64_t dims[kMaxCopyDims] = {};
   int64_t strides[3][kMaxCopyDims] = {};
 };
-void launchWhere(const bool* condition, const float* a, const float* b, float* y, const WhereIndexing& indexing,
-                 uint64_t elements, cudaStream_t stream);
+// Where over f32 (element_bytes 4) or f16 (2) values.
+void launchWhere(const bool* condition, const void* a, const void* b, void* y, int element_bytes,
+                 const WhereIndexing& indexing, uint64_t elements, cudaStream_t stream);
 
 // Comparisons and logic with a bool result: y[i] = a OP b over broadcast
 // operands (strides as WhereIndexing's, operands 0 and 1; Not reads only a).

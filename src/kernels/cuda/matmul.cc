@@ -1,6 +1,8 @@
 // MatMul, Gemm, kiln.FusedMatMul and kiln.FusedGemm on cuda, through
 // cuBLASLt in f32 (CUBLAS_COMPUTE_32F), or in TF32 where the step allows it
 // (core/math_mode.h: `kiln compile --tf32`; CUBLAS_COMPUTE_32F_FAST_TF32).
+// Steps whose operands are all f16 (`kiln compile --fp16`) multiply f16 on
+// tensor cores and sum in f32 (CUBLAS_COMPUTE_32F), as onnxruntime does.
 //
 // Row-major products on a column-major library: Y = op(A) op(B) is computed
 // as Y^T = op(B)^T op(A)^T, which in column-major terms reads A and B where
@@ -71,9 +73,10 @@ struct ProductState final : KernelState {
   }
 };
 
-cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                              int64_t stride) {
   cublasLtMatrixLayout_t result = nullptr;
-  check(cublasLtMatrixLayoutCreate(&result, CUDA_R_32F, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+  check(cublasLtMatrixLayoutCreate(&result, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
         "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
@@ -108,14 +111,19 @@ bool present(const KernelSetup& setup, size_t i) {
 
 std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup, const Shape& s, bool relu,
                                    const std::optional<ElementwiseProgram>& activation) {
+  // All f32, or all f16 (`kiln compile --fp16`: f16 operands, f32 sums).
+  const DType dtype = setup.outputs[0].dtype;
+  if (dtype != DType::kF32 && dtype != DType::kF16) decline(op, "an output other than f32 or f16");
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
-    if (present(setup, i) && setup.inputs[i].dtype != DType::kF32) decline(op, "inputs other than f32");
+    if (present(setup, i) && setup.inputs[i].dtype != dtype) decline(op, "inputs of another type than its output");
   }
+  const cudaDataType_t type = dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
   if (s.m == 0 || s.n == 0 || s.k == 0) decline(op, "an empty product");
   const CudaQueue& queue = queueOf(setup.queue);
   auto state = std::make_unique<ProductState>();
   state->shape = s;
-  const cublasComputeType_t compute = allowsTf32(setup.params) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute =
+      dtype == DType::kF32 && allowsTf32(setup.params) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check(cublasLtMatmulDescCreate(&state->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Column-major: Y^T [N, M] = opB^T [N, K] x opA^T [K, M].
   const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -127,11 +135,19 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   else if (relu) epilogue = CUBLASLT_EPILOGUE_RELU;
   check(cublasLtMatmulDescSetAttribute(state->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
         "EPILOGUE");
+  if (s.bias == Shape::Bias::kRow) {
+    const int32_t bias_type = type;  // the bias as stored, whatever the output's type
+    check(cublasLtMatmulDescSetAttribute(state->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                         sizeof(bias_type)),
+          "BIAS_DATA_TYPE");
+  }
   // Stored (column-major) shapes: B is [N, K] (ld N) or, transposed, [K, N]
   // (ld K); A is [K, M] (ld K) or [M, K] (ld M).
-  state->b_layout = s.trans_b ? layout(s.k, s.n, s.k, s.batch, s.stride_b) : layout(s.n, s.k, s.n, s.batch, s.stride_b);
-  state->a_layout = s.trans_a ? layout(s.m, s.k, s.m, s.batch, s.stride_a) : layout(s.k, s.m, s.k, s.batch, s.stride_a);
-  state->y_layout = layout(s.n, s.m, s.n, s.batch, s.stride_y);
+  state->b_layout = s.trans_b ? layout(type, s.k, s.n, s.k, s.batch, s.stride_b)
+                              : layout(type, s.n, s.k, s.n, s.batch, s.stride_b);
+  state->a_layout = s.trans_a ? layout(type, s.m, s.k, s.m, s.batch, s.stride_a)
+                              : layout(type, s.k, s.m, s.k, s.batch, s.stride_a);
+  state->y_layout = layout(type, s.n, s.m, s.n, s.batch, s.stride_y);
 
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
@@ -147,7 +163,9 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) decline(op, "cuBLASLt has no algorithm for this product");
   state->algo = result.algo;
   if (activation) {
-    state->activation.prepare(toDeviceProgram(op, *activation), Indexing{}, setup.outputs[0].numElements(), queue);
+    Indexing over_y;
+    over_y.half[0] = over_y.half_out = dtype == DType::kF16;
+    state->activation.prepare(toDeviceProgram(op, *activation), over_y, setup.outputs[0].numElements(), queue);
     state->has_activation = true;
   }
   return state;
@@ -252,8 +270,8 @@ void runProduct(const KernelCall& call) {
     const void* bias = call.inputs[shape.bias_input].data;
     cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
   }
-  float* y = call.outputs[0].as<float>();
-  const float* c = shape.c_input >= 0 ? call.inputs[shape.c_input].as<const float>() : y;
+  float* y = call.outputs[0].as<float>();  // or f16: cuBLASLt reads the layouts' type
+  const void* c = shape.c_input >= 0 ? static_cast<const void*>(call.inputs[shape.c_input].data) : y;
   const float beta = shape.c_input >= 0 ? shape.beta : 0.0f;
   cublasLtMatmul(queue.cublas_lt, s.desc, &shape.alpha, call.inputs[1].data, s.b_layout, call.inputs[0].data,
                  s.a_layout, &beta, c, s.y_layout, y, s.y_layout, &s.algo, queue.workspace, queue.workspace_bytes,

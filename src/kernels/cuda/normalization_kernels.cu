@@ -7,6 +7,9 @@
 // Rows are read again for each pass rather than held, so any row length
 // works; LayerNormalization takes the variance about the mean (two passes),
 // as the CPU kernel does, which stays exact for rows with a large mean.
+// Softmax and LayerNormalization also take f16 tensors (computing in f32).
+#include <cuda_fp16.h>
+
 #include <cfloat>
 #include <cmath>
 
@@ -50,21 +53,37 @@ struct Min {
   __device__ float operator()(float a, float b) const { return (isnan(a) || isnan(b)) ? NAN : fminf(a, b); }
 };
 
-__global__ void softmaxRows(const float* x, float* y, int64_t axis, int64_t inner, bool log) {
+// Elements load as f32 and store as T (f32, or f16 under `kiln compile
+// --fp16`): the arithmetic is f32 either way.
+__device__ inline float toFloat(float v) { return v; }
+__device__ inline float toFloat(__half v) { return __half2float(v); }
+template <typename T>
+__device__ inline T fromFloat(float v);
+template <>
+__device__ inline float fromFloat<float>(float v) { return v; }
+template <>
+__device__ inline __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+
+template <typename T>
+__global__ void softmaxRows(const T* x, T* y, int64_t axis, int64_t inner, bool log) {
   const int64_t row = blockIdx.x;
   const int64_t base = (row / inner) * axis * inner + row % inner;
   float max = -INFINITY;
-  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) max = Max()(max, x[base + a * inner]);
+  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) max = Max()(max, toFloat(x[base + a * inner]));
   max = blockReduce(max, Max(), -INFINITY);
   float sum = 0;
-  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) sum += expf(x[base + a * inner] - max);
+  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) sum += expf(toFloat(x[base + a * inner]) - max);
   sum = blockReduce(sum, Add(), 0.0f);
   if (log) {
     const float log_sum = logf(sum);
-    for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) y[base + a * inner] = x[base + a * inner] - max - log_sum;
+    for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) {
+      y[base + a * inner] = fromFloat<T>(toFloat(x[base + a * inner]) - max - log_sum);
+    }
   } else {
     const float scale = 1.0f / sum;
-    for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) y[base + a * inner] = expf(x[base + a * inner] - max) * scale;
+    for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) {
+      y[base + a * inner] = fromFloat<T>(expf(toFloat(x[base + a * inner]) - max) * scale);
+    }
   }
 }
 
@@ -72,20 +91,23 @@ __global__ void softmaxRows(const float* x, float* y, int64_t axis, int64_t inne
 // [N, C, H, W], or over YOLOv8's 16 distance bins): one thread per row,
 // neighbouring threads on neighbouring rows, so each of its three passes
 // over the axis reads memory coalesced.
-__global__ void softmaxColumns(const float* x, float* y, int64_t rows, int64_t axis, int64_t inner, bool log) {
+template <typename T>
+__global__ void softmaxColumns(const T* x, T* y, int64_t rows, int64_t axis, int64_t inner, bool log) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
   const int64_t base = (row / inner) * axis * inner + row % inner;
   float max = -INFINITY;
-  for (int64_t a = 0; a < axis; ++a) max = Max()(max, x[base + a * inner]);
+  for (int64_t a = 0; a < axis; ++a) max = Max()(max, toFloat(x[base + a * inner]));
   float sum = 0;
-  for (int64_t a = 0; a < axis; ++a) sum += expf(x[base + a * inner] - max);
+  for (int64_t a = 0; a < axis; ++a) sum += expf(toFloat(x[base + a * inner]) - max);
   if (log) {
     const float log_sum = logf(sum);
-    for (int64_t a = 0; a < axis; ++a) y[base + a * inner] = x[base + a * inner] - max - log_sum;
+    for (int64_t a = 0; a < axis; ++a) y[base + a * inner] = fromFloat<T>(toFloat(x[base + a * inner]) - max - log_sum);
   } else {
     const float scale = 1.0f / sum;
-    for (int64_t a = 0; a < axis; ++a) y[base + a * inner] = expf(x[base + a * inner] - max) * scale;
+    for (int64_t a = 0; a < axis; ++a) {
+      y[base + a * inner] = fromFloat<T>(expf(toFloat(x[base + a * inner]) - max) * scale);
+    }
   }
 }
 
@@ -104,68 +126,71 @@ __device__ float warpMax(float value) {
   return value;
 }
 
-__global__ void softmaxWarpRows(const float* x, float* y, int64_t rows, int64_t axis, bool log) {
+template <typename T>
+__global__ void softmaxWarpRows(const T* x, T* y, int64_t rows, int64_t axis, bool log) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* in = x + row * axis;
-  float* out = y + row * axis;
+  const T* in = x + row * axis;
+  T* out = y + row * axis;
   float max = -INFINITY;
-  for (int64_t a = lane; a < axis; a += 32) max = Max()(max, in[a]);
+  for (int64_t a = lane; a < axis; a += 32) max = Max()(max, toFloat(in[a]));
   max = warpMax(max);
   float sum = 0;
-  for (int64_t a = lane; a < axis; a += 32) sum += expf(in[a] - max);
+  for (int64_t a = lane; a < axis; a += 32) sum += expf(toFloat(in[a]) - max);
   sum = warpSum(sum);
   if (log) {
     const float log_sum = logf(sum);
-    for (int64_t a = lane; a < axis; a += 32) out[a] = in[a] - max - log_sum;
+    for (int64_t a = lane; a < axis; a += 32) out[a] = fromFloat<T>(toFloat(in[a]) - max - log_sum);
   } else {
     const float scale = 1.0f / sum;
-    for (int64_t a = lane; a < axis; a += 32) out[a] = expf(in[a] - max) * scale;
+    for (int64_t a = lane; a < axis; a += 32) out[a] = fromFloat<T>(expf(toFloat(in[a]) - max) * scale);
   }
 }
 
-__global__ void layerNormWarpRows(const float* x, const float* scale, bool scale_is_scalar, const float* bias,
-                                  bool bias_is_scalar, float* y, int64_t rows, int64_t cols, float epsilon) {
+template <typename T>
+__global__ void layerNormWarpRows(const T* x, const T* scale, bool scale_is_scalar, const T* bias, bool bias_is_scalar,
+                                  T* y, int64_t rows, int64_t cols, float epsilon) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* in = x + row * cols;
-  float* out = y + row * cols;
+  const T* in = x + row * cols;
+  T* out = y + row * cols;
   float sum = 0;
-  for (int64_t c = lane; c < cols; c += 32) sum += in[c];
+  for (int64_t c = lane; c < cols; c += 32) sum += toFloat(in[c]);
   const float mean = warpSum(sum) / static_cast<float>(cols);
   float squares = 0;
   for (int64_t c = lane; c < cols; c += 32) {
-    const float d = in[c] - mean;
+    const float d = toFloat(in[c]) - mean;
     squares += d * d;
   }
   const float inv_std = 1.0f / sqrtf(warpSum(squares) / static_cast<float>(cols) + epsilon);
   for (int64_t c = lane; c < cols; c += 32) {
-    const float s = scale[scale_is_scalar ? 0 : c];
-    const float b = bias == nullptr ? 0.0f : bias[bias_is_scalar ? 0 : c];
-    out[c] = (in[c] - mean) * inv_std * s + b;
+    const float s = toFloat(scale[scale_is_scalar ? 0 : c]);
+    const float b = bias == nullptr ? 0.0f : toFloat(bias[bias_is_scalar ? 0 : c]);
+    out[c] = fromFloat<T>((toFloat(in[c]) - mean) * inv_std * s + b);
   }
 }
 
-__global__ void layerNormRows(const float* x, const float* scale, bool scale_is_scalar, const float* bias,
-                              bool bias_is_scalar, float* y, int64_t cols, float epsilon) {
-  const float* row = x + blockIdx.x * cols;
-  float* out = y + blockIdx.x * cols;
+template <typename T>
+__global__ void layerNormRows(const T* x, const T* scale, bool scale_is_scalar, const T* bias, bool bias_is_scalar,
+                              T* y, int64_t cols, float epsilon) {
+  const T* row = x + blockIdx.x * cols;
+  T* out = y + blockIdx.x * cols;
   float sum = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += row[c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += toFloat(row[c]);
   const float mean = blockReduce(sum, Add(), 0.0f) / static_cast<float>(cols);
   float squares = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float d = row[c] - mean;
+    const float d = toFloat(row[c]) - mean;
     squares += d * d;
   }
   const float variance = blockReduce(squares, Add(), 0.0f) / static_cast<float>(cols);
   const float inv_std = 1.0f / sqrtf(variance + epsilon);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float s = scale[scale_is_scalar ? 0 : c];
-    const float b = bias == nullptr ? 0.0f : bias[bias_is_scalar ? 0 : c];
-    out[c] = (row[c] - mean) * inv_std * s + b;
+    const float s = toFloat(scale[scale_is_scalar ? 0 : c]);
+    const float b = bias == nullptr ? 0.0f : toFloat(bias[bias_is_scalar ? 0 : c]);
+    out[c] = fromFloat<T>((toFloat(row[c]) - mean) * inv_std * s + b);
   }
 }
 
@@ -245,36 +270,62 @@ __global__ void reduceRows(const float* x, float* y, int64_t reduced, int64_t in
   if (threadIdx.x == 0) y[output] = finishValue(value, reduction, reduced, max);
 }
 
-}  // namespace
-
-void launchSoftmax(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
-                   cudaStream_t stream) {
+template <typename T>
+void softmaxAs(const void* input, void* output, int64_t outer, int64_t axis, int64_t inner, bool log,
+               cudaStream_t stream) {
+  const auto* x = static_cast<const T*>(input);
+  auto* y = static_cast<T*>(output);
   const int64_t rows = outer * inner;
   if (rows == 0 || axis == 0) return;
   if (inner == 1 && axis <= kWarpRowLimit) {
     const auto blocks = static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
-    softmaxWarpRows<<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, y, rows, axis, log);
+    softmaxWarpRows<T><<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, y, rows, axis, log);
     return;
   }
   if (inner > 1 && rows >= kColumnRowsMin) {
     const auto blocks = static_cast<unsigned>((rows + kBlock - 1) / kBlock);
-    softmaxColumns<<<blocks, kBlock, 0, stream>>>(x, y, rows, axis, inner, log);
+    softmaxColumns<T><<<blocks, kBlock, 0, stream>>>(x, y, rows, axis, inner, log);
     return;
   }
-  softmaxRows<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, y, axis, inner, log);
+  softmaxRows<T><<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, y, axis, inner, log);
 }
 
-void launchLayerNorm(const float* x, const float* scale, bool scale_is_scalar, const float* bias, bool bias_is_scalar,
-                     float* y, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+template <typename T>
+void layerNormAs(const void* input, const void* scale_data, bool scale_is_scalar, const void* bias_data,
+                 bool bias_is_scalar, void* output, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+  const auto* x = static_cast<const T*>(input);
+  const auto* scale = static_cast<const T*>(scale_data);
+  const auto* bias = static_cast<const T*>(bias_data);
+  auto* y = static_cast<T*>(output);
   if (rows == 0 || cols == 0) return;
   if (cols <= kWarpRowLimit) {
     const auto blocks = static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
-    layerNormWarpRows<<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, scale, scale_is_scalar, bias, bias_is_scalar,
-                                                                      y, rows, cols, epsilon);
+    layerNormWarpRows<T><<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, scale, scale_is_scalar, bias,
+                                                                         bias_is_scalar, y, rows, cols, epsilon);
     return;
   }
-  layerNormRows<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, scale, scale_is_scalar, bias, bias_is_scalar,
-                                                                     y, cols, epsilon);
+  layerNormRows<T><<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, scale, scale_is_scalar, bias, bias_is_scalar,
+                                                                        y, cols, epsilon);
+}
+
+}  // namespace
+
+void launchSoftmax(const void* x, void* y, bool half, int64_t outer, int64_t axis, int64_t inner, bool log,
+                   cudaStream_t stream) {
+  if (half) {
+    softmaxAs<__half>(x, y, outer, axis, inner, log, stream);
+  } else {
+    softmaxAs<float>(x, y, outer, axis, inner, log, stream);
+  }
+}
+
+void launchLayerNorm(const void* x, const void* scale, bool scale_is_scalar, const void* bias, bool bias_is_scalar,
+                     void* y, bool half, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+  if (half) {
+    layerNormAs<__half>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
+  } else {
+    layerNormAs<float>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
+  }
 }
 
 void launchReduce(const float* x, float* y, int64_t outer, int64_t reduced, int64_t inner, Reduction reduction,

@@ -19,6 +19,7 @@ struct PointwiseState final : KernelState {
   int64_t batch = 0, in_channels = 0, out_channels = 0, pixels = 0;
   bool has_bias = false, has_residual = false, has_post = false;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // CUBLAS_COMPUTE_32F_FAST_TF32 where the step allows TF32
+  cudaDataType_t type = CUDA_R_32F;  // of every tensor: CUDA_R_16F under `kiln compile --fp16` (f32 sums)
   ElementwisePass post;  // over y, the bias, the residual
 };
 
@@ -44,7 +45,8 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[1];
   const TensorInfo& y = setup.outputs[0];
-  if (!setup_helpers::presentInputsAre(setup, DType::kF32)) return nullptr;
+  const bool half = x.dtype == DType::kF16;
+  if (!setup_helpers::presentInputsAre(setup, half ? DType::kF16 : DType::kF32) || y.dtype != x.dtype) return nullptr;
   if (x.shape.size() < 3 || w.shape.size() != x.shape.size() || y.shape.size() != x.shape.size()) return nullptr;
   const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
   const std::string auto_pad = setup.params.getString("auto_pad", "NOTSET");
@@ -63,15 +65,18 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
     return nullptr;
   }
   state->has_bias = present(setup, 2);
-  if (allowsTf32(setup.params)) state->compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (allowsTf32(setup.params) && !half) state->compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (half) state->type = CUDA_R_16F;
   if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params, state->has_bias)) {
     state->has_post = true;
     state->has_residual = post->input_count > (state->has_bias ? 2u : 1u);
     if (state->has_residual && (!present(setup, 3) || setup.inputs[3].numElements() != y.numElements())) {
       return nullptr;
     }
-    const Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
-                                           state->has_residual);
+    Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
+                                     state->has_residual);
+    for (size_t k = 0; half && k < post->input_count; ++k) ix.half[k] = true;
+    ix.half_out = half;
     state->post.prepare(toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
   }
   return state;
@@ -89,8 +94,8 @@ void runPointwiseConv(const KernelCall& call) {
   const auto cin = static_cast<int>(s.in_channels);
   const auto cout = static_cast<int>(s.out_channels);
   cublasGemmStridedBatchedEx(queue.cublas, CUBLAS_OP_N, CUBLAS_OP_N, pixels, cout, cin, &one,
-                             call.inputs[0].data, CUDA_R_32F, pixels, s.in_channels * s.pixels, call.inputs[1].data,
-                             CUDA_R_32F, cin, 0, &zero, y, CUDA_R_32F, pixels, s.out_channels * s.pixels,
+                             call.inputs[0].data, s.type, pixels, s.in_channels * s.pixels, call.inputs[1].data,
+                             s.type, cin, 0, &zero, y, s.type, pixels, s.out_channels * s.pixels,
                              static_cast<int>(s.batch), s.compute, CUBLAS_GEMM_DEFAULT);
   if (!s.has_post) return;
   Pointers pointers;

@@ -28,7 +28,7 @@
 //     that windows use) are refused;
 //   - max pooling propagates NaN (CUDNN_PROPAGATE_NAN), as ONNX's reference.
 //
-// Declined in prepare (KernelUnsupported: the step then runs on the host): dtypes other than f32, dynamic shapes,
+// Declined in prepare (KernelUnsupported: the step then runs on the host): dtypes other than f32 and f16, dynamic shapes,
 // more than 3 spatial axes, dilations other than 1, MaxPool's Indices
 // output, the count_include_pad pools above, and shapes that do not fit
 // cuDNN's int dimensions.
@@ -81,8 +81,8 @@ void checkInput(std::string_view op, const KernelSetup& setup) {
   }
   if (setup.outputs.empty()) throw KernelUnsupported(fmt::format("{} on cuda: expects 1 output, got none", op));
   const TensorInfo& x = setup.inputs[0];
-  if (x.dtype != DType::kF32) {
-    throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32 only); input 0 is {}", op,
+  if (x.dtype != DType::kF32 && x.dtype != DType::kF16) {
+    throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32 and f16 only); input 0 is {}", op,
                                  dtypeName(x.dtype), typeString(x)));
   }
   if (!x.isStatic()) throw KernelUnsupported(fmt::format("{} on cuda: needs static shapes, input 0 is {}", op, typeString(x)));
@@ -93,7 +93,7 @@ void checkInput(std::string_view op, const KernelSetup& setup) {
 }
 
 void checkOutput(std::string_view op, const KernelSetup& setup, const Ints& shape) {
-  const TensorInfo expected{DType::kF32, shape};
+  const TensorInfo expected{setup.inputs[0].dtype, shape};
   if (setup.outputs[0] != expected) {
     throw KernelUnsupported(fmt::format("{} on cuda: the output is {} but the input and attributes give {}", op,
                                  typeString(setup.outputs[0]), typeString(expected)));
@@ -244,8 +244,8 @@ Ints onnxOutputShape(const CudnnPool& pool, size_t spatial) {
 
 // ------------------------------------------------------------ descriptors
 
-void setTensor(const TensorDescriptor& descriptor, const CudnnInts& dims) {
-  check(cudnnSetTensorNdDescriptorEx(descriptor.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+void setTensor(const TensorDescriptor& descriptor, DType dtype, const CudnnInts& dims) {
+  check(cudnnSetTensorNdDescriptorEx(descriptor.get(), CUDNN_TENSOR_NCHW, cudnnDataType(dtype),
                                      static_cast<int>(dims.size()), dims.data()),
         "cudnnSetTensorNdDescriptorEx");
 }
@@ -260,8 +260,8 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   if (setup.inputs[0].numElements() == 0) {
     throw KernelUnsupported(fmt::format("{} on cuda: no kernel for the empty input {}", op, typeString(setup.inputs[0])));
   }
-  setTensor(state->x, pool.x);
-  setTensor(state->y, pool.y);
+  setTensor(state->x, setup.inputs[0].dtype, pool.x);
+  setTensor(state->y, setup.inputs[0].dtype, pool.y);
   check(cudnnSetPoolingNdDescriptor(state->pooling.get(), pool.mode, CUDNN_PROPAGATE_NAN,
                                     static_cast<int>(pool.window.size()), pool.window.data(), pool.pads.data(),
                                     pool.strides.data()),

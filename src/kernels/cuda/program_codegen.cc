@@ -57,6 +57,15 @@ void appendPrelude(std::string& out, const std::string& what, const DeviceProgra
   }
 }
 
+void appendHalfConversions(std::string& out) {
+  out +=
+      "__device__ __forceinline__ float kiln_h2f(unsigned h) {\n"
+      "  float f; const unsigned short s = static_cast<unsigned short>(h);\n"
+      "  asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(s)); return f;\n}\n"
+      "__device__ __forceinline__ unsigned short kiln_f2h(float f) {\n"
+      "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}\n";
+}
+
 std::string appendInstructions(std::string& out, const DeviceProgram& program, const std::string& prefix,
                                const std::function<std::string(int)>& input) {
   const int results = program.inputs + program.immediates;

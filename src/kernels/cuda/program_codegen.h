@@ -21,6 +21,11 @@ std::string floatLiteral(float value);
 // kiln_<Op>(x, y, alpha, beta) for each op `program` uses.
 void appendPrelude(std::string& out, const std::string& what, const DeviceProgram& program);
 
+// Defines kiln_h2f(unsigned short) -> float and kiln_f2h(float) ->
+// unsigned short, f16 bits to f32 and back (round to nearest even), in
+// PTX: generated sources include no headers.
+void appendHalfConversions(std::string& out);
+
 // Appends `program` as statements "const float <prefix>_<j> = ...;" whose
 // operands are input(k) for input slots and literals for immediates;
 // returns the variable holding the last instruction's result.
