@@ -68,10 +68,8 @@ uint64_t TensorInfo::sizeInBytes() const {
   // As for the element count, the bytes of the non-zero dimensions must fit
   // even when a zero empties the tensor (kernels compute byte strides).
   const uint64_t elements = numElements();
-  std::vector<int64_t> footprint = shape;
-  for (int64_t& dim : footprint) dim = std::max<int64_t>(dim, 1);
-  const std::optional<int64_t> count = elementCount(footprint);
-  const std::optional<int64_t> bytes = count ? multiplySizes(*count, int64_t(dtypeSize(dtype))) : std::nullopt;
+  std::optional<int64_t> bytes = static_cast<int64_t>(dtypeSize(dtype));
+  for (size_t d = 0; d < shape.size() && bytes; ++d) bytes = multiplySizes(*bytes, std::max<int64_t>(shape[d], 1));
   if (!bytes) throw UsageError(fmt::format("tensor size overflows 63 bits: {} of {}-byte elements", shapeString(), dtypeSize(dtype)));
   return elements * dtypeSize(dtype);
 }

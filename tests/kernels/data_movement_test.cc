@@ -602,6 +602,38 @@ TEST(PadKernel, PrepareErrors) {
   EXPECT_EQ(prepareError("Pad", {x, operand<int64_t>({4}, {0, 0, 0, 0}, true)}, {output(DType::kF32, {2, 3})},
                          params({{"mode", std::string("mirror")}})),
             "Pad: mode is 'mirror', expected 'constant', 'reflect', 'edge' or 'wrap'");
+  // Pads that sum to the right size only by wrapping around: 3 + (-2^63) +
+  // (2^63 - 1) = 2 (graph_run_fuzz). A pad may remove at most the input and
+  // add at most the output.
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  for (const std::string mode : {"constant", "reflect", "edge", "wrap"}) {
+    EXPECT_NE(prepareError("Pad", {x, operand<int64_t>({4}, {0, kMin, 0, kMax}, true)}, {output(DType::kF32, {2, 2})},
+                           params({{"mode", mode}})).find("do not take input f32[2, 3] to output f32[2, 2]"),
+              std::string::npos) << mode;
+  }
+  EXPECT_NE(prepareError("Pad", {x, operand<int64_t>({4}, {0, -4, 0, 3}, true)}, {output(DType::kF32, {2, 2})})
+                .find("do not take"),
+            std::string::npos);
+}
+
+// Pads read at run time that do not fit are refused by the call, which
+// leaves the output as it was.
+TEST(PadKernel, RunTimePadsThatDoNotFitAreRefused) {
+  std::vector<Operand> inputs = {operand<float>({2, 3}, iota<float>(6)), operand<int64_t>({4}, {0, 0, 0, 0})};
+  std::vector<Operand> outputs = {output(DType::kF32, {2, 2})};
+  PreparedKernel kernel("Pad", inputs, outputs);
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  for (const std::vector<int64_t>& pads : {std::vector<int64_t>{0, 0, 0, 0}, {0, kMin, 0, kMax}}) {
+    inputs[1] = operand<int64_t>({4}, pads);
+    outputs[0].bytes.assign(outputs[0].bytes.size(), std::byte{0x5a});
+    EXPECT_THROW(kernel.run(inputs, outputs), UsageError);
+    EXPECT_EQ(outputs[0].bytes, std::vector<std::byte>(outputs[0].bytes.size(), std::byte{0x5a}));
+  }
+  inputs[1] = operand<int64_t>({4}, {0, 0, 0, -1});
+  kernel.run(inputs, outputs);
+  float first;
+  std::memcpy(&first, outputs[0].bytes.data(), sizeof first);
+  EXPECT_EQ(first, 0.0f);
 }
 
 // ------------------------------------------------------------------- Resize

@@ -1023,7 +1023,12 @@ bool resolvePads(const PadState& state, uint64_t pad_count, bool has_axes, uint6
     end[static_cast<size_t>(axis)] = get(1, i + count);
   }
   for (uint32_t d = 0; d < rank; ++d) {
-    if (state.in_dims[d] + begin[d] + end[d] != state.out_dims[d]) return false;
+    // A pad removes at most the input and adds at most the output, so that
+    // every output index minus its begin pad fits (padSource): pads of
+    // -2^63 that another sum cancels are refused, not wrapped.
+    const int64_t in = state.in_dims[d], out = state.out_dims[d];
+    if (begin[d] < -in || begin[d] > out || end[d] < -in || end[d] > out) return false;
+    if (in + begin[d] + end[d] != out) return false;
     // reflect and edge need an element to repeat; reflect also no more pad than it has.
     if (state.mode != PadMode::kConstant && state.out_dims[d] > 0 && state.in_dims[d] == 0) return false;
   }
@@ -1138,11 +1143,13 @@ void runPad(const KernelCall& call) {
   std::array<int64_t, kMaxRank> end{};
   const bool has_axes = state.axes_given;
   const uint64_t axes_count = has_axes ? call.inputs[3].numElements() : 0;
-  if (resolvePads(state, call.inputs[1].numElements(), has_axes, axes_count,
-                  [&](int input, uint64_t i) { return readInt(call.inputs[input].data, call.inputs[input].dtype, i); },
-                  begin, end)) {
-    state.loop(state, begin, call.inputs[0].data, value, call.outputs[0].data);
+  if (!resolvePads(state, call.inputs[1].numElements(), has_axes, axes_count,
+                   [&](int input, uint64_t i) { return readInt(call.inputs[input].data, call.inputs[input].dtype, i); },
+                   begin, end)) {
+    // The output would be left unwritten: refuse the call instead.
+    throw UsageError("Pad: the pads given at run time do not take the input to the output's shape");
   }
+  state.loop(state, begin, call.inputs[0].data, value, call.outputs[0].data);
 }
 
 // ------------------------------------------------------------------ Resize
