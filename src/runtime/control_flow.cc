@@ -183,7 +183,8 @@ std::unique_ptr<ControlFlow> prepareControlFlow(const std::string& kernel, const
   } else {
     control->kind = ControlFlow::Kind::kScan;
     const auto scans = params.getInt("num_scan_inputs", 0);
-    if (scans < 1 || static_cast<uint32_t>(scans) > control->inputs) throw UsageError("Scan: bad num_scan_inputs");
+    // Compared as int64: 2^32 would cast to 0 scanned inputs.
+    if (scans < 1 || scans > static_cast<int64_t>(control->inputs)) throw UsageError("Scan: bad num_scan_inputs");
     control->scan_inputs = static_cast<uint32_t>(scans);
     const uint32_t states = control->inputs - control->scan_inputs;
     const uint32_t scan_outputs = control->outputs - states;

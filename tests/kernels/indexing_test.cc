@@ -225,6 +225,16 @@ TEST(OneHot, AxisAndNegativeIndices) {
             (std::vector<int32_t>{0, 1, 1, 0}));
 }
 
+// Indices [2^40, 0] with the depth axis between the two: 2^40 rows of no
+// index each were walked (a hang, graph_run_fuzz).
+TEST(OneHot, EmptyIndicesWalkNothing) {
+  constexpr int64_t kRows = int64_t{1} << 40;
+  EXPECT_TRUE(run<float>("OneHot",
+                         {operand<int64_t>({kRows, 0}, {}), operand<int64_t>({}, {3}), operand<float>({2}, {0, 1})},
+                         {output(DType::kF32, {kRows, 3, 0})}, params({{"axis", int64_t{1}}}))
+                  .empty());
+}
+
 TEST(Range, IntegerAndFloat) {
   EXPECT_EQ(run<int32_t>("Range", {operand<int32_t>({}, {10}), operand<int32_t>({}, {4}), operand<int32_t>({}, {-3})},
                          {output(DType::kI32, {2})}),

@@ -196,6 +196,35 @@ TEST(HostilePackage, AControlFlowStepWithoutOutputsIsRefused) {
   EXPECT_NE(error.find("malformed step"), std::string::npos) << error;
 }
 
+// A Scan step whose num_scan_inputs is 2^32 cast to 0 scanned inputs, and
+// the check of their axes read an empty list (package_fuzz).
+TEST(HostilePackage, AScanOfTwoToTheThirtyTwoScannedInputsIsRefused) {
+  // A running sum: s = s + x_t over the rows of xs [3, 4], each row's sum
+  // stacked into ys.
+  auto body = std::make_shared<Graph>("body");
+  const ValueId s_in = body->addInput("s_in", ValueType::tensor(DType::kF32, {4}));
+  const ValueId x_t = body->addInput("x_t", ValueType::tensor(DType::kF32, {4}));
+  const ValueId s_out = body->node(body->addNode("Add", {s_in, x_t}, {"s_out"})).outputs[0];
+  body->addOutput(s_out);
+  body->addOutput(body->node(body->addNode("Identity", {s_out}, {"y_t"})).outputs[0]);
+  Graph graph;
+  const ValueId s0 = graph.addInput("s0", ValueType::tensor(DType::kF32, {4}));
+  const ValueId xs = graph.addInput("xs", ValueType::tensor(DType::kF32, {3, 4}));
+  const NodeId scan = graph.addNode("Scan", {s0, xs}, {"s", "ys"},
+                                    {{"body", GraphPtr(body)}, {"num_scan_inputs", int64_t{1}}});
+  graph.addOutput(graph.node(scan).outputs[0]);
+  graph.addOutput(graph.node(scan).outputs[1]);
+  TempPackage source("hostile_scan_source"), package("hostile_scan");
+  compile(graph, {{"", 17}}, source.path());
+  rewrite(source.path(), package.path(), [](ExecutableSpec& spec) {
+    for (StepSpec& step : spec.steps) {
+      if (step.kernel == "kiln.Scan") step.params.set("num_scan_inputs", int64_t{1} << 32);
+    }
+  });
+  const std::string error = loadError(package.path());
+  EXPECT_NE(error.find("Scan: bad num_scan_inputs"), std::string::npos) << error;
+}
+
 // Found by package_fuzz, whose structural mutations reach past the
 // checksums: each crafted executable ran and read or wrote where it must
 // not (or tripped UBSan) before the verifier refused it.

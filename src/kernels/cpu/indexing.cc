@@ -823,6 +823,7 @@ void runTopK(const KernelCall& call) {
 
 struct OneHotState final : KernelState {
   int64_t outer = 1, depth = 0, inner = 1;
+  bool no_indices = false;  // outer or inner is 0 (the other may be 2^40: nothing to walk)
   DType index_dtype = DType::kI64;
   size_t element_size = 0;
 };
@@ -860,6 +861,7 @@ std::unique_ptr<KernelState> prepareOneHot(const KernelSetup& setup) {
   expectOutput("OneHot", y, values.dtype, out);
   state->outer = product(indices.shape, 0, axis);
   state->inner = product(indices.shape, axis, indices.shape.size());
+  state->no_indices = indices.numElements() == 0;
   state->index_dtype = indices.dtype;
   state->element_size = dtypeSize(values.dtype);
   return state;
@@ -872,6 +874,7 @@ void runOneHot(const KernelCall& call) {
   std::memcpy(on.data(), call.inputs[2].data + s.element_size, s.element_size);
   std::byte* y = call.outputs[0].data;
   fill(y, call.outputs[0].numElements(), s.element_size, off);
+  if (s.no_indices) return;
   const std::byte* indices = call.inputs[0].data;
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t i = 0; i < s.inner; ++i) {
