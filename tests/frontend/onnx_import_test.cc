@@ -177,6 +177,10 @@ TEST(OnnxImport, MalformedModelsGetClearErrors) {
     model.mutable_graph()->mutable_initializer(0)->set_raw_data("short");
     EXPECT_NE(importError(save(model, dir / "c.onnx")).find("tensor 'w': holds 5 bytes of data but"),
               std::string::npos);
+    // Empty raw data: its copy was handed a null pointer (UBSan, onnx_import_fuzz).
+    model.mutable_graph()->mutable_initializer(0)->set_raw_data("");
+    EXPECT_NE(importError(save(model, dir / "c0.onnx")).find("tensor 'w': holds 0 bytes of data but"),
+              std::string::npos);
   }
   {
     onnx::ModelProto model = mlp("1");

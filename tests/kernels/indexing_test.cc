@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -115,6 +117,15 @@ TEST(ScatterElements, Reductions) {
                           operand<int32_t>({1, 2}, {5, 7})},
                          {output(DType::kI32, {1, 3})}, params({{"axis", int64_t{1}}, {"reduction", std::string("add")}})),
             (std::vector<int32_t>{1, 14, 3}));
+  // Integers wrap (INT64_MIN * -2 was undefined behaviour; graph_run_fuzz).
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  auto scatter64 = [](const char* reduction, int64_t into, int64_t update) {
+    return run<int64_t>("ScatterElements",
+                        {operand<int64_t>({1}, {into}), operand<int64_t>({1}, {0}), operand<int64_t>({1}, {update})},
+                        {output(DType::kI64, {1})}, params({{"reduction", std::string(reduction)}}));
+  };
+  EXPECT_EQ(scatter64("mul", kMin, -2), (std::vector<int64_t>{0}));
+  EXPECT_EQ(scatter64("add", kMin, -1), (std::vector<int64_t>{std::numeric_limits<int64_t>::max()}));
 }
 
 TEST(ScatterND, SlicesWithReduction) {

@@ -139,7 +139,7 @@ ConstantPtr constantFromTensorProto(const onnx::TensorProto& tensor, const Model
   } else if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
     bytes.resize(raw.size());
-    std::memcpy(bytes.data(), raw.data(), raw.size());
+    if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), raw.size());  // an empty vector's data() may be null
   } else {
     switch (info.dtype) {
       case DType::kF32: copyTyped<float>(tensor.float_data(), bytes); break;

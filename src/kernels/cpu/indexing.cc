@@ -408,13 +408,27 @@ Reduction reductionOf(std::string_view op, const KernelSetup& setup) {
 template <typename T>
 void reduceInto(Reduction reduction, T* into, const T* from, int64_t n) {
   using A = Arith<T>;
+  // Integers wrap as ONNX defines them (INT64_MIN * -2 is undefined in C++).
+  constexpr bool kWraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
   for (int64_t i = 0; i < n; ++i) {
     const auto a = A::load(into[i]);
     const auto b = A::load(from[i]);
     switch (reduction) {
       case Reduction::kNone: into[i] = from[i]; break;
-      case Reduction::kAdd: into[i] = A::store(static_cast<typename A::Acc>(a + b)); break;
-      case Reduction::kMul: into[i] = A::store(static_cast<typename A::Acc>(a * b)); break;
+      case Reduction::kAdd:
+        if constexpr (kWraps) {
+          into[i] = wrapAdd(into[i], from[i]);
+        } else {
+          into[i] = A::store(static_cast<typename A::Acc>(a + b));
+        }
+        break;
+      case Reduction::kMul:
+        if constexpr (kWraps) {
+          into[i] = wrapMul(into[i], from[i]);
+        } else {
+          into[i] = A::store(static_cast<typename A::Acc>(a * b));
+        }
+        break;
       case Reduction::kMax: into[i] = A::store(std::max(a, b)); break;
       case Reduction::kMin: into[i] = A::store(std::min(a, b)); break;
     }
