@@ -11,6 +11,18 @@ std::optional<std::vector<std::vector<std::byte>>> evaluateOnce(const std::strin
                                                                std::span<const TensorInfo> outputs) {
   const KernelDef* def = KernelRegistry::cpu().find(kernel);
   if (def == nullptr) return std::nullopt;
+  // A type inference could not fix (lenient inference of a crafted model)
+  // would be read by the kernels as an omitted input, or sized as 0 bytes
+  // where they write elements: not evaluated (graph_run_fuzz: a MatMul of
+  // two such values wrote a float into an empty buffer).
+  for (const TensorInfo& output : outputs) {
+    if (output.dtype == DType::kUndefined) return std::nullopt;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype == DType::kUndefined && (i >= data.size() || data[i] != nullptr || !inputs[i].shape.empty())) {
+      return std::nullopt;
+    }
+  }
   // An empty constant (Slice's starts of a crafted model, say) has no bytes
   // and so, from a std::vector, a null pointer, which the kernels read as
   // "omitted" (or, for prepare, "not a constant"): it gets this address.

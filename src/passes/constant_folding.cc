@@ -261,7 +261,7 @@ std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const N
   bool small = true;
   for (ValueId output : node.outputs) {
     const auto info = graph.value(output).type.tensorInfo();
-    if (!info || !info->isStatic()) return std::nullopt;
+    if (!info || !info->isStatic() || info->dtype == DType::kUndefined) return std::nullopt;  // no type to make
     small = small && info->numElements() <= kMaxFoldedElements;
     output_bytes += info->sizeInBytes();
     outputs.push_back(*info);

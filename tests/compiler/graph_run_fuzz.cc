@@ -19,6 +19,9 @@
 // Not run (only compiled): graphs whose shapes are only known at run time,
 // and plans over kMaxRunBytes, which docs/security.md leaves to resource
 // limits.
+//
+// KILN_FUZZ_PRINT=1 prints each graph before it compiles: run the target on
+// a crash input with it to see the graph that crashed.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <unistd.h>
 
@@ -373,6 +376,8 @@ std::optional<Outputs> compileAndRun(const uint8_t* data, size_t size, bool inpu
   } catch (const UsageError&) {
     return std::nullopt;  // a name or constant the builder made invalid; not kiln's concern
   }
+  static const bool print = std::getenv("KILN_FUZZ_PRINT") != nullptr;
+  if (print) std::fprintf(stderr, "%s\n", graph.toString().c_str());
   try {
     CompileOptions options;
     options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };

@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kernels/evaluate_once.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -293,6 +295,26 @@ TEST(GemmKernel, PrepareErrors) {
       "Gemm: no kernel for f64 inputs (supports f32); input 2 is f64[5]");
   EXPECT_EQ(prepareError("Gemm", {f23, f35}, {output(DType::kF32, {5, 2})}),
             "Gemm: output is f32[5, 2] but the inputs give f32[2, 5]");
+}
+
+// Constant folding of a crafted model handed MatMul two values whose type
+// lenient inference left undefined: the kernel took them for omitted inputs
+// and wrote a float into the 0-byte output (graph_run_fuzz). Such values
+// are not evaluated.
+TEST(EvaluateOnce, RefusesValuesWithoutAType) {
+  const std::vector<TensorInfo> inputs = {TensorInfo{DType::kUndefined, {0}}, TensorInfo{DType::kUndefined, {0}}};
+  const std::vector<const std::byte*> data = {nullptr, nullptr};
+  EXPECT_FALSE(evaluateOnce("MatMul", ParamMap{}, inputs, data, std::vector<TensorInfo>{{DType::kUndefined, {}}}));
+  EXPECT_FALSE(evaluateOnce("MatMul", ParamMap{}, inputs, data, std::vector<TensorInfo>{{DType::kF32, {}}}));
+  const std::vector<float> row = {1, 2};
+  const std::vector<TensorInfo> typed = {TensorInfo{DType::kF32, {2}}, TensorInfo{DType::kF32, {2}}};
+  const std::vector<const std::byte*> typed_data = {reinterpret_cast<const std::byte*>(row.data()),
+                                                    reinterpret_cast<const std::byte*>(row.data())};
+  const auto dot = evaluateOnce("MatMul", ParamMap{}, typed, typed_data, std::vector<TensorInfo>{{DType::kF32, {}}});
+  ASSERT_TRUE(dot);
+  float value;
+  std::memcpy(&value, (*dot)[0].data(), sizeof value);
+  EXPECT_EQ(value, 5.0f);
 }
 
 }  // namespace
