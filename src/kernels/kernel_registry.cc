@@ -7,6 +7,12 @@
 namespace kiln {
 
 TensorView viewOf(const TensorInfo& info, std::byte* data) {
+  // A view holds kMaxRank dimensions (a chain of GatherNDs grows the rank
+  // by two a step: rank 34 wrote past them; graph_run_fuzz).
+  if (info.shape.size() > kMaxRank) {
+    throw UsageError(fmt::format("a tensor of rank {} ({}): kiln's kernels take at most {} dimensions",
+                                 info.shape.size(), info.shapeString(), kMaxRank));
+  }
   TensorView view;
   view.data = data;
   view.dtype = info.dtype;

@@ -301,6 +301,15 @@ TEST(GemmKernel, PrepareErrors) {
 // lenient inference left undefined: the kernel took them for omitted inputs
 // and wrote a float into the 0-byte output (graph_run_fuzz). Such values
 // are not evaluated.
+// A chain of GatherNDs grows the rank by two a step; a view of rank 34
+// wrote past its 32 dimensions (graph_run_fuzz).
+TEST(ViewOf, RefusesMoreDimensionsThanAViewHolds) {
+  const TensorInfo deep{DType::kF32, std::vector<int64_t>(kMaxRank + 2, 1)};
+  EXPECT_THROW(viewOf(deep, nullptr), UsageError);
+  const TensorView widest = viewOf(TensorInfo{DType::kF32, std::vector<int64_t>(kMaxRank, 1)}, nullptr);
+  EXPECT_EQ(widest.rank, kMaxRank);
+}
+
 TEST(EvaluateOnce, RefusesValuesWithoutAType) {
   const std::vector<TensorInfo> inputs = {TensorInfo{DType::kUndefined, {0}}, TensorInfo{DType::kUndefined, {0}}};
   const std::vector<const std::byte*> data = {nullptr, nullptr};
