@@ -956,11 +956,8 @@ void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState&
   const std::optional<ElementwiseProgram> program = postOpProgram(op, setup.params, state.has_bias);
   const TensorInfo& y = setup.outputs[0];
   const int64_t pixels = y.shape.size() > 2 ? static_cast<int64_t>(y.numElements()) / (y.shape[0] * y.shape[1]) : 1;
-  Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual);
-  if (y.dtype == DType::kF16) {
-    for (size_t k = 0; k < program->input_count; ++k) indexing.half[k] = true;
-    indexing.half_out = true;
-  }
+  const Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual,
+                                               y.dtype == DType::kF16);
   state.post_ops.prepare(toDeviceProgram(op, *program), indexing, y.numElements(), queueOf(setup.queue));
   state.post_pass = true;
   state.bias_in_post_pass = state.has_bias;

@@ -73,10 +73,8 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
     if (state->has_residual && (!present(setup, 3) || setup.inputs[3].numElements() != y.numElements())) {
       return nullptr;
     }
-    Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
-                                     state->has_residual);
-    for (size_t k = 0; half && k < post->input_count; ++k) ix.half[k] = true;
-    ix.half_out = half;
+    const Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
+                                           state->has_residual, half);
     state->post.prepare(toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
   }
   return state;

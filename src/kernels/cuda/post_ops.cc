@@ -92,7 +92,8 @@ std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const Param
   return program;
 }
 
-Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, bool has_bias, bool has_residual) {
+Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, bool has_bias, bool has_residual,
+                            bool half) {
   Indexing ix;
   ix.direct = false;
   ix.rank = 3;
@@ -106,6 +107,9 @@ Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, boo
     if (has_bias) ix.strides[1][d] = per_channel[d];
     if (has_residual) ix.strides[has_bias ? 2 : 1][d] = full[d];
   }
+  const int inputs = 1 + (has_bias ? 1 : 0) + (has_residual ? 1 : 0);
+  for (int k = 0; k < inputs; ++k) ix.half[k] = half;
+  ix.half_out = half;
   return ix;
 }
 
