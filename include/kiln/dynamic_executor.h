@@ -41,6 +41,7 @@ struct DynamicExecutorOptions {
   int threads = 0;                  // as ExecutorOptions::threads
   size_t plan_cache_capacity = 16;  // specializations kept; at least 1
   bool channels_last = true;        // as CompileOptions::channels_last
+  bool flush_denormals = true;      // as ExecutorOptions::flush_denormals
 };
 
 // Where DynamicExecutor::run writes output `index` once its shape is known:

@@ -34,6 +34,8 @@ class StepTrace;
 struct ExecutableOptions {
   // Kernel threads; 0: the device's compute_threads.
   int threads = 0;
+  // As ExecutorOptions::flush_denormals.
+  bool flush_denormals = true;
   // cuda: replay the main program as CUDA graphs (ExecutorOptions).
   bool cuda_graphs = true;
 };

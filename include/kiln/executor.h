@@ -41,6 +41,12 @@ struct ExecutorOptions {
   // Threads each kernel may use; 0: the process default (OMP_NUM_THREADS, or
   // one per core). Applies to the threads that load and run this executor.
   int threads = 0;
+  // Flush denormal floats to zero while the program runs (FTZ and DAZ on
+  // the running thread and its kernel threads; the caller's mode comes back
+  // after each run). Several times faster on models whose activations
+  // underflow, and results move by less than 1.2e-38. Off: the run keeps the
+  // caller's floating-point mode (IEEE denormals by default).
+  bool flush_denormals = true;
   // The caller owns the arena and hands it over with setArena() before the
   // first run (several executors that never run at the same time can then
   // share one arena; see DynamicExecutor). Off: the executor allocates its

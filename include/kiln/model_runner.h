@@ -77,6 +77,7 @@ struct ModelRunnerConfig {
   uint32_t pipeline_depth = 3;              // batches in flight per device (own-memory devices), 1 to 64
   std::string model;                        // which model of the package; empty: its only one
   int threads = 0;                          // kernel threads per replica; 0: the device's
+  bool flush_denormals = true;              // as ExecutorOptions::flush_denormals
 };
 
 // Per-request controls (kiln's additions).

@@ -200,8 +200,9 @@ nb::list runAllocating(kiln::DynamicExecutor& executor, const std::vector<ConstA
 // output arrays, as `kiln run --device` does.
 class DeviceRunner {
  public:
-  DeviceRunner(const std::string& path, const std::string& model, const std::string& device) {
+  DeviceRunner(const std::string& path, const std::string& model, const std::string& device, bool flush_denormals) {
     kiln::ModelRunnerConfig config;
+    config.flush_denormals = flush_denormals;
     config.device_kind = kiln::parseDeviceKind(device);
     config.model = model;
     runner_ = std::make_unique<kiln::ModelRunner>(std::filesystem::path(path), config);
@@ -254,8 +255,8 @@ NB_MODULE(_kiln, m) {
         nb::arg("tf32") = false, nb::arg("fp16") = false);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   nb::class_<DeviceRunner>(m, "DeviceRunner")
-      .def(nb::init<const std::string&, const std::string&, const std::string&>(), nb::arg("path"),
-           nb::arg("model"), nb::arg("device"))
+      .def(nb::init<const std::string&, const std::string&, const std::string&, bool>(), nb::arg("path"),
+           nb::arg("model"), nb::arg("device"), nb::arg("flush_denormals") = true)
       .def_prop_ro("inputs", [](const DeviceRunner& r) { return slots(r.inputs()); })
       .def_prop_ro("outputs", [](const DeviceRunner& r) { return slots(r.outputs()); })
       .def("run", &DeviceRunner::run, nb::arg("inputs"), nb::arg("outputs"));
@@ -266,11 +267,14 @@ NB_MODULE(_kiln, m) {
       .def(
           "__init__",
           [](kiln::DynamicExecutor* self, const std::string& path, const std::string& model, int threads,
-             size_t capacity) {
-            new (self) kiln::DynamicExecutor(
-                path, model, kiln::DynamicExecutorOptions{.threads = threads, .plan_cache_capacity = capacity});
+             size_t capacity, bool flush_denormals) {
+            new (self) kiln::DynamicExecutor(path, model,
+                                             kiln::DynamicExecutorOptions{.threads = threads,
+                                                                          .plan_cache_capacity = capacity,
+                                                                          .flush_denormals = flush_denormals});
           },
-          nb::arg("path"), nb::arg("model") = "", nb::arg("threads") = 0, nb::arg("plan_cache_capacity") = 16)
+          nb::arg("path"), nb::arg("model") = "", nb::arg("threads") = 0, nb::arg("plan_cache_capacity") = 16,
+          nb::arg("flush_denormals") = true)
       .def_prop_ro("inputs", [](const kiln::DynamicExecutor& e) { return slots(e.inputs()); })
       .def_prop_ro("outputs", [](const kiln::DynamicExecutor& e) { return slots(e.outputs()); })
       .def_prop_ro("shape_inputs", &kiln::DynamicExecutor::shapeInputs)
@@ -292,10 +296,12 @@ NB_MODULE(_kiln, m) {
   nb::class_<kiln::Executor>(m, "Executor")
       .def(
           "__init__",
-          [](kiln::Executor* self, const std::string& path, const std::string& model, int threads) {
-            new (self) kiln::Executor(path, model, kiln::ExecutorOptions{.threads = threads});
+          [](kiln::Executor* self, const std::string& path, const std::string& model, int threads,
+             bool flush_denormals) {
+            new (self) kiln::Executor(path, model,
+                                      kiln::ExecutorOptions{.threads = threads, .flush_denormals = flush_denormals});
           },
-          nb::arg("path"), nb::arg("model") = "", nb::arg("threads") = 0)
+          nb::arg("path"), nb::arg("model") = "", nb::arg("threads") = 0, nb::arg("flush_denormals") = true)
       .def_prop_ro("inputs", [](const kiln::Executor& e) { return slots(e.inputs()); })
       .def_prop_ro("outputs", [](const kiln::Executor& e) { return slots(e.outputs()); })
       .def_prop_ro("arena_bytes", &kiln::Executor::arenaBytes)

@@ -132,7 +132,10 @@ bool e8m0RoundingFromName(std::string_view name, E8M0Rounding& out) {
 
 float e8m0ToFloat(uint8_t code) {
   if (code == 0xFF) return std::nanf("");
-  return std::ldexp(1.0f, static_cast<int>(code) - 127);
+  // Made from bits, not by ldexp: 2^-127 is subnormal, and runs flush
+  // subnormal results of arithmetic to zero (runtime/denormals.h).
+  if (code == 0) return bitsToFloat(0x00400000u);
+  return bitsToFloat(static_cast<uint32_t>(code) << 23);
 }
 
 uint8_t floatToE8M0(float value, bool saturate, E8M0Rounding rounding) {

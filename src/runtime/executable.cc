@@ -30,6 +30,7 @@ struct Executable::Impl {
   ExecutableSpec spec;
   int threads = 0;
   bool cuda_graphs = true;
+  bool flush_denormals = true;
   std::vector<Anchor> load_anchors;
   std::vector<Anchor> main_inputs;
   std::vector<Anchor> main_outputs;
@@ -74,6 +75,7 @@ Executable::Executable(std::shared_ptr<const PackageReader> package, const std::
   }
   m.threads = options.threads > 0 ? options.threads : static_cast<int>(m.device->info().compute_threads);
   m.cuda_graphs = options.cuda_graphs;
+  m.flush_denormals = options.flush_denormals;
 
   const ExecutableBlob* blob = m.package->findExecutable(m.metadata.executable);
   const std::string where = m.source + " (executable '" + blob->name() + "')";
@@ -166,6 +168,7 @@ void Executable::runLoad(const LoadSource& source) {
   };
   ExecutorOptions options;
   options.threads = m.threads;
+  options.flush_denormals = m.flush_denormals;
   options.external_arena = true;
   if (m.device->info().kind == DeviceKind::kCuda) {
     options.cuda = true;

@@ -15,6 +15,7 @@
 #include "kiln/package_reader.h"
 #include "kiln/step_trace.h"
 #include "format/graph_package.h"
+#include "runtime/denormals.h"
 #include "runtime/device_internal.h"
 #include "runtime/program.h"
 #if KILN_HAVE_CUDA
@@ -77,6 +78,7 @@ struct Executor::Impl {
   std::vector<std::pair<uint32_t, uint64_t>> arena_views;  // (view, offset in the arena)
 
   int threads = 0;
+  bool flush_denormals = true;
   // cuda: where steps launch, the host bytes of constants for prepare, and
   // the captured graphs of the main program with the current call's key.
   bool cuda = false;
@@ -313,6 +315,7 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
   Impl& m = *impl_;
   if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
   m.threads = options.threads;
+  m.flush_denormals = options.flush_denormals;
   // Kernels may size their work split by the thread count when prepared.
   m.useThreads();
   m.reader = std::make_unique<PackageReader>(package);
@@ -349,6 +352,7 @@ Executor::Executor(ExecutableSpec spec, const ConstantBytes& constants, const Ex
   Impl& m = *impl_;
   if (options.threads < 0) throw UsageError(fmt::format("threads must be 0 or more, got {}", options.threads));
   m.threads = options.threads;
+  m.flush_denormals = options.flush_denormals;
   m.useThreads();
   m.source = "(in-memory executable)";
   m.spec = std::move(spec);
@@ -376,6 +380,7 @@ void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte
   Impl& m = *impl_;
   m.bind(inputs, outputs);
   m.useThreads();
+  const DenormalsScope denormals(m.flush_denormals);
 #if KILN_HAVE_CUDA
   if (m.graphs) {
     // One graph per set of call buffers: the captured kernels hold them.
@@ -403,6 +408,7 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
   }
   m.bind(inputs, outputs);
   m.useThreads();
+  const DenormalsScope denormals(m.flush_denormals);
   ProgramRunner runner(m.views, m.steps_run, m.queue);
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -423,6 +429,7 @@ void Executor::runTraced(std::span<const std::byte* const> inputs, std::span<std
   }
   m.bind(inputs, outputs);
   m.useThreads();
+  const DenormalsScope denormals(m.flush_denormals);
   ProgramRunner runner(m.views, m.steps_run, m.queue);
   const uint64_t run = trace.nextRun();
   const uint64_t run_start = trace.now();

@@ -213,6 +213,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunn
   session_options.flush_callback = m.config.flush_callback;
   session_options.pipeline_depth = m.config.pipeline_depth;
   session_options.executable.threads = m.config.threads;
+  session_options.executable.flush_denormals = m.config.flush_denormals;
   m.replicas.resize(n);
   m.error_pending = std::make_unique<std::atomic<bool>[]>(n);
   for (uint32_t r = 0; r < n; ++r) {

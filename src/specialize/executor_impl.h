@@ -254,7 +254,8 @@ struct DynamicExecutor::Impl {
 
   // The plan's executor for `program` (its constants kept by the plan).
   void prepareExecutor(Plan& plan, CompiledProgram program) {
-    ExecutorOptions executor_options{.threads = options.threads, .external_arena = true};
+    ExecutorOptions executor_options{
+        .threads = options.threads, .flush_denormals = options.flush_denormals, .external_arena = true};
     std::map<std::string, ConstantPtr> constants;
     for (size_t c = 0; c < program.spec.constants.size(); ++c) constants[program.spec.constants[c]] = program.constants[c];
     plan.constants = program.constants;

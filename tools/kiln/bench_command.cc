@@ -43,11 +43,11 @@ double peakResidentMib() {
 // out.
 class BenchTarget {
  public:
-  BenchTarget(const std::string& package, const std::string& model, int threads,
+  BenchTarget(const std::string& package, const std::string& model, int threads, bool flush_denormals,
               const std::vector<std::string>& input_files, std::optional<DeviceKind> device) {
     if (device) {
       on_device_ = true;
-      device_ = std::make_unique<DeviceRunner>(package, model, *device);
+      device_ = std::make_unique<DeviceRunner>(package, model, *device, flush_denormals);
       inputs_ = loadInputs(device_->inputs(), input_files, /*random_missing=*/true);
       for (const NpyArray& array : inputs_) in_.push_back(array.bytes.data());
       for (const TensorSlot& slot : device_->outputs()) output_data_.emplace_back(slot.info.sizeInBytes());
@@ -55,9 +55,9 @@ class BenchTarget {
       return;
     }
     if (hasRuntimeShapes(package, model)) {
-      dynamic_ = std::make_unique<DynamicExecutor>(package, model, DynamicExecutorOptions{.threads = threads});
+      dynamic_ = std::make_unique<DynamicExecutor>(package, model, DynamicExecutorOptions{.threads = threads, .flush_denormals = flush_denormals});
     } else {
-      fixed_ = std::make_unique<Executor>(package, model, ExecutorOptions{.threads = threads});
+      fixed_ = std::make_unique<Executor>(package, model, ExecutorOptions{.threads = threads, .flush_denormals = flush_denormals});
     }
     inputs_ = loadInputs(fixed_ ? fixed_->inputs() : dynamic_->inputs(), input_files, /*random_missing=*/true);
     for (const NpyArray& array : inputs_) {
@@ -188,6 +188,7 @@ Command addBenchCommand(CLI::App& app) {
     std::string model;
     std::string trace;
     int threads = 0;
+    bool keep_denormals = false;
     std::vector<std::string> inputs;
     std::string device;
   };
@@ -200,6 +201,9 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
+  cmd->add_flag("--keep-denormals", args->keep_denormals,
+                "Run with the caller's floating-point mode instead of flushing denormals to zero (slower when "
+                "activations underflow)");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--device", args->device,
                   "Run on a device through a ModelRunner, host memory in and out: cpu, sim or cuda (default: the "
@@ -215,7 +219,7 @@ Command addBenchCommand(CLI::App& app) {
     if (device && !args->trace.empty()) {
       throw UsageError("--trace records the host executor's steps; with a device, use --profile");
     }
-    BenchTarget target(args->package, args->model, args->threads, args->inputs, device);
+    BenchTarget target(args->package, args->model, args->threads, !args->keep_denormals, args->inputs, device);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
 
     for (int i = 0; i < args->warmup; ++i) target.run();

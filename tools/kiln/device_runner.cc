@@ -22,8 +22,10 @@ std::optional<DeviceKind> deviceFor(const std::string& package, const std::strin
   return parseDeviceKind(chosen->metadata().target.device_kind);
 }
 
-DeviceRunner::DeviceRunner(const std::string& package, const std::string& model, DeviceKind kind) {
+DeviceRunner::DeviceRunner(const std::string& package, const std::string& model, DeviceKind kind,
+                           bool flush_denormals) {
   ModelRunnerConfig config;
+  config.flush_denormals = flush_denormals;
   config.device_kind = kind;
   config.model = model;
   runner_ = std::make_unique<ModelRunner>(std::filesystem::path(package), config);

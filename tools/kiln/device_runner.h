@@ -24,7 +24,7 @@ std::optional<DeviceKind> deviceFor(const std::string& package, const std::strin
 
 class DeviceRunner {
  public:
-  DeviceRunner(const std::string& package, const std::string& model, DeviceKind kind);
+  DeviceRunner(const std::string& package, const std::string& model, DeviceKind kind, bool flush_denormals = true);
 
   const std::vector<TensorSlot>& inputs() const { return inputs_; }
   const std::vector<TensorSlot>& outputs() const { return outputs_; }
