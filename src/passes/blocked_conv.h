@@ -15,7 +15,7 @@
 // below keeps to the cases oneDNN 2.6 runs by Winograd).
 //
 // Eligible: a kiln.NhwcConv with constant f32 weights [M, C, 3, 3], C and M
-// multiples of 16, group 1, strides and dilations 1, explicit pads of at most
+// multiples of 16 and at least 64, group 1, strides and dilations 1, explicit pads of at most
 // 1 (or auto_pad SAME_*), a static input shape, and no post-op but a Relu
 // (YOLO's SiLU, a residual Add: no Winograd kernel takes them).
 #pragma once

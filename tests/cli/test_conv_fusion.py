@@ -88,10 +88,8 @@ def test_fused_conv_matches_onnxruntime(kiln, tmp_path, tail, bias):
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
     assert result.returncode == 0, result.stderr
     unfused = tail in ("clip_then_scale", "elu", "hard_sigmoid", "row_bias")
-    # A 3x3 conv with no post-op but Relu runs blocked, for Winograd
-    # (passes/blocked_conv.h), but its 16 channels are one block: the
-    # conversions to and from [N, 1, H, W, 16] move only a unit axis, so they
-    # are views, not steps.
+    # A 3x3 conv of 16 channels stays in NHWC (too narrow for Winograd's
+    # blocked layout, passes/blocked_conv.h).
     assert f"{3 + unfused} steps" in result.stdout
 
 
@@ -108,25 +106,26 @@ def test_activation_read_twice_is_not_fused(kiln, tmp_path):
     compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
 
 
-@pytest.mark.parametrize("channels,size", [(16, 14), (32, 28), (64, 9)])
-def test_winograd_convs_match_onnxruntime(kiln, tmp_path, channels, size):
-    # Two 3x3 stride-1 convolutions with Relu, channels a multiple of 16: both
-    # run blocked (src/passes/blocked_conv.h), the second reading the first's
-    # blocked output directly, then a 1x1 convolution back in NHWC.
+@pytest.mark.parametrize("channels,width,size,steps", [(64, 64, 14, 7), (128, 64, 9, 7), (32, 32, 28, 5)])
+def test_winograd_convs_match_onnxruntime(kiln, tmp_path, channels, width, size, steps):
+    # Two 3x3 stride-1 convolutions with Relu, then a 1x1 convolution. From
+    # 64 channels in and out both run blocked (src/passes/blocked_conv.h),
+    # the second reading the first's blocked output directly: x to NHWC, to
+    # blocked; two blocked convs; back to NHWC; the 1x1 conv; y to NCHW, 7
+    # steps. Narrower ones stay in NHWC (oneDNN's direct kernel is faster
+    # there): x to NHWC, three convs, y to NCHW, 5 steps.
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("Conv", ["r2", "w3"], ["y"])]
-    inits = [tensor("w1", 32, channels, 3, 3), tensor("b1", 32), tensor("w2", 32, 32, 3, 3), tensor("b2", 32),
-             tensor("w3", 16, 32, 1, 1)]
+    inits = [tensor("w1", width, channels, 3, 3), tensor("b1", width), tensor("w2", width, width, 3, 3),
+             tensor("b2", width), tensor("w3", 16, width, 1, 1)]
     shape = [1, channels, size, size]
     save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, size, size])], inits, tmp_path / "m.onnx")
-    compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)})
-    # x to NHWC, to blocked; two blocked convs; back to NHWC; the 1x1 conv; y
-    # to NCHW: 7. With 16 input channels (one block) x's conversion to the
-    # blocked layout moves only a unit axis: a view, 6 steps.
+    # Winograd's transforms round differently from a direct sum: an output
+    # near zero after cancelling terms of size ~10 is off by ~2e-5.
+    compile_and_compare(kiln, tmp_path, {"x": RNG.standard_normal(shape).astype(np.float32)}, atol=1e-4)
     result = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "steps.kiln")
-    want = 6 if channels == 16 else 7
-    assert f"{want} steps" in result.stdout, result.stdout
+    assert f"{steps} steps" in result.stdout, result.stdout
