@@ -67,11 +67,11 @@ def recurrent_model(path, op, directions=1, layout=0, lens=False, initial=False,
     return feeds
 
 
-def check(tmp_path, op, layout=0, **options):
+def check(tmp_path, op, layout=0, threads=0, **options):
     path = tmp_path / "layer.onnx"
     feeds = recurrent_model(path, op, layout=layout, **options)
     kiln.compile(path, tmp_path / "layer.kiln")
-    ours = kiln.Runner(tmp_path / "layer.kiln").run(feeds)
+    ours = kiln.Runner(tmp_path / "layer.kiln", threads=threads).run(feeds)
     # onnxruntime refuses layout 1: its reference is the same layer in layout
     # 0, outputs transposed to [batch, seq, directions, hidden] and [batch,
     # directions, hidden].
@@ -111,6 +111,17 @@ def test_bidirectional_sequence_lengths_and_weights_fed_at_run_time(tmp_path, op
 @pytest.mark.parametrize("constant_weights", [True, False])
 def test_hidden_sizes_across_weight_panels(tmp_path, op, hidden, attrs, constant_weights):
     check(tmp_path, op, directions=2, initial=True, hidden=hidden, constant_weights=constant_weights, **attrs)
+
+
+# From hidden 256 an LSTM splits its hidden units across the threads, each
+# thread its own units' gate columns (kernels/cpu/recurrent.cc,
+# lstmStepsAcrossThreads); 300 units over 2 and 3 threads put the split
+# inside a panel and leave a last part that is not a whole vector.
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("layout,constant_weights", [(0, True), (1, False)])
+def test_lstm_split_across_threads(tmp_path, threads, layout, constant_weights):
+    check(tmp_path, "LSTM", directions=2, layout=layout, hidden=300, lens=True, initial=True, peepholes=True,
+          clip=2.0, constant_weights=constant_weights, threads=threads)
 
 
 def test_gru_linear_before_reset(tmp_path):

@@ -16,9 +16,12 @@
 // product h R^T, a few rows times a [hidden, gates * hidden] matrix: kiln's
 // own vector kernel (vector_kernels.h, matmulAccumulate) over R transposed
 // and cut into panels of columns (panel_matrix.h), which prepare makes once
-// when R is a constant (else run packs it into scratch), then the activations as vector loops over whole gate rows. The
-// two directions of a bidirectional layer run on two threads when the layer
-// is big enough to pay for waking them (parallel.h).
+// when R is a constant (else run packs it into scratch), then the
+// activations as vector loops over whole gate rows. The two directions of a
+// bidirectional layer run on two threads when the layer is big enough to
+// pay for waking them (parallel.h); an LSTM whose R is too big for a core's
+// cache instead splits its hidden units across the threads, one direction
+// after the other (lstmStepsAcrossThreads).
 //
 // com.microsoft.DynamicQuantizeLSTM (onnxruntime's dynamically quantized
 // LSTM: int8 W [directions, input, 4 hidden] and R [directions, hidden, 4
@@ -177,6 +180,7 @@ struct DirectionScratch {
   std::vector<float> r_t;        // R^T in panels (panel_matrix.h; when R is not a constant)
   std::vector<float> bias;       // [gates * hidden]: the biases added to W x
   std::vector<float> h, c;       // [batch, hidden]
+  std::vector<float> h_next;     // [batch, hidden]: the next h, when the hidden units are split across threads
   std::vector<float> gates;      // [batch, gates * hidden]
   std::vector<float> extra;      // [batch, hidden]: GRU's r * h or R_h h; LSTM's tanh(c)
   // DynamicQuantizeLSTM: the quantized inputs (all steps), h, and the i32 products.
@@ -299,6 +303,7 @@ std::unique_ptr<KernelState> prepareRecurrent(std::string_view op, Cell cell, co
     if (!r_constant) scratch.r_t.assign(panelsSize(h, g), 0.0f);
     scratch.bias.assign(size(g), 0.0f);
     scratch.h.assign(size(s->batch * h), 0.0f);
+    scratch.h_next.assign(size(s->batch * h), 0.0f);
     scratch.c.assign(size(s->batch * h), 0.0f);
     scratch.gates.assign(size(s->batch * g), 0.0f);
     scratch.extra.assign(size(s->batch * h), 0.0f);
@@ -372,20 +377,25 @@ void clipRow(const RecurrentState& s, float* v, int64_t n) {
   if (s.clip > 0) vec::vectorKernels().unaryFn(Unary::kClip)(v, v, n, -s.clip, s.clip);
 }
 
-// The gate math of one batch row after the recurrent product: gates holds
-// the pre-activations (for GRU, z and r only: see runDirection), h and c the
-// state, updated in place.
+// The gate math of one batch row after the recurrent product, for hidden
+// units [begin, end): gates holds the pre-activations (for GRU, z and r
+// only: see runDirection), c the state, updated in place; h gets the new h.
 void lstmRow(const RecurrentState& s, const Activation* act, const float* peep, float* gates, float* h, float* c,
-             float* tanh_c) {
-  const int64_t n = s.hidden;
-  float* i_gate = gates;
-  float* o_gate = gates + n;
-  float* f_gate = gates + 2 * n;
-  float* candidate = gates + 3 * n;
+             float* tanh_c, int64_t begin, int64_t end) {
+  const int64_t stride = s.hidden;  // between the gates of one unit
+  const int64_t n = end - begin;
+  float* i_gate = gates + begin;
+  float* o_gate = i_gate + stride;
+  float* f_gate = i_gate + 2 * stride;
+  float* candidate = i_gate + 3 * stride;
+  h += begin;
+  c += begin;
+  tanh_c += begin;
   if (peep != nullptr) {
+    peep += begin;
     for (int64_t j = 0; j < n; ++j) {
       i_gate[j] += peep[j] * c[j];
-      f_gate[j] += peep[2 * n + j] * c[j];
+      f_gate[j] += peep[2 * stride + j] * c[j];
     }
   }
   clipRow(s, i_gate, n);
@@ -400,7 +410,7 @@ void lstmRow(const RecurrentState& s, const Activation* act, const float* peep, 
   activate(act[1], candidate, n);
   for (int64_t j = 0; j < n; ++j) c[j] = f_gate[j] * c[j] + i_gate[j] * candidate[j];
   if (peep != nullptr) {
-    for (int64_t j = 0; j < n; ++j) o_gate[j] += peep[n + j] * c[j];
+    for (int64_t j = 0; j < n; ++j) o_gate[j] += peep[stride + j] * c[j];
   }
   clipRow(s, o_gate, n);
   activate(act[0], o_gate, n);
@@ -427,7 +437,71 @@ void projectQuantized(const ExactIntGemm& gemm, const std::vector<float>& column
 }
 
 // One direction over the whole sequence.
-void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
+// The steps of one LSTM direction with its hidden units split across the
+// OpenMP pool (see runRecurrent): thread t owns units [begin, end) and the
+// four gate columns of each, and so reads the same columns of R^T at every
+// step, which stay in its core's cache (on Sapphire Rapids, hidden 512:
+// 2 MiB of each direction's 4 MiB per core, where a direction per thread
+// streamed all 4 MiB from L3 at every step). h is double-buffered: every
+// thread reads all of it, so one barrier per step.
+void lstmStepsAcrossThreads(const RecurrentState& s, const Operands& in, const Activation* act, const float* peep,
+                            const float* projected, const float* r_t, DirectionScratch& sc, const auto& length,
+                            const auto& x_row, const auto& time_of, const auto& y_row) {
+#if defined(_OPENMP)
+  const vec::VectorKernels& v = vec::vectorKernels();
+  const int64_t n = s.hidden, g = 4 * n;
+  float* const buffers[2] = {sc.h.data(), sc.h_next.data()};
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    // Bounds on multiples of 16 units: whole vectors and cache lines.
+    const auto bound = [&](int64_t t) { return t >= threads ? n : std::min(n, n * t / threads / 16 * 16); };
+    const int64_t begin = bound(thread), end = bound(thread + 1);
+    for (int64_t i = 0; i < s.seq; ++i) {
+      const float* h = buffers[i % 2];
+      float* h_new = buffers[(i + 1) % 2];
+      for (int64_t b = 0; b < s.batch && begin < end; ++b) {
+        float* gates = sc.gates.data() + b * g;
+        if (i < length(b)) {
+          const float* from = projected + x_row(b, time_of(b, i)) * g;
+          for (int64_t k = 0; k < 4; ++k) std::copy(from + k * n + begin, from + k * n + end, gates + k * n + begin);
+        }
+      }
+      for (int64_t k = 0; k < 4 && begin < end; ++k) {
+        panelProduct(v, h, n, r_t, n, k * n + begin, k * n + end, sc.gates.data() + k * n + begin, g, s.batch);
+      }
+      for (int64_t b = 0; b < s.batch && begin < end; ++b) {
+        float* gates = sc.gates.data() + b * g;
+        const bool active = i < length(b);
+        if (active) {
+          for (int64_t k = 0; k < 4; ++k) {
+            float* part = gates + k * n + begin;
+            v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(part, sc.bias.data() + k * n + begin, part, end - begin);
+          }
+          lstmRow(s, act, peep, gates, h_new + b * n, sc.c.data() + b * n, sc.extra.data() + b * n, begin, end);
+        } else {
+          std::copy(h + b * n + begin, h + b * n + end, h_new + b * n + begin);
+        }
+        if (in.y != nullptr) {
+          float* to = in.y + y_row(b, active ? time_of(b, i) : i) * n;  // the rows past the length are zeroed
+          if (active) {
+            std::copy(h_new + b * n + begin, h_new + b * n + end, to + begin);
+          } else {
+            std::fill(to + begin, to + end, 0.0f);
+          }
+        }
+      }
+#pragma omp barrier
+    }
+  }
+  if (s.seq % 2 == 1) std::copy(sc.h_next.begin(), sc.h_next.end(), sc.h.begin());
+#else
+  (void)s, (void)in, (void)act, (void)peep, (void)projected, (void)r_t, (void)sc, (void)length, (void)x_row,
+      (void)time_of, (void)y_row;
+#endif
+}
+
+void runDirection(const RecurrentState& s, const Operands& in, int64_t d, bool split_hidden) {
   DirectionScratch& sc = s.scratch[static_cast<size_t>(d)];
   const vec::VectorKernels& v = vec::vectorKernels();
   const int64_t n = s.hidden, g = gatesOf(s.cell) * n, d_count = s.directions, rows = s.seq * s.batch;
@@ -494,82 +568,90 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
   const auto x_row = [&](int64_t b, int64_t t) { return s.batch_major ? b * s.seq + t : t * s.batch + b; };
   const auto time_of = [&](int64_t b, int64_t i) { return reverse ? length(b) - 1 - i : i; };
 
-  float* gates = sc.gates.data();
-  float* extra = sc.extra.data();
-  for (int64_t i = 0; i < s.seq; ++i) {
-    // gates = projected inputs + h R^T (GRU: z and r only; with
-    // linear_before_reset, R_h h + R_bh goes to `extra`).
-    for (int64_t b = 0; b < s.batch; ++b) {
-      if (i < length(b)) {
-        const float* from = projected + x_row(b, time_of(b, i)) * g;
-        std::copy(from, from + g, gates + b * g);
-      }
-    }
-    const int64_t first_columns = gru ? 2 * n : g;
-    if (quantized != nullptr) {
-      projectQuantized(*quantized->r, quantized->r_scale, sc.h.data(), s.batch, n, g, sc.h_q.data(), sc.products.data(),
-                       gates, true);
-    } else {
-      panelProduct(v, sc.h.data(), n, r_t, n, 0, first_columns, gates, g, s.batch);
-    }
-    if (lstm) {
-      for (int64_t b = 0; b < s.batch; ++b) v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(gates + b * g, sc.bias.data(), gates + b * g, g);
-    }
-    if (lbr) {
+  // Y's row of batch element b at time t.
+  const auto y_row = [&](int64_t b, int64_t t) {
+    return s.batch_major ? (b * s.seq + t) * d_count + d : (t * d_count + d) * s.batch + b;
+  };
+  if (split_hidden) {
+    lstmStepsAcrossThreads(s, in, act, peep, projected, r_t, sc, length, x_row, time_of, y_row);
+  } else {
+    float* gates = sc.gates.data();
+    float* extra = sc.extra.data();
+    for (int64_t i = 0; i < s.seq; ++i) {
+      // gates = projected inputs + h R^T (GRU: z and r only; with
+      // linear_before_reset, R_h h + R_bh goes to `extra`).
       for (int64_t b = 0; b < s.batch; ++b) {
-        for (int64_t j = 0; j < n; ++j) extra[b * n + j] = rb == nullptr ? 0.0f : rb[2 * n + j];
+        if (i < length(b)) {
+          const float* from = projected + x_row(b, time_of(b, i)) * g;
+          std::copy(from, from + g, gates + b * g);
+        }
       }
-      panelProduct(v, sc.h.data(), n, r_t, n, 2 * n, 3 * n, extra, n, s.batch);
-    }
-    if (gru) {
-      // z and r; then the candidate's pre-activation.
+      const int64_t first_columns = gru ? 2 * n : g;
+      if (quantized != nullptr) {
+        projectQuantized(*quantized->r, quantized->r_scale, sc.h.data(), s.batch, n, g, sc.h_q.data(), sc.products.data(),
+                         gates, true);
+      } else {
+        panelProduct(v, sc.h.data(), n, r_t, n, 0, first_columns, gates, g, s.batch);
+      }
+      if (lstm) {
+        for (int64_t b = 0; b < s.batch; ++b) v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(gates + b * g, sc.bias.data(), gates + b * g, g);
+      }
+      if (lbr) {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t j = 0; j < n; ++j) extra[b * n + j] = rb == nullptr ? 0.0f : rb[2 * n + j];
+        }
+        panelProduct(v, sc.h.data(), n, r_t, n, 2 * n, 3 * n, extra, n, s.batch);
+      }
+      if (gru) {
+        // z and r; then the candidate's pre-activation.
+        for (int64_t b = 0; b < s.batch; ++b) {
+          if (i >= length(b)) continue;
+          float* zr = gates + b * g;
+          clipRow(s, zr, 2 * n);
+          activate(act[0], zr, 2 * n);
+          const float* r = zr + n;
+          float* candidate = zr + 2 * n;
+          const float* h = sc.h.data() + b * n;
+          float* e = extra + b * n;
+          if (lbr) {
+            for (int64_t j = 0; j < n; ++j) candidate[j] += r[j] * e[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) e[j] = r[j] * h[j];
+          }
+        }
+        if (!lbr) panelProduct(v, extra, n, r_t, n, 2 * n, 3 * n, gates + 2 * n, g, s.batch);
+      }
       for (int64_t b = 0; b < s.batch; ++b) {
         if (i >= length(b)) continue;
-        float* zr = gates + b * g;
-        clipRow(s, zr, 2 * n);
-        activate(act[0], zr, 2 * n);
-        const float* r = zr + n;
-        float* candidate = zr + 2 * n;
-        const float* h = sc.h.data() + b * n;
-        float* e = extra + b * n;
-        if (lbr) {
-          for (int64_t j = 0; j < n; ++j) candidate[j] += r[j] * e[j];
-        } else {
-          for (int64_t j = 0; j < n; ++j) e[j] = r[j] * h[j];
+        float* row = gates + b * g;
+        float* h = sc.h.data() + b * n;
+        switch (s.cell) {
+          case Cell::kRnn:
+            clipRow(s, row, n);
+            activate(act[0], row, n);
+            std::copy(row, row + n, h);
+            break;
+          case Cell::kGru: {
+            const float* z = row;
+            float* candidate = row + 2 * n;
+            clipRow(s, candidate, n);
+            activate(act[1], candidate, n);
+            for (int64_t j = 0; j < n; ++j) h[j] = (1.0f - z[j]) * candidate[j] + z[j] * h[j];
+            break;
+          }
+          case Cell::kLstm: lstmRow(s, act, peep, row, h, sc.c.data() + b * n, extra + b * n, 0, n); break;
         }
       }
-      if (!lbr) panelProduct(v, extra, n, r_t, n, 2 * n, 3 * n, gates + 2 * n, g, s.batch);
-    }
-    for (int64_t b = 0; b < s.batch; ++b) {
-      if (i >= length(b)) continue;
-      float* row = gates + b * g;
-      float* h = sc.h.data() + b * n;
-      switch (s.cell) {
-        case Cell::kRnn:
-          clipRow(s, row, n);
-          activate(act[0], row, n);
-          std::copy(row, row + n, h);
-          break;
-        case Cell::kGru: {
-          const float* z = row;
-          float* candidate = row + 2 * n;
-          clipRow(s, candidate, n);
-          activate(act[1], candidate, n);
-          for (int64_t j = 0; j < n; ++j) h[j] = (1.0f - z[j]) * candidate[j] + z[j] * h[j];
-          break;
-        }
-        case Cell::kLstm: lstmRow(s, act, peep, row, h, sc.c.data() + b * n, extra + b * n); break;
-      }
-    }
-    if (in.y != nullptr) {
-      for (int64_t b = 0; b < s.batch; ++b) {
-        const bool active = i < length(b);
-        const int64_t t = active ? time_of(b, i) : i;  // the rows past the length are zeroed
-        float* to = in.y + (s.batch_major ? (b * s.seq + t) * d_count + d : (t * d_count + d) * s.batch + b) * n;
-        if (active) {
-          std::copy(sc.h.data() + b * n, sc.h.data() + (b + 1) * n, to);
-        } else {
-          std::fill(to, to + n, 0.0f);
+      if (in.y != nullptr) {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          const bool active = i < length(b);
+          const int64_t t = active ? time_of(b, i) : i;  // the rows past the length are zeroed
+          float* to = in.y + y_row(b, t) * n;
+          if (active) {
+            std::copy(sc.h.data() + b * n, sc.h.data() + (b + 1) * n, to);
+          } else {
+            std::fill(to, to + n, 0.0f);
+          }
         }
       }
     }
@@ -578,6 +660,23 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d) {
     if (in.y_h != nullptr) std::copy(sc.h.data() + b * n, sc.h.data() + (b + 1) * n, in.y_h + state_at(b));
     if (in.y_c != nullptr) std::copy(sc.c.data() + b * n, sc.c.data() + (b + 1) * n, in.y_c + state_at(b));
   }
+}
+
+// Whether an LSTM's steps split the hidden units across threads
+// (lstmStepsAcrossThreads) rather than giving each direction a thread: when
+// one direction's R is 1 MiB or more (hidden 256 and up), too big for a
+// core's cache next to the other direction's. ddddocr's bidirectional
+// LSTM alone (hidden 512, 32 steps) on a Sapphire Rapids VM, 2 threads:
+// 6.6-7.0 -> 4.5-5.5 ms p50 (onnxruntime in the same minutes: 3.7-4.5 ms).
+bool splitsHidden(const RecurrentState& s) {
+#if defined(_OPENMP)
+  constexpr int64_t kMinRBytes = int64_t{1} << 20;
+  return s.cell == Cell::kLstm && s.quantized.empty() && 4 * s.hidden * s.hidden * 4 >= kMinRBytes &&
+         omp_get_max_threads() > 1 && !omp_in_parallel();
+#else
+  (void)s;
+  return false;
+#endif
 }
 
 void runRecurrent(const KernelCall& call) {
@@ -597,10 +696,14 @@ void runRecurrent(const KernelCall& call) {
   // Work of one direction, in multiply-adds: what decides whether the two
   // directions are worth two threads.
   const int64_t g = gatesOf(s.cell) * s.hidden;
-  const int64_t direction_work = s.seq * s.batch * g * (s.input + s.hidden);
-  parallelForItems(s.directions, direction_work, [&](int64_t begin, int64_t end) {
-    for (int64_t d = begin; d < end; ++d) runDirection(s, in, d);
-  });
+  if (splitsHidden(s)) {
+    for (int64_t d = 0; d < s.directions; ++d) runDirection(s, in, d, /*split_hidden=*/true);
+  } else {
+    const int64_t direction_work = s.seq * s.batch * g * (s.input + s.hidden);
+    parallelForItems(s.directions, direction_work, [&](int64_t begin, int64_t end) {
+      for (int64_t d = begin; d < end; ++d) runDirection(s, in, d, /*split_hidden=*/false);
+    });
+  }
   s.staging.finish(call);
 }
 
