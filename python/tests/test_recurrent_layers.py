@@ -113,15 +113,16 @@ def test_hidden_sizes_across_weight_panels(tmp_path, op, hidden, attrs, constant
     check(tmp_path, op, directions=2, initial=True, hidden=hidden, constant_weights=constant_weights, **attrs)
 
 
-# From hidden 256 an LSTM splits its hidden units across the threads, each
-# thread its own units' gate columns (kernels/cpu/recurrent.cc,
-# lstmStepsAcrossThreads); 300 units over 2 and 3 threads put the split
-# inside a panel and leave a last part that is not a whole vector.
+# With R of 1 MiB or more an LSTM or GRU splits its hidden units across the
+# threads, each thread its own units' gate columns (kernels/cpu/recurrent.cc,
+# stepsAcrossThreads); 300 units over 2 and 3 threads put the split inside a
+# panel and leave a last part that is not a whole vector.
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("layout,constant_weights", [(0, True), (1, False)])
-def test_lstm_split_across_threads(tmp_path, threads, layout, constant_weights):
-    check(tmp_path, "LSTM", directions=2, layout=layout, hidden=300, lens=True, initial=True, peepholes=True,
-          clip=2.0, constant_weights=constant_weights, threads=threads)
+@pytest.mark.parametrize("op,attrs", [("LSTM", {"peepholes": True}), ("GRU", {}), ("GRU", {"linear_before_reset": 1})])
+def test_split_across_threads(tmp_path, threads, layout, constant_weights, op, attrs):
+    check(tmp_path, op, directions=2, layout=layout, hidden=300, lens=True, initial=True, clip=2.0,
+          constant_weights=constant_weights, threads=threads, **attrs)
 
 
 def test_gru_linear_before_reset(tmp_path):

@@ -5,7 +5,12 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "kernels/kernel.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -132,6 +137,46 @@ TEST(RecurrentKernel, LstmForward) {
     h = next;
   });
 }
+
+#if defined(_OPENMP)
+// With 2+ threads and R of 1 MiB or more, LSTM and GRU split the hidden
+// units across the threads (recurrent.cc, stepsAcrossThreads); one thread
+// runs the plain loop. Both sum every column in the same order, so their
+// outputs agree to rounding: bidirectional, batch 3 with one shorter
+// sequence, 5 steps (odd: the last h is in the second buffer).
+TEST(RecurrentKernel, HiddenSplitAcrossThreadsMatchesOneThread) {
+  constexpr int64_t seq = 5, batch = 3, input = 24, hidden = 300;
+  for (const auto& [op, gates, lbr] : {std::tuple{"LSTM", 4, 0}, std::tuple{"GRU", 3, 0}, std::tuple{"GRU", 3, 1}}) {
+    const int64_t g = gates * hidden;
+    std::vector<Operand> inputs = {
+        operand<float>({seq, batch, input}, randomValues<float>(seq * batch * input, 1, -1, 1)),
+        operand<float>({2, g, input}, randomValues<float>(static_cast<size_t>(2 * g * input), 2, -0.2f, 0.2f)),
+        operand<float>({2, g, hidden}, randomValues<float>(static_cast<size_t>(2 * g * hidden), 3, -0.1f, 0.1f)),
+        operand<float>({2, 2 * g}, randomValues<float>(static_cast<size_t>(4 * g), 4, -0.5f, 0.5f)),
+        operand<int32_t>({batch}, {5, 2, 5})};
+    ParamMap p;
+    p.set("hidden_size", hidden);
+    p.set("direction", std::string("bidirectional"));
+    p.set("linear_before_reset", int64_t{lbr});
+    std::vector<std::vector<float>> results;
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<Operand> outputs = {output(DType::kF32, {seq, 2, batch, hidden}), output(DType::kF32, {2, batch, hidden})};
+      PreparedKernel(op, inputs, outputs, p).run(inputs, outputs);
+      auto y = outputs[0].values<float>();
+      const auto y_h = outputs[1].values<float>();
+      y.insert(y.end(), y_h.begin(), y_h.end());
+      results.push_back(y);
+    }
+    omp_set_num_threads(saved);
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_NEAR(results[1][i], results[0][i], 1e-5) << op << " linear_before_reset " << lbr << " at " << i;
+    }
+  }
+}
+#endif
 
 TEST(RecurrentKernel, SequenceLengthsZeroTheTail) {
   // Batch 2 with lengths 1 and 0: batch 1 keeps its initial state, Y rows 0.

@@ -15,12 +15,19 @@ void packPanels(const float* b, int64_t k, int64_t n, int64_t row_stride, int64_
 }
 
 void panelProduct(const vec::VectorKernels& v, const float* a, int64_t lda, const float* panels, int64_t k,
-                  int64_t begin, int64_t end, float* c, int64_t ldc, int64_t m) {
-  for (int64_t j = begin; j < end;) {
-    const int64_t offset = j % kPanel;
-    const int64_t width = std::min(kPanel - offset, end - j);
-    v.matmulAccumulate(a, lda, panels + (j / kPanel) * kPanel * k + offset, kPanel, c + (j - begin), ldc, m, width, k);
-    j += width;
+                  int64_t begin, int64_t end, float* c, int64_t ldc, int64_t m, bool backward) {
+  const auto product = [&](int64_t from, int64_t to) {  // within one panel
+    v.matmulAccumulate(a, lda, panels + (from / kPanel) * kPanel * k + from % kPanel, kPanel, c + (from - begin), ldc,
+                       m, to - from, k);
+  };
+  if (!backward) {
+    for (int64_t j = begin; j < end; j = std::min(end, (j / kPanel + 1) * kPanel)) {
+      product(j, std::min(end, (j / kPanel + 1) * kPanel));
+    }
+  } else {
+    for (int64_t j = end; j > begin; j = std::max(begin, (j - 1) / kPanel * kPanel)) {
+      product(std::max(begin, (j - 1) / kPanel * kPanel), j);
+    }
   }
 }
 

@@ -34,8 +34,10 @@ size_t panelsSize(int64_t k, int64_t n);
 void packPanels(const float* b, int64_t k, int64_t n, int64_t row_stride, int64_t column_stride, float* panels);
 
 // c[i][j - begin] += sum over p < k of a[i][p] * B[p][j], for i < m and
-// begin <= j < end (c's rows ldc apart, a's lda).
+// begin <= j < end (c's rows ldc apart, a's lda). `backward` walks the
+// panels from the last: a caller that reads the same columns over and over
+// alternates it, so that each pass starts on what is still in cache.
 void panelProduct(const vec::VectorKernels& v, const float* a, int64_t lda, const float* panels, int64_t k,
-                  int64_t begin, int64_t end, float* c, int64_t ldc, int64_t m);
+                  int64_t begin, int64_t end, float* c, int64_t ldc, int64_t m, bool backward = false);
 
 }  // namespace kiln

@@ -21,7 +21,7 @@
 // bidirectional layer run on two threads when the layer is big enough to
 // pay for waking them (parallel.h); an LSTM whose R is too big for a core's
 // cache instead splits its hidden units across the threads, one direction
-// after the other (lstmStepsAcrossThreads).
+// after the other (stepsAcrossThreads).
 //
 // com.microsoft.DynamicQuantizeLSTM (onnxruntime's dynamically quantized
 // LSTM: int8 W [directions, input, 4 hidden] and R [directions, hidden, 4
@@ -437,50 +437,96 @@ void projectQuantized(const ExactIntGemm& gemm, const std::vector<float>& column
 }
 
 // One direction over the whole sequence.
-// The steps of one LSTM direction with its hidden units split across the
-// OpenMP pool (see runRecurrent): thread t owns units [begin, end) and the
-// four gate columns of each, and so reads the same columns of R^T at every
-// step, which stay in its core's cache (on Sapphire Rapids, hidden 512:
-// 2 MiB of each direction's 4 MiB per core, where a direction per thread
-// streamed all 4 MiB from L3 at every step). h is double-buffered: every
-// thread reads all of it, so one barrier per step.
-void lstmStepsAcrossThreads(const RecurrentState& s, const Operands& in, const Activation* act, const float* peep,
-                            const float* projected, const float* r_t, DirectionScratch& sc, const auto& length,
-                            const auto& x_row, const auto& time_of, const auto& y_row) {
+// The steps of one LSTM or GRU direction with its hidden units split across
+// the OpenMP pool (see runRecurrent): thread t owns units [begin, end) and
+// every gate's column of each, and so reads the same columns of R^T at
+// every step, which stay in its core's cache (on Sapphire Rapids, hidden
+// 512: 2 MiB of an LSTM direction's 4 MiB per core, where a direction per
+// thread streamed all 4 MiB from L3 at every step). h is double-buffered:
+// every thread reads all of it, so one barrier per step; GRU without
+// linear_before_reset has a second one, as (r * h) R_h^T reads all of r * h.
+void stepsAcrossThreads(const RecurrentState& s, const Operands& in, const Activation* act, const float* peep,
+                        const float* rb, const float* projected, const float* r_t, DirectionScratch& sc,
+                        const auto& length, const auto& x_row, const auto& time_of, const auto& y_row) {
 #if defined(_OPENMP)
   const vec::VectorKernels& v = vec::vectorKernels();
-  const int64_t n = s.hidden, g = 4 * n;
+  const bool lstm = s.cell == Cell::kLstm;
+  const bool lbr = !lstm && s.linear_before_reset;
+  const int64_t n = s.hidden, gate_count = gatesOf(s.cell), g = gate_count * n;
   float* const buffers[2] = {sc.h.data(), sc.h_next.data()};
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
     // Bounds on multiples of 16 units: whole vectors and cache lines.
     const auto bound = [&](int64_t t) { return t >= threads ? n : std::min(n, n * t / threads / 16 * 16); };
-    const int64_t begin = bound(thread), end = bound(thread + 1);
-    for (int64_t i = 0; i < s.seq; ++i) {
+    const int64_t begin = bound(thread), end = bound(thread + 1), width = end - begin;
+    // h R^T into this thread's columns of gates [first, last) (GRU's
+    // candidate: of `extra`), the gates in turns forward and backward: a
+    // core's columns are about as big as its L2, and walked in one order
+    // each step would evict every line just before it is read again;
+    // reversed, a step starts on what the last one read last.
+    const auto products = [&](const float* a, int64_t first, int64_t last, float* to, int64_t ldc, bool backward) {
+      for (int64_t q = 0; q < last - first; ++q) {
+        const int64_t k = backward ? last - 1 - q : first + q;
+        panelProduct(v, a, n, r_t, n, k * n + begin, k * n + end, to + (k - first) * n + begin, ldc, s.batch, backward);
+      }
+    };
+    for (int64_t i = 0; i < s.seq && width > 0; ++i) {
       const float* h = buffers[i % 2];
       float* h_new = buffers[(i + 1) % 2];
-      for (int64_t b = 0; b < s.batch && begin < end; ++b) {
+      const bool backward = i % 2 == 1;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        if (i >= length(b)) continue;
+        const float* from = projected + x_row(b, time_of(b, i)) * g;
         float* gates = sc.gates.data() + b * g;
-        if (i < length(b)) {
-          const float* from = projected + x_row(b, time_of(b, i)) * g;
-          for (int64_t k = 0; k < 4; ++k) std::copy(from + k * n + begin, from + k * n + end, gates + k * n + begin);
+        for (int64_t k = 0; k < gate_count; ++k) std::copy(from + k * n + begin, from + k * n + end, gates + k * n + begin);
+        if (lbr) std::copy(rb + 2 * n + begin, rb + 2 * n + end, sc.extra.data() + b * n + begin);
+      }
+      // LSTM: all four gates. GRU: z and r; with linear_before_reset also
+      // R_h h + R_bh into extra.
+      products(h, 0, lstm ? 4 : 2, sc.gates.data(), g, backward);
+      if (lbr) products(h, 2, 3, sc.extra.data(), n, backward);
+      if (!lstm) {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          if (i >= length(b)) continue;
+          float* z = sc.gates.data() + b * g + begin;
+          float* r = z + n;
+          float* candidate = z + 2 * n;
+          float* e = sc.extra.data() + b * n + begin;
+          for (float* gate : {z, r}) {
+            clipRow(s, gate, width);
+            activate(act[0], gate, width);
+          }
+          if (lbr) {
+            for (int64_t j = 0; j < width; ++j) candidate[j] += r[j] * e[j];
+          } else {
+            for (int64_t j = 0; j < width; ++j) e[j] = r[j] * h[b * n + begin + j];
+          }
+        }
+        if (!lbr) {
+#pragma omp barrier
+          products(sc.extra.data(), 2, 3, sc.gates.data() + 2 * n, g, backward);
         }
       }
-      for (int64_t k = 0; k < 4 && begin < end; ++k) {
-        panelProduct(v, h, n, r_t, n, k * n + begin, k * n + end, sc.gates.data() + k * n + begin, g, s.batch);
-      }
-      for (int64_t b = 0; b < s.batch && begin < end; ++b) {
+      for (int64_t b = 0; b < s.batch; ++b) {
         float* gates = sc.gates.data() + b * g;
         const bool active = i < length(b);
-        if (active) {
+        if (!active) {
+          std::copy(h + b * n + begin, h + b * n + end, h_new + b * n + begin);
+        } else if (lstm) {
           for (int64_t k = 0; k < 4; ++k) {
             float* part = gates + k * n + begin;
-            v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(part, sc.bias.data() + k * n + begin, part, end - begin);
+            v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(part, sc.bias.data() + k * n + begin, part, width);
           }
           lstmRow(s, act, peep, gates, h_new + b * n, sc.c.data() + b * n, sc.extra.data() + b * n, begin, end);
         } else {
-          std::copy(h + b * n + begin, h + b * n + end, h_new + b * n + begin);
+          const float* z = gates + begin;
+          float* candidate = gates + 2 * n + begin;
+          clipRow(s, candidate, width);
+          activate(act[1], candidate, width);
+          const float* h_old = h + b * n + begin;
+          float* out = h_new + b * n + begin;
+          for (int64_t j = 0; j < width; ++j) out[j] = (1.0f - z[j]) * candidate[j] + z[j] * h_old[j];
         }
         if (in.y != nullptr) {
           float* to = in.y + y_row(b, active ? time_of(b, i) : i) * n;  // the rows past the length are zeroed
@@ -496,8 +542,8 @@ void lstmStepsAcrossThreads(const RecurrentState& s, const Operands& in, const A
   }
   if (s.seq % 2 == 1) std::copy(sc.h_next.begin(), sc.h_next.end(), sc.h.begin());
 #else
-  (void)s, (void)in, (void)act, (void)peep, (void)projected, (void)r_t, (void)sc, (void)length, (void)x_row,
-      (void)time_of, (void)y_row;
+  (void)s, (void)in, (void)act, (void)peep, (void)rb, (void)projected, (void)r_t, (void)sc, (void)length,
+      (void)x_row, (void)time_of, (void)y_row;
 #endif
 }
 
@@ -573,7 +619,7 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d, bool s
     return s.batch_major ? (b * s.seq + t) * d_count + d : (t * d_count + d) * s.batch + b;
   };
   if (split_hidden) {
-    lstmStepsAcrossThreads(s, in, act, peep, projected, r_t, sc, length, x_row, time_of, y_row);
+    stepsAcrossThreads(s, in, act, peep, rb, projected, r_t, sc, length, x_row, time_of, y_row);
   } else {
     float* gates = sc.gates.data();
     float* extra = sc.extra.data();
@@ -591,7 +637,7 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d, bool s
         projectQuantized(*quantized->r, quantized->r_scale, sc.h.data(), s.batch, n, g, sc.h_q.data(), sc.products.data(),
                          gates, true);
       } else {
-        panelProduct(v, sc.h.data(), n, r_t, n, 0, first_columns, gates, g, s.batch);
+        panelProduct(v, sc.h.data(), n, r_t, n, 0, first_columns, gates, g, s.batch, i % 2 == 1);
       }
       if (lstm) {
         for (int64_t b = 0; b < s.batch; ++b) v.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth)(gates + b * g, sc.bias.data(), gates + b * g, g);
@@ -662,16 +708,19 @@ void runDirection(const RecurrentState& s, const Operands& in, int64_t d, bool s
   }
 }
 
-// Whether an LSTM's steps split the hidden units across threads
-// (lstmStepsAcrossThreads) rather than giving each direction a thread: when
-// one direction's R is 1 MiB or more (hidden 256 and up), too big for a
-// core's cache next to the other direction's. ddddocr's bidirectional
-// LSTM alone (hidden 512, 32 steps) on a Sapphire Rapids VM, 2 threads:
-// 6.6-7.0 -> 4.5-5.5 ms p50 (onnxruntime in the same minutes: 3.7-4.5 ms).
+// Whether an LSTM's or GRU's steps split the hidden units across threads
+// (stepsAcrossThreads) rather than giving each direction a thread: when one
+// direction's R is 1 MiB or more (LSTM from hidden 256, GRU from 296), too
+// big for a core's cache next to the other direction's. On a Sapphire
+// Rapids VM, 2 threads, one bidirectional layer of hidden 512 over 32 steps
+// (ddddocr's LSTM), p50 with onnxruntime alternated: LSTM 6.6-7.0 ->
+// 4.1-5.1 ms (onnxruntime 3.6-5.3 in the same minutes), GRU 4.7-5.1 (against
+// 3.2-3.6) -> 2.7-3.4 ms (against 2.3-3.3). Both still trail onnxruntime
+// by 5-10% there.
 bool splitsHidden(const RecurrentState& s) {
 #if defined(_OPENMP)
   constexpr int64_t kMinRBytes = int64_t{1} << 20;
-  return s.cell == Cell::kLstm && s.quantized.empty() && 4 * s.hidden * s.hidden * 4 >= kMinRBytes &&
+  return s.cell != Cell::kRnn && s.quantized.empty() && gatesOf(s.cell) * s.hidden * s.hidden * 4 >= kMinRBytes &&
          omp_get_max_threads() > 1 && !omp_in_parallel();
 #else
   (void)s;
