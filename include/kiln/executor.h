@@ -44,7 +44,8 @@ struct ExecutorOptions {
   // Flush denormal floats to zero while the program runs (FTZ and DAZ on
   // the running thread and its kernel threads; the caller's mode comes back
   // after each run). Several times faster on models whose activations
-  // underflow, and results move by less than 1.2e-38. Off: the run keeps the
+  // underflow; floats below 1.2e-38 are then zero, as results and when read
+  // (Ceil of 1e-40 is 0; kernels/cpu/denormals.h). Off: the run keeps the
   // caller's floating-point mode (IEEE denormals by default).
   bool flush_denormals = true;
   // The caller owns the arena and hands it over with setArena() before the

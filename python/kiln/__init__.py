@@ -100,8 +100,9 @@ class Runner:
     flush_denormals (default True): denormal floats are flushed to zero
     while the model runs (FTZ and DAZ on the kernel threads; the caller's
     mode is restored after each run). Models whose activations underflow
-    run several times faster on Intel cores, and results move by less than
-    1.2e-38. False keeps the caller's floating-point mode."""
+    run several times faster on Intel cores. Floats below 1.2e-38 are then
+    zero, as results and when read (Ceil of 1e-40 is 0). False keeps the
+    caller's floating-point mode."""
 
     def __init__(self, path, model: str = "", threads: int = 0, plan_cache_capacity: int = 16,
                  profile: bool = False, device: Optional[str] = None, flush_denormals: bool = True):

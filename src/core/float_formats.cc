@@ -133,7 +133,7 @@ bool e8m0RoundingFromName(std::string_view name, E8M0Rounding& out) {
 float e8m0ToFloat(uint8_t code) {
   if (code == 0xFF) return std::nanf("");
   // Made from bits, not by ldexp: 2^-127 is subnormal, and runs flush
-  // subnormal results of arithmetic to zero (runtime/denormals.h).
+  // subnormal results of arithmetic to zero (kernels/cpu/denormals.h).
   if (code == 0) return bitsToFloat(0x00400000u);
   return bitsToFloat(static_cast<uint32_t>(code) << 23);
 }

@@ -15,7 +15,7 @@
 #include "kiln/package_reader.h"
 #include "kiln/step_trace.h"
 #include "format/graph_package.h"
-#include "runtime/denormals.h"
+#include "kernels/cpu/denormals.h"
 #include "runtime/device_internal.h"
 #include "runtime/program.h"
 #if KILN_HAVE_CUDA

@@ -15,7 +15,7 @@
 #include "kiln/compiler.h"
 #include "kiln/executor.h"
 #include "kiln/graph_builder.h"
-#include "runtime/denormals.h"
+#include "kernels/cpu/denormals.h"
 #include "tests/format/test_package.h"
 
 namespace kiln {

@@ -1,4 +1,5 @@
-// Flushing denormal (subnormal) floats to zero while a program runs.
+// Flushing denormal (subnormal) floats to zero while a program runs (and
+// while the compiler folds constants).
 //
 // Why: on Intel cores every arithmetic instruction that reads or makes a
 // denormal takes a microcode assist of about a hundred cycles. A model whose
@@ -7,8 +8,14 @@
 // PP-OCRv6's text detector took 248 ms per run instead of 67 on a Sapphire
 // Rapids core, nearly all of it in two 1x1 convolutions reading Gelu outputs
 // below 1.2e-38 (onnxruntime, which keeps denormals by default, took 262 ms).
-// Flushing changes a result by less than 1.2e-38 in absolute terms, nothing a
-// model's outputs can show; TensorFlow flushes by default for the same reason.
+// TensorFlow flushes by default for the same reason.
+//
+// What it changes: every float below 1.2e-38 in magnitude is zero, as a
+// result and when read. Continuous operations move by less than 1.2e-38;
+// discontinuous ones see the zero (Ceil of 1e-40 is 0, not 1; Sign 0; x / 1e-40
+// is inf; 1e-40 > 0 is false). Constant folding (evaluate_once.cc) folds in
+// the same mode, so a folded node and a run node agree (graph_run_fuzz found
+// a Ceil that did not).
 //
 // How: the SSE/AVX control register (MXCSR) is per thread. FTZ makes
 // denormal results zero, DAZ reads denormal inputs as zero. DenormalsScope

@@ -1,4 +1,4 @@
-#include "runtime/denormals.h"
+#include "kernels/cpu/denormals.h"
 
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
