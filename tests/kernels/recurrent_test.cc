@@ -143,16 +143,20 @@ TEST(RecurrentKernel, LstmForward) {
 // units across the threads (recurrent.cc, stepsAcrossThreads); one thread
 // runs the plain loop. Both sum every column in the same order, so their
 // outputs agree to rounding: bidirectional, batch 3 with one shorter
-// sequence, 5 steps (odd: the last h is in the second buffer).
+// sequence, 5 steps (odd: the last h is in the second buffer), with and
+// without biases.
 TEST(RecurrentKernel, HiddenSplitAcrossThreadsMatchesOneThread) {
   constexpr int64_t seq = 5, batch = 3, input = 24, hidden = 300;
-  for (const auto& [op, gates, lbr] : {std::tuple{"LSTM", 4, 0}, std::tuple{"GRU", 3, 0}, std::tuple{"GRU", 3, 1}}) {
+  for (const auto& [op, gates, lbr, bias] :
+       {std::tuple{"LSTM", 4, 0, true}, std::tuple{"GRU", 3, 0, true}, std::tuple{"GRU", 3, 1, true},
+        std::tuple{"LSTM", 4, 0, false}, std::tuple{"GRU", 3, 1, false}}) {
     const int64_t g = gates * hidden;
     std::vector<Operand> inputs = {
         operand<float>({seq, batch, input}, randomValues<float>(seq * batch * input, 1, -1, 1)),
         operand<float>({2, g, input}, randomValues<float>(static_cast<size_t>(2 * g * input), 2, -0.2f, 0.2f)),
         operand<float>({2, g, hidden}, randomValues<float>(static_cast<size_t>(2 * g * hidden), 3, -0.1f, 0.1f)),
-        operand<float>({2, 2 * g}, randomValues<float>(static_cast<size_t>(4 * g), 4, -0.5f, 0.5f)),
+        bias ? operand<float>({2, 2 * g}, randomValues<float>(static_cast<size_t>(4 * g), 4, -0.5f, 0.5f))
+             : omitted(),
         operand<int32_t>({batch}, {5, 2, 5})};
     ParamMap p;
     p.set("hidden_size", hidden);
@@ -172,7 +176,8 @@ TEST(RecurrentKernel, HiddenSplitAcrossThreadsMatchesOneThread) {
     omp_set_num_threads(saved);
     ASSERT_EQ(results[0].size(), results[1].size());
     for (size_t i = 0; i < results[0].size(); ++i) {
-      ASSERT_NEAR(results[1][i], results[0][i], 1e-5) << op << " linear_before_reset " << lbr << " at " << i;
+      ASSERT_NEAR(results[1][i], results[0][i], 1e-5)
+          << op << " linear_before_reset " << lbr << (bias ? "" : " without biases") << " at " << i;
     }
   }
 }

@@ -19,9 +19,9 @@
 // when R is a constant (else run packs it into scratch), then the
 // activations as vector loops over whole gate rows. The two directions of a
 // bidirectional layer run on two threads when the layer is big enough to
-// pay for waking them (parallel.h); an LSTM whose R is too big for a core's
-// cache instead splits its hidden units across the threads, one direction
-// after the other (stepsAcrossThreads).
+// pay for waking them (parallel.h); an LSTM or GRU whose R is too big for a
+// core's cache instead splits its hidden units across the threads, one
+// direction after the other (stepsAcrossThreads).
 //
 // com.microsoft.DynamicQuantizeLSTM (onnxruntime's dynamically quantized
 // LSTM: int8 W [directions, input, 4 hidden] and R [directions, hidden, 4
@@ -436,7 +436,6 @@ void projectQuantized(const ExactIntGemm& gemm, const std::vector<float>& column
   }
 }
 
-// One direction over the whole sequence.
 // The steps of one LSTM or GRU direction with its hidden units split across
 // the OpenMP pool (see runRecurrent): thread t owns units [begin, end) and
 // every gate's column of each, and so reads the same columns of R^T at
@@ -480,7 +479,14 @@ void stepsAcrossThreads(const RecurrentState& s, const Operands& in, const Activ
         const float* from = projected + x_row(b, time_of(b, i)) * g;
         float* gates = sc.gates.data() + b * g;
         for (int64_t k = 0; k < gate_count; ++k) std::copy(from + k * n + begin, from + k * n + end, gates + k * n + begin);
-        if (lbr) std::copy(rb + 2 * n + begin, rb + 2 * n + end, sc.extra.data() + b * n + begin);
+        if (lbr) {  // R_bh, or 0 without biases
+          float* e = sc.extra.data() + b * n;
+          if (rb == nullptr) {
+            std::fill(e + begin, e + end, 0.0f);
+          } else {
+            std::copy(rb + 2 * n + begin, rb + 2 * n + end, e + begin);
+          }
+        }
       }
       // LSTM: all four gates. GRU: z and r; with linear_before_reset also
       // R_h h + R_bh into extra.
@@ -547,6 +553,7 @@ void stepsAcrossThreads(const RecurrentState& s, const Operands& in, const Activ
 #endif
 }
 
+// One direction over the whole sequence.
 void runDirection(const RecurrentState& s, const Operands& in, int64_t d, bool split_hidden) {
   DirectionScratch& sc = s.scratch[static_cast<size_t>(d)];
   const vec::VectorKernels& v = vec::vectorKernels();
