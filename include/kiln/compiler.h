@@ -83,8 +83,8 @@ struct CompileOptions {
 };
 
 struct CompileReport {
-  size_t steps = 0;           // kernels run per inference
-  std::map<std::string, size_t> step_kernels;  // steps per kernel name
+  size_t steps = 0;           // steps of the main program (a control-flow step counts once)
+  std::map<std::string, size_t> step_kernels;  // steps per kernel name, sub-programs' (If, Loop, Scan) included
   size_t views = 0;           // nodes that became aliases (no work)
   size_t int8_matmuls = 0;    // MatMuls that quantize_activations computes in int8
   size_t constants = 0;

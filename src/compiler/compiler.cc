@@ -309,6 +309,9 @@ class Lowering {
     planArena(report);
     report.steps = spec_.steps.size();
     for (const StepSpec& step : spec_.steps) ++report.step_kernels[step.kernel];
+    for (const SubProgramSpec& program : spec_.subprograms) {
+      for (const StepSpec& step : program.steps) ++report.step_kernels[step.kernel];
+    }
     constants = std::move(constant_data_);
     return std::move(spec_);
   }

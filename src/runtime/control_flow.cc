@@ -5,7 +5,6 @@
 // iterations run.
 #include <fmt/format.h>
 
-#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -18,8 +17,8 @@ namespace {
 
 uint64_t bytesOf(const TensorView& view) { return view.numElements() * dtypeSize(view.dtype); }
 
-void copyView(const TensorView& to, const TensorView& from) {
-  if (to.data != from.data) std::memmove(to.data, from.data, bytesOf(from));
+void copyView(ViewMemory& memory, const TensorView& to, const TensorView& from) {
+  memory.copy(to.data, from.data, bytesOf(from));
 }
 
 // The tensor as [outer, length, inner bytes] around `axis`.
@@ -42,15 +41,15 @@ AxisSplit splitAt(const TensorView& view, uint32_t axis) {
   return split;
 }
 
-// Copies slice `index` along `axis` of `whole` into `slice`, or back.
-void copySlice(const TensorView& whole, uint32_t axis, uint64_t index, const TensorView& slice, bool into_slice) {
+// Copies slice `index` along `axis` of `whole` into `slice`, or back: one
+// row of inner bytes per outer position.
+void copySlice(ViewMemory& memory, const TensorView& whole, uint32_t axis, uint64_t index, const TensorView& slice,
+               bool into_slice) {
   const AxisSplit s = splitAt(whole, axis);
-  for (uint64_t o = 0; o < s.outer; ++o) {
-    std::byte* in_whole = whole.data + (o * s.length + index) * s.inner_bytes;
-    std::byte* in_slice = slice.data + o * s.inner_bytes;
-    if (into_slice) std::memcpy(in_slice, in_whole, s.inner_bytes);
-    else std::memcpy(in_whole, in_slice, s.inner_bytes);
-  }
+  std::byte* in_whole = whole.data + index * s.inner_bytes;
+  const uint64_t whole_pitch = s.length * s.inner_bytes;
+  if (into_slice) memory.copyRows(slice.data, s.inner_bytes, in_whole, whole_pitch, s.inner_bytes, s.outer);
+  else memory.copyRows(in_whole, whole_pitch, slice.data, s.inner_bytes, s.inner_bytes, s.outer);
 }
 
 // Checks, at prepare, that each copy between the node's tensors and a
@@ -232,10 +231,13 @@ void ProgramRunner::runControlFlow(const Step& step) {
 
 void ProgramRunner::runIf(const Step& step) {
   const ControlFlow& control = *step.control;
-  const bool condition = *reinterpret_cast<const uint8_t*>(views_[step.first_input].data) != 0;
-  const Program& branch = *control.programs[condition ? 0 : 1];
+  uint8_t condition = 0;
+  memory_.read(&condition, views_[step.first_input].data, 1);
+  const Program& branch = *control.programs[condition != 0 ? 0 : 1];
   run(branch.steps);  // only the chosen branch runs
-  for (uint32_t i = 0; i < control.outputs; ++i) copyView(views_[step.first_output + i], views_[branch.output_views[i]]);
+  for (uint32_t i = 0; i < control.outputs; ++i) {
+    copyView(memory_, views_[step.first_output + i], views_[branch.output_views[i]]);
+  }
 }
 
 // Loop(M, cond, v...): body(i, cond, v...) -> (cond, v..., scan...).
@@ -245,29 +247,36 @@ void ProgramRunner::runLoop(const Step& step) {
   const TensorView* in = &views_[step.first_input];
   const TensorView* out = &views_[step.first_output];
   const uint32_t carried = control.inputs - 2;
-  const int64_t trip_limit = in[0].data != nullptr ? *in[0].as<int64_t>() : std::numeric_limits<int64_t>::max();
-  bool condition = in[1].data != nullptr ? *in[1].as<uint8_t>() != 0 : true;
-  for (uint32_t k = 0; k < carried; ++k) copyView(views_[body.input_views[2 + k]], in[2 + k]);
+  int64_t trip_limit = std::numeric_limits<int64_t>::max();
+  if (in[0].data != nullptr) memory_.read(&trip_limit, in[0].data, sizeof(trip_limit));
+  uint8_t condition = 1;
+  if (in[1].data != nullptr) memory_.read(&condition, in[1].data, 1);
+  for (uint32_t k = 0; k < carried; ++k) copyView(memory_, views_[body.input_views[2 + k]], in[2 + k]);
   const uint32_t scans = control.outputs - carried;
   int64_t iteration = 0;
-  for (; iteration < trip_limit && condition; ++iteration) {
+  for (; iteration < trip_limit && condition != 0; ++iteration) {
     if (scans > 0 && static_cast<int64_t>(out[carried].dims[0]) <= iteration) break;
-    *views_[body.input_views[0]].as<int64_t>() = iteration;
-    *views_[body.input_views[1]].as<uint8_t>() = condition ? 1 : 0;
+    const uint8_t running = 1;
+    memory_.write(views_[body.input_views[0]].data, &iteration, sizeof(iteration));
+    memory_.write(views_[body.input_views[1]].data, &running, 1);
     run(body.steps);
-    condition = *views_[body.output_views[0]].as<uint8_t>() != 0;
+    // On a device this waits for the body: the next iteration depends on it.
+    memory_.read(&condition, views_[body.output_views[0]].data, 1);
     for (uint32_t j = 0; j < scans; ++j) {
       const TensorView& slice = views_[body.output_views[1 + carried + j]];
-      std::memcpy(out[carried + j].data + static_cast<uint64_t>(iteration) * bytesOf(slice), slice.data, bytesOf(slice));
+      memory_.copy(out[carried + j].data + static_cast<uint64_t>(iteration) * bytesOf(slice), slice.data,
+                   bytesOf(slice));
     }
-    for (uint32_t k = 0; k < carried; ++k) copyView(views_[body.input_views[2 + k]], views_[body.output_views[1 + k]]);
+    for (uint32_t k = 0; k < carried; ++k) {
+      copyView(memory_, views_[body.input_views[2 + k]], views_[body.output_views[1 + k]]);
+    }
   }
   if (scans > 0 && iteration != out[carried].dims[0]) {
     throw UsageError(fmt::format("Loop ran {} iterations, but its scan outputs were planned for {} (a loop whose "
                                  "scan outputs' length is only known at run time is not supported)",
                                  iteration, out[carried].dims[0]));
   }
-  for (uint32_t k = 0; k < carried; ++k) copyView(out[k], views_[body.input_views[2 + k]]);
+  for (uint32_t k = 0; k < carried; ++k) copyView(memory_, out[k], views_[body.input_views[2 + k]]);
 }
 
 // Scan(states..., scanned...): body(states..., slices...) -> (states...,
@@ -280,20 +289,20 @@ void ProgramRunner::runScan(const Step& step) {
   const uint32_t states = control.inputs - control.scan_inputs;
   const uint32_t scans = control.outputs - states;
   const uint64_t length = static_cast<uint64_t>(in[states].dims[control.input_axes[0]]);
-  for (uint32_t i = 0; i < states; ++i) copyView(views_[body.input_views[i]], in[i]);
+  for (uint32_t i = 0; i < states; ++i) copyView(memory_, views_[body.input_views[i]], in[i]);
   for (uint64_t t = 0; t < length; ++t) {
     for (uint32_t k = 0; k < control.scan_inputs; ++k) {
       const uint64_t index = control.input_reverse[k] ? length - 1 - t : t;
-      copySlice(in[states + k], control.input_axes[k], index, views_[body.input_views[states + k]], true);
+      copySlice(memory_, in[states + k], control.input_axes[k], index, views_[body.input_views[states + k]], true);
     }
     run(body.steps);
-    for (uint32_t i = 0; i < states; ++i) copyView(views_[body.input_views[i]], views_[body.output_views[i]]);
+    for (uint32_t i = 0; i < states; ++i) copyView(memory_, views_[body.input_views[i]], views_[body.output_views[i]]);
     for (uint32_t j = 0; j < scans; ++j) {
       const uint64_t index = control.output_reverse[j] ? length - 1 - t : t;
-      copySlice(out[states + j], control.output_axes[j], index, views_[body.output_views[states + j]], false);
+      copySlice(memory_, out[states + j], control.output_axes[j], index, views_[body.output_views[states + j]], false);
     }
   }
-  for (uint32_t i = 0; i < states; ++i) copyView(out[i], views_[body.input_views[i]]);
+  for (uint32_t i = 0; i < states; ++i) copyView(memory_, out[i], views_[body.input_views[i]]);
 }
 
 }  // namespace kiln

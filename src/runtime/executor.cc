@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -87,6 +88,10 @@ struct Executor::Impl {
 #if KILN_HAVE_CUDA
   std::unique_ptr<cuda::ProgramGraphs> graphs;
 #endif
+  // Where control flow reaches the views' bytes: the host's memory, or
+  // the cuda device's (then the program is not captured as a graph).
+  std::unique_ptr<ViewMemory> device_view_memory;
+  ViewMemory* view_memory = &hostViewMemory();
   std::vector<const void*> graph_key;
   std::map<std::string, size_t> host_steps;  // cuda: steps run on the host, by kernel
 
@@ -174,7 +179,15 @@ struct Executor::Impl {
 #if KILN_HAVE_CUDA
       if (!options.external_arena) throw UsageError("a cuda executor takes its arena from its device (external_arena)");
       if (!host_constants) throw UsageError("a cuda executor needs the host bytes of its constants");
-      if (options.cuda_graphs) graphs = std::make_unique<cuda::ProgramGraphs>(queue, 8);
+      const bool control_flow = std::any_of(spec.steps.begin(), spec.steps.end(),
+                                            [](const StepSpec& step) { return isControlFlowKernel(step.kernel); });
+      if (control_flow) {
+        // A condition is read on the host, which a CUDA graph cannot wait for.
+        device_view_memory = cuda::createViewMemory(queue);
+        view_memory = device_view_memory.get();
+      } else if (options.cuda_graphs) {
+        graphs = std::make_unique<cuda::ProgramGraphs>(queue, 8);
+      }
       graph_key.resize(inputs.size() + outputs.size());
       cuda::useQueueDevice(queue);
 #else
@@ -206,9 +219,6 @@ struct Executor::Impl {
     std::set<std::string> missing;
     auto check = [&](const std::vector<StepSpec>& list) {
       for (const StepSpec& step : list) {
-        if (cuda && isControlFlowKernel(step.kernel)) {
-          throw UsageError(fmt::format("{}: control flow ({}) does not run on cuda devices yet", source, step.kernel));
-        }
         if (!isControlFlowKernel(step.kernel) && kernels.find(step.kernel) == nullptr &&
             (!cuda || KernelRegistry::cuda().find(step.kernel) == nullptr)) {
           missing.insert(step.kernel);
@@ -390,14 +400,14 @@ void Executor::run(std::span<const std::byte* const> inputs, std::span<std::byte
         m.graph_key,
         [](void* context) {
           Impl& self = *static_cast<Impl*>(context);
-          ProgramRunner(self.views, self.steps_run, self.queue).run(self.steps);
+          ProgramRunner(self.views, self.steps_run, self.queue, *self.view_memory).run(self.steps);
         },
         &m);
     if (!captured) m.steps_run += m.steps.size();
     return;
   }
 #endif
-  ProgramRunner(m.views, m.steps_run, m.queue).run(m.steps);
+  ProgramRunner(m.views, m.steps_run, m.queue, *m.view_memory).run(m.steps);
 }
 
 void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
@@ -409,7 +419,7 @@ void Executor::runProfiled(std::span<const std::byte* const> inputs, std::span<s
   m.bind(inputs, outputs);
   m.useThreads();
   const DenormalsScope denormals(m.flush_denormals);
-  ProgramRunner runner(m.views, m.steps_run, m.queue);
+  ProgramRunner runner(m.views, m.steps_run, m.queue, *m.view_memory);
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     runner.runStep(m.steps[i]);
@@ -430,7 +440,7 @@ void Executor::runTraced(std::span<const std::byte* const> inputs, std::span<std
   m.bind(inputs, outputs);
   m.useThreads();
   const DenormalsScope denormals(m.flush_denormals);
-  ProgramRunner runner(m.views, m.steps_run, m.queue);
+  ProgramRunner runner(m.views, m.steps_run, m.queue, *m.view_memory);
   const uint64_t run = trace.nextRun();
   const uint64_t run_start = trace.now();
   for (size_t i = 0; i < m.steps.size(); ++i) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/kernel.h"
+#include "kernels/view_memory.h"
 
 namespace kiln {
 
@@ -51,10 +52,13 @@ struct ControlFlow {
 
 // Runs steps over a view table. Throws UsageError only when a Loop ends
 // before the number of iterations its scan outputs were planned for.
+// Control flow reaches the views' bytes through `memory`: the host's, or a
+// device's (kernels/view_memory.h).
 class ProgramRunner {
  public:
-  ProgramRunner(std::vector<TensorView>& views, uint64_t& steps_run, void* queue = nullptr)
-      : views_(views), steps_run_(steps_run), queue_(queue) {}
+  ProgramRunner(std::vector<TensorView>& views, uint64_t& steps_run, void* queue = nullptr,
+                ViewMemory& memory = hostViewMemory())
+      : views_(views), steps_run_(steps_run), queue_(queue), memory_(memory) {}
 
   void run(const std::vector<Step>& steps) {
     for (const Step& step : steps) runStep(step);
@@ -79,6 +83,7 @@ class ProgramRunner {
   std::vector<TensorView>& views_;
   uint64_t& steps_run_;
   void* queue_;  // KernelCall::queue
+  ViewMemory& memory_;
 };
 
 // The ControlFlow of a kiln.If / kiln.Loop / kiln.Scan step, checked

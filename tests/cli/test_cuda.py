@@ -325,3 +325,66 @@ def test_bench_runs_a_cuda_package_through_the_runner(kiln, tmp_path):
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
     assert 0 < stats["p50_ms"] <= stats["p90_ms"]
+
+
+def control_flow(tmp_path):
+    """If, Loop and Scan with cuda kernels inside their bodies: an If on a
+    condition the model computes (each branch a different product), a Loop of
+    5 iterations with a carried value and a scan output, and a Scan that runs
+    a running sum backwards over the middle axis."""
+    then_branch = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "Wa"], ["ya"])], "then", [], [f32("ya", [4, 8])])
+    else_branch = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "Wb"], ["yb"]), helper.make_node("Tanh", ["yb"], ["yc"])],
+        "else", [], [f32("yc", [4, 8])])
+    loop_body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("MatMul", ["h_in", "Wl"], ["hw"]),
+         helper.make_node("Add", ["hw", "fi"], ["hs"]),
+         helper.make_node("Sigmoid", ["hs"], ["h_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("ReduceSum", ["h_out"], ["row"], keepdims=0)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), f32("h_in", [4, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), f32("h_out", [4, 8]), f32("row", [])])
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "xs"], ["acc_out"]),
+         helper.make_node("Relu", ["acc_out"], ["ys"])],
+        "scan_body", [f32("acc_in", [4]), f32("xs", [4])], [f32("acc_out", [4]), f32("ys", [4])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["positive"]),
+        helper.make_node("If", ["positive"], ["chosen"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Loop", ["trips", "", "chosen"], ["h", "rows"], body=loop_body),
+        helper.make_node("Transpose", ["chosen"], ["t"], perm=[1, 0]),
+        helper.make_node("Scan", ["init", "t"], ["acc", "sums"], body=scan_body, num_scan_inputs=1,
+                         scan_input_directions=[1]),
+    ]
+    inits = [weight("Wa", 6, 8), weight("Wb", 6, 8), weight("Wl", 8, 8),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(5, np.int64), "trips"),
+             numpy_helper.from_array(np.zeros(4, np.float32), "init")]
+    path = save(tmp_path, "control_flow", nodes, [f32("x", [4, 6])],
+                [f32("h", [4, 8]), f32("rows", [5]), f32("acc", [4]), f32("sums", [8, 4])], inits)
+    return path, {"x": RNG.standard_normal((4, 6)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["then", "else"])
+def test_control_flow_runs_on_cuda(kiln, tmp_path, sign):
+    """If, Loop and Scan on the GPU: the condition and the loop counters are
+    read and written in device memory, in order with the kernels (both If
+    branches taken, by the sign of the input)."""
+    path, feeds = control_flow(tmp_path)
+    feeds = {"x": np.abs(feeds["x"]) * sign}
+    package, result = compile_for(kiln, path, "cuda", tmp_path)
+    assert "run on the host" not in result.stderr, result.stderr
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    ours = run(kiln, package, feeds, tmp_path, "cuda", env=env)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert sorted(ours) == sorted(theirs)
+    for name, reference in theirs.items():
+        np.testing.assert_allclose(ours[name], reference, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -4,7 +4,9 @@
 //     host, in stream order (cudaLaunchHostFunc), its device inputs copied
 //     to pinned host memory before and its outputs copied back after;
 //   - program graphs: a whole program captured once as a CUDA graph per set
-//     of call buffers, then replayed with one launch.
+//     of call buffers, then replayed with one launch;
+//   - control flow's memory: If, Loop and Scan move and read device memory
+//     through a ViewMemory ordered on the queue's stream.
 // Defined in builds with KILN_CUDA only.
 #pragma once
 
@@ -13,6 +15,7 @@
 #include <span>
 
 #include "kernels/kernel.h"
+#include "kernels/view_memory.h"
 
 namespace kiln::cuda {
 
@@ -28,6 +31,11 @@ void useQueueDevice(void* queue);
 // Waits for everything queued on `queue` (a CudaQueue); throws UsageError
 // with CUDA's message on an error. For per-step timing, never in run().
 void synchronizeQueue(void* queue);
+
+// Control flow's view memory on `queue`'s device (view_memory.cc). A
+// program that uses it waits for the stream at each condition it reads, so
+// it is never captured as a CUDA graph.
+std::unique_ptr<ViewMemory> createViewMemory(void* queue);
 
 // Up to `capacity` captured graphs, keyed by the call's buffer addresses;
 // the least recently used one goes when a new key comes.
