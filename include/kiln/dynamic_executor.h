@@ -18,6 +18,14 @@
 // call with each signature you expect, the largest first, so that no
 // request pays for a compile or an arena growth.
 //
+// Devices: a package compiled with `--target cuda --dynamic` runs on a GPU.
+// Each specialization is compiled for cuda, its constants uploaded once, the
+// arena is device memory, and a call copies its inputs in and its outputs
+// back (the caller's buffers are host memory, as for the host). A device
+// error reaches the caller in error.h's classes; one that leaves the device
+// failed resets it and forgets the cached plans (the next call compiles
+// again).
+//
 // Thread safety: one call at a time per DynamicExecutor (calls share the
 // arena and the cache); memoryStats() may be read from any thread.
 #pragma once
@@ -32,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/device.h"
 #include "kiln/executor.h"
 #include "kiln/tensor_info.h"
 
@@ -40,8 +49,11 @@ namespace kiln {
 struct DynamicExecutorOptions {
   int threads = 0;                  // as ExecutorOptions::threads
   size_t plan_cache_capacity = 16;  // specializations kept; at least 1
-  bool channels_last = true;        // as CompileOptions::channels_last
+  bool channels_last = true;        // as CompileOptions::channels_last (cpu packages)
   bool flush_denormals = true;      // as ExecutorOptions::flush_denormals
+  // A cuda package's GPU (a cuda Device from DeviceManager, held for this
+  // executor alone); null: the executor attaches a free one itself.
+  std::shared_ptr<Device> device;
 };
 
 // Where DynamicExecutor::run writes output `index` once its shape is known:

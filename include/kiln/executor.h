@@ -60,7 +60,9 @@ struct ExecutorOptions {
   // kernels' prepare (needed only while the executor is built). A step with
   // no cuda kernel runs its CPU kernel on the host, its tensors copied
   // across (slow: `kiln compile --target cuda` reports such steps).
-  // Control flow (If, Loop, Scan) is not run on cuda yet.
+  // Control flow (If, Loop, Scan) runs on the device too; a program with
+  // control flow is not captured as a CUDA graph (it reads its conditions
+  // on the host).
   bool cuda = false;
   void* queue = nullptr;
   ConstantBytes host_constants{};

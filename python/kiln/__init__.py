@@ -93,9 +93,10 @@ class Runner:
     over. Tracing reads the clock twice per step: time the model without it.
 
     device: "cpu" (the host executor), "sim" or "cuda" (a ModelRunner on that
-    device: inputs are copied to it and outputs back; static packages only,
-    no profile). Default: "cuda" for a package compiled with target="cuda",
-    else "cpu".
+    device: inputs are copied to it and outputs back; no profile). Default:
+    "cuda" for a package compiled with target="cuda", else "cpu". A package
+    with run-time shapes runs on its target: compiled with target="cuda" and
+    dynamic=True, each signature is compiled for the GPU and run there.
 
     flush_denormals (default True): denormal floats are flushed to zero
     while the model runs (FTZ and DAZ on the kernel threads; the caller's
@@ -109,10 +110,13 @@ class Runner:
         if threads < 0:
             raise Error(f"threads must be 0 or more, got {threads}")
         self.dynamic = is_graph_package(str(path), model)
-        self.device = device or ("cpu" if self.dynamic else package_target(str(path), model))
-        if self.device != "cpu":
-            if self.dynamic or profile:
-                raise Error(f"device='{self.device}' runs packages of static shapes, without profile=True")
+        target = package_target(str(path), model)
+        self.device = device or target
+        if self.dynamic and self.device != target:
+            raise Error(f"a package with run-time shapes runs on its target, '{target}' (device='{self.device}')")
+        if self.device != "cpu" and not self.dynamic:
+            if profile:
+                raise Error(f"device='{self.device}' runs without profile=True")
             self._executor = DeviceRunner(str(path), model, self.device, flush_denormals)
             self._trace = None
             self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]

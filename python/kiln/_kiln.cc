@@ -237,7 +237,6 @@ class DeviceRunner {
 
 // The device kind a package's model targets ("cpu", "cuda", ...).
 std::string packageTarget(const std::string& path, const std::string& model) {
-  if (kiln::hasRuntimeShapes(path, model)) return "cpu";
   kiln::PackageReader reader(path);
   const auto all = reader.metadata();
   const kiln::MetadataBlob* chosen = model.empty() ? (all.empty() ? nullptr : all.front()) : reader.findMetadata(model);

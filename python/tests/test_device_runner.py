@@ -60,9 +60,10 @@ def test_device_runners_take_static_packages_only(devices, block_onnx, tmp_path)
     onnx.save(model, tmp_path / "dyn.onnx")
     kiln.compile(tmp_path / "dyn.onnx", tmp_path / "dyn.kiln", dynamic=True)
     kiln.compile(block_onnx, tmp_path / "block.kiln")
-    with pytest.raises(kiln.Error, match="static shapes"):
+    # A package with run-time shapes runs on its target (here the host).
+    with pytest.raises(kiln.Error, match="runs on its target, 'cpu'"):
         kiln.Runner(tmp_path / "dyn.kiln", device="sim")
-    with pytest.raises(kiln.Error, match="static shapes"):
+    with pytest.raises(kiln.Error, match="without profile=True"):
         kiln.Runner(tmp_path / "block.kiln", device="sim", profile=True)
     with pytest.raises(kiln.Error, match="unknown device kind|device"):
         kiln.Runner(tmp_path / "block.kiln", device="tpu")
@@ -81,6 +82,26 @@ def test_a_cuda_package_runs_on_cuda(devices, block_onnx, tmp_path):
     assert runner.device == "cuda"
     (theirs,) = ort.InferenceSession(str(block_onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(runner.run({"x": x})["y"], theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_a_cuda_package_with_run_time_shapes_runs_on_cuda(devices, block_onnx, tmp_path):
+    model = onnx.load(block_onnx)  # the same block with a symbolic batch
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    onnx.save(model, tmp_path / "dyn.onnx")
+    kiln.compile(tmp_path / "dyn.onnx", tmp_path / "dyn.kiln", dynamic=True, target="cuda")
+    try:
+        runner = kiln.Runner(tmp_path / "dyn.kiln")
+    except kiln.Error as error:
+        assert re.search(r"no cuda device on this machine|this build of kiln has no CUDA device", str(error)), error
+        pytest.skip(f"no GPU on this machine: {error}")
+    assert runner.device == "cuda" and runner.dynamic
+    session = ort.InferenceSession(str(tmp_path / "dyn.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 7, 1):
+        x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
+        (theirs,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(runner.run({"x": x})["y"], theirs, rtol=1e-4, atol=1e-6)
+    assert runner.memory_stats()["plan_cache_misses"] == 2
 
 
 def test_fp16_is_a_cuda_compile_option(block_onnx, tmp_path):

@@ -785,6 +785,8 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
   std::string shape_inputs;
   for (const std::string& name : runtime.shape_inputs) shape_inputs += (shape_inputs.empty() ? "" : ",") + name;
   if (!shape_inputs.empty()) metadata.options[std::string(kShapeInputsOption)] = shape_inputs;
+  if (options.tf32) metadata.options[std::string(kCudaTf32Option)] = "1";
+  if (options.fp16) metadata.options[std::string(kCudaFp16Option)] = "1";
   for (const auto& [domain, version] : opsets) metadata.options[opsetOptionKey(domain)] = std::to_string(version);
   auto anchor = [&](const Value& value, AnchorDirection direction) {
     Anchor a;
@@ -824,17 +826,18 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
 // branches, Loop and Scan bodies), innermost first, so that the sub-models
 // an If selects between run fused like the main graph. Layout passes stay
 // on the main graph: a subgraph's captured values keep their layout.
-void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opsets) {
+void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                       const ElementwiseFusionLimits& limits) {
   for (NodeId id : graph.nodeIds()) {
     for (const auto& [key, attribute] : graph.node(id).attributes) {
       if (!std::holds_alternative<GraphPtr>(attribute)) continue;
       Graph& body = *std::get<GraphPtr>(attribute);
-      optimizeSubgraphs(body, opsets);
+      optimizeSubgraphs(body, opsets, limits);
       const CseResult merged = eliminateCommonSubexpressions(body);
       size_t changed = merged.nodes + merged.initializers;
       changed += fuseLayerNorms(body);
       changed += fuseMatMuls(body);
-      changed += fuseElementwise(body);
+      changed += fuseElementwise(body, limits);
       if (changed > 0) inferTypes(body, opsets);
     }
   }
@@ -905,7 +908,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
   if (options.fp16 && storeInFloat16(graph) > 0) inferTypes(graph, opsets);
   if (options.tf32) allowTf32(graph);
-  optimizeSubgraphs(graph, opsets);
+  optimizeSubgraphs(graph, opsets, limits);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 
@@ -937,9 +940,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");
   if (options.fp16 && options.target != "cuda") throw UsageError("fp16 (--fp16) is for the cuda target");
-  if (runtime.dynamic && options.target == "cuda") {
-    throw UsageError("the cuda target needs static shapes, and " + runtime.reason +
-                     ": fix the input shapes with --shape or --batch");
+  if (options.target != "cpu" && options.target != "cuda") {
+    throw UsageError("unknown compile target '" + options.target + "': expected cpu or cuda");
   }
   if (runtime.dynamic) {
     progress("writing package", 0.2);
@@ -947,9 +949,6 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     report.int8_matmuls = int8_matmuls;
     progress("done", 1.0);
     return report;
-  }
-  if (options.target != "cpu" && options.target != "cuda") {
-    throw UsageError("unknown compile target '" + options.target + "': expected cpu or cuda");
   }
   CompileOptions effective = options;
   if (options.target == "cuda") {

@@ -8,7 +8,8 @@
 // initializers stay TensorData blobs. DynamicExecutor (src/specialize/)
 // compiles the graph for each input signature it meets and caches the
 // results. Option `shape_inputs` lists, comma separated, the inputs whose
-// *values* shapes depend on: their contents are part of the signature.
+// *values* shapes depend on: their contents are part of the signature. The
+// metadata's target says where the specializations run (cpu or cuda).
 #pragma once
 
 #include <string>
@@ -22,6 +23,10 @@ namespace kiln {
 inline constexpr std::string_view kExecutableFormatOption = "executable.format";
 inline constexpr std::string_view kGraphExecutableFormat = "kiln-graph";
 inline constexpr std::string_view kShapeInputsOption = "shape_inputs";
+// Precision flags of a cuda package (CompileOptions::tf32, fp16), "1" when
+// set: each specialization is compiled with them.
+inline constexpr std::string_view kCudaTf32Option = "cuda.tf32";
+inline constexpr std::string_view kCudaFp16Option = "cuda.fp16";
 
 inline bool isGraphPackage(const Metadata& metadata) {
   const auto it = metadata.options.find(std::string(kExecutableFormatOption));

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "compiler/runtime_shapes.h"
+#include "core/log.h"
 #include "format/graph_package.h"
 #include "ir/graph_codec.h"
 #include "kiln/error.h"
@@ -67,23 +68,16 @@ void DynamicExecutor::Impl::runCall(std::span<const TensorInfo> infos, std::span
   plan.ran = true;
   if (plan.host_loop || plan.eager_node) return runHostStagePlan(plan, infos, data, allocate, trace);
   reserveArena(plan.executor->arenaBytes());
-  if (plan.bound_arena != arena.get()) {
-    plan.executor->setArena(arena.get());
-    plan.bound_arena = arena.get();
+  if (plan.bound_arena != arenaData()) {
+    plan.executor->setArena(arenaData());
+    plan.bound_arena = arenaData();
   }
-  const auto execute = [&](std::span<std::byte* const> into) {
-    if (trace != nullptr) {
-      plan.executor->runTraced(data, into, *trace);
-    } else {
-      plan.executor->run(data, into);
-    }
-  };
   if (!plan.rest) {
     for (size_t i = 0; i < plan.outputs.size(); ++i) plan.output_pointers[i] = allocate(i, plan.outputs[i].info);
-    execute(plan.output_pointers);
+    runExecutor(plan, data, plan.output_pointers, trace);
     return;
   }
-  execute(plan.stage_pointers);
+  runExecutor(plan, data, plan.stage_pointers, trace);
   // The stage buffers hold the prefix's outputs with the shapes the rest
   // declares for them.
   const auto stage_output = [&](size_t k) {
@@ -114,6 +108,29 @@ DynamicExecutor::DynamicExecutor(const std::filesystem::path& package, const std
                                  m.source));
   }
   m.model_name = chosen->name();
+  m.target = meta.target.device_kind;
+  if (m.target != "cpu" && m.target != "cuda") {
+    throw UsageError(fmt::format("model '{}' targets device kind '{}', which this runtime cannot run", m.model_name,
+                                 m.target));
+  }
+  m.tf32 = meta.options.contains(std::string(kCudaTf32Option));
+  m.fp16 = meta.options.contains(std::string(kCudaFp16Option));
+  if (m.target == "cuda") {
+    if (options.device) {
+      if (options.device->info().kind != DeviceKind::kCuda) {
+        throw UsageError(fmt::format("model '{}' was compiled for cuda devices and cannot run on {}", m.model_name,
+                                     options.device->id()));
+      }
+      m.device = options.device;
+    } else {
+      DeviceManager manager;
+      m.device = manager.getDevice(meta.target, DeviceConstraints{.kind = DeviceKind::kCuda});
+    }
+  } else if (options.device) {
+    throw UsageError(fmt::format("model '{}' was compiled for cpu; a device is for cuda packages (compile it with "
+                                 "--target cuda)",
+                                 m.model_name));
+  }
   for (const auto& [key, value] : meta.options) {
     if (!key.starts_with("opset:")) continue;
     const std::string domain = key.substr(6) == "ai.onnx" ? "" : key.substr(6);
@@ -164,9 +181,28 @@ const std::vector<TensorSlot>& DynamicExecutor::inputs() const { return impl_->i
 const std::vector<TensorSlot>& DynamicExecutor::outputs() const { return impl_->outputs; }
 const std::vector<std::string>& DynamicExecutor::shapeInputs() const { return impl_->shape_inputs; }
 
+// Device errors: after one that leaves the device failed, the device is
+// reset and the plans forgotten (recoverDevice) before the error goes on.
+template <typename Call>
+decltype(auto) DynamicExecutor::Impl::recoveringDevice(const Call& call) {
+  try {
+    return call();
+  } catch (const DeviceError& error) {
+    const auto* recoverable = dynamic_cast<const RecoverableDeviceError*>(&error);
+    if (device && (recoverable == nullptr || recoverable->recoveryAction() != RecoveryAction::kRerun)) {
+      try {
+        recoverDevice();
+      } catch (const Error& reset_error) {
+        log::warning("{}: resetting {} after a device error failed: {}", source, device->id(), reset_error.what());
+      }
+    }
+    throw;
+  }
+}
+
 const std::vector<TensorSlot>& DynamicExecutor::outputsFor(std::span<const TensorInfo> input_infos,
                                                            std::span<const std::byte* const> inputs) {
-  const Plan& plan = impl_->planFor(input_infos, inputs);
+  const Plan& plan = impl_->recoveringDevice([&]() -> const Plan& { return impl_->planFor(input_infos, inputs); });
   if (plan.rest) {
     throw UsageError(fmt::format("the output shapes of model '{}' depend on values it computes ({}): run it with an "
                                  "OutputAllocator (kiln.Runner does)",
@@ -181,12 +217,14 @@ void DynamicExecutor::run(std::span<const TensorInfo> input_infos, std::span<con
   if (outputs.size() != expected.size()) {
     throw UsageError(fmt::format("run() needs {} outputs, got {}", expected.size(), outputs.size()));
   }
-  impl_->runCall(input_infos, inputs, [&](size_t index, const TensorInfo&) { return outputs[index]; }, trace);
+  impl_->recoveringDevice([&] {
+    impl_->runCall(input_infos, inputs, [&](size_t index, const TensorInfo&) { return outputs[index]; }, trace);
+  });
 }
 
 void DynamicExecutor::run(std::span<const TensorInfo> input_infos, std::span<const std::byte* const> inputs,
                           const OutputAllocator& allocate, StepTrace* trace) {
-  impl_->runCall(input_infos, inputs, allocate, trace);
+  impl_->recoveringDevice([&] { impl_->runCall(input_infos, inputs, allocate, trace); });
 }
 
 DynamicMemoryStats DynamicExecutor::memoryStats() const {
@@ -198,6 +236,8 @@ void DynamicExecutor::shrink() {
   Impl& m = *impl_;
   m.plans.clear();
   m.cached = 0;
+  m.device_constants.clear();
+  m.device_arena = DeviceBuffer();
   m.arena.reset();
   m.arena_bytes = 0;
   m.arena_size = 0;

@@ -27,6 +27,7 @@
 #include "ir/graph_codec.h"
 #include "kernels/evaluate_once.h"
 #include "kernels/kernel.h"
+#include "kiln/device.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
 #include "runtime/device_internal.h"
@@ -76,6 +77,19 @@ struct EagerNodePlan {
   std::vector<ConstantPtr> outputs;           // per call
 };
 
+// A plan's memory on a device (a cuda graph package): its own constants
+// (those of the package are shared by every plan: Impl::device_constants),
+// the buffers its executor reads the call's inputs from and writes its
+// outputs to, and room for the copy jobs that fill and empty them. Made
+// when the plan is compiled: a call allocates nothing.
+struct DevicePlan {
+  std::vector<DeviceBuffer> constants;
+  std::vector<DeviceBuffer> inputs, outputs;
+  std::vector<const std::byte*> input_pointers;
+  std::vector<std::byte*> output_pointers;
+  std::vector<DeviceJob> jobs;
+};
+
 // One specialization: the signature it was compiled for, the graph it was
 // compiled from (its initializers back the executable's constants) and the
 // prepared executable. A staged plan's executable is the model's first stage:
@@ -91,6 +105,7 @@ struct Plan {
   std::byte* bound_arena = nullptr;  // the arena the executor's views point into
   bool ran = false;                  // a run() has used it: later runs count as cache hits
   std::vector<std::byte*> output_pointers;  // per call, from the allocator (sized once)
+  std::unique_ptr<DevicePlan> on_device;    // null when the plan runs on the host
 
   std::shared_ptr<DynamicExecutor::Impl> rest;  // staged plans only: the model after the first stage
   std::vector<size_t> rest_from_model;      // per input of the rest: a model input index, or kNotFrom
@@ -116,6 +131,7 @@ inline std::string signatureString(std::span<const TensorInfo> infos) {
 
 }  // namespace specialize
 
+using specialize::DevicePlan;
 using specialize::EagerNodePlan;
 using specialize::FreeDeleter;
 using specialize::HostLoopPlan;
@@ -136,6 +152,16 @@ struct DynamicExecutor::Impl {
   std::vector<std::string> shape_inputs;
   std::vector<size_t> shape_input_indices;
   DynamicExecutorOptions options;
+
+  // Where the plans run: the host (null), or the GPU of a cuda package,
+  // which then holds the constants, the arena and each call's tensors (the
+  // call's own buffers stay host memory). Declared before everything that
+  // holds its memory, which must go first.
+  std::shared_ptr<Device> device;
+  std::string target = "cpu";  // the package's: the compile target of every specialization
+  bool tf32 = false, fp16 = false;
+  std::map<const Constant*, DeviceBuffer> device_constants;  // the package's constants, uploaded once
+  DeviceBuffer device_arena;
 
   std::list<Plan> plans;  // most recently used first
   std::unique_ptr<std::byte, FreeDeleter> arena;
@@ -246,7 +272,11 @@ struct DynamicExecutor::Impl {
   CompileOptions compileOptions() const {
     CompileOptions compile_options;
     compile_options.model_name = model_name;
-    compile_options.channels_last = options.channels_last;
+    compile_options.target = target;
+    // cuDNN and the cuda kernels take the model's own NCHW layout.
+    compile_options.channels_last = options.channels_last && target != "cuda";
+    compile_options.tf32 = tf32;
+    compile_options.fp16 = fp16;
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     compile_options.evaluate_kernel = &evaluateOnce;
     return compile_options;
@@ -254,6 +284,7 @@ struct DynamicExecutor::Impl {
 
   // The plan's executor for `program` (its constants kept by the plan).
   void prepareExecutor(Plan& plan, CompiledProgram program) {
+    if (device) return prepareDeviceExecutor(plan, std::move(program));
     ExecutorOptions executor_options{
         .threads = options.threads, .flush_denormals = options.flush_denormals, .external_arena = true};
     std::map<std::string, ConstantPtr> constants;
@@ -264,6 +295,26 @@ struct DynamicExecutor::Impl {
         [&constants](const std::string& name) -> std::span<const std::byte> { return constants.at(name)->bytes; },
         executor_options);
   }
+
+  // prepareExecutor on the device (device_plans.cc): the program's
+  // constants uploaded, buffers for the call's tensors, a cuda executor.
+  void prepareDeviceExecutor(Plan& plan, CompiledProgram program);
+
+  // Runs the plan's executor on the call's host buffers: in place on the
+  // host; on the device, its inputs copied in, the program run by a
+  // compute job, its outputs copied back (device_plans.cc).
+  void runExecutor(Plan& plan, std::span<const std::byte* const> data, std::span<std::byte* const> into,
+                   StepTrace* trace);
+
+  // After a device error that needs a reset: resets the device and forgets
+  // what its memory held (every plan, the uploaded constants, the arena),
+  // so that the next call compiles again. The error still reaches the
+  // caller, whose call did not run.
+  void recoverDevice();
+  // Runs call(), recovering the device from an error that needs it
+  // (dynamic_executor.cc).
+  template <typename Call>
+  decltype(auto) recoveringDevice(const Call& call);
 
   // A staged plan: the prefix compiled now, into buffers of its own; the
   // rest as a model of its own, whose inputs are those buffers and the
@@ -305,6 +356,10 @@ struct DynamicExecutor::Impl {
     stage->model_name = model_name + " (" + what + ")";
     stage->opsets = opsets;
     stage->options = options;
+    stage->device = device;
+    stage->target = target;
+    stage->tf32 = tf32;
+    stage->fp16 = fp16;
     stage->options.plan_cache_capacity = std::max<size_t>(options.plan_cache_capacity, 1);
     stage->inputs = std::move(stage_inputs);
     stage->outputs = std::move(stage_outputs);
@@ -368,12 +423,18 @@ struct DynamicExecutor::Impl {
   // request's shapes asking for terabytes) is a UsageError, and the arena
   // stays as it was.
   void reserveArena(uint64_t needed) {
-    if (needed <= arena_bytes && arena) return;
+    if (needed <= arena_bytes && arenaData() != nullptr) return;
     const uint64_t size = std::max<uint64_t>(needed, 64);
-    arena.reset(device_internal::allocateArena(size, source + " (these input shapes)"));
+    if (device) {
+      device_arena = DeviceBuffer();  // the old one goes first: the device may not hold both
+      device_arena = device->allocate(size);
+    } else {
+      arena.reset(device_internal::allocateArena(size, source + " (these input shapes)"));
+    }
     arena_bytes = size;
     arena_size = size;
   }
+  std::byte* arenaData() const { return device ? device_arena.data() : arena.get(); }
 };
 
 }  // namespace kiln

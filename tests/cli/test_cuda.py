@@ -224,12 +224,59 @@ def test_cuda_package_without_a_gpu_is_refused_clearly(kiln, tmp_path):
     assert "no cuda device on this machine" in result.stderr or "no CUDA device" in result.stderr, result.stderr
 
 
-def test_dynamic_shapes_are_refused_for_cuda(kiln, tmp_path):
-    nodes = [helper.make_node("Relu", ["x"], ["y"])]
-    path = save(tmp_path, "dyn", nodes, [f32("x", ["n", 4])], [f32("y", ["n", 4])], [])
-    result = kiln("compile", path, "-o", tmp_path / "dyn.kiln", "--target", "cuda", "--dynamic")
-    assert result.returncode == 1
-    assert "the cuda target needs static shapes" in result.stderr, result.stderr
+def dynamic_net(tmp_path):
+    """Run-time shapes: any batch and image size (Conv, a mean over the image,
+    a product), then NonZero, whose output shape depends on the values the
+    model computes (the model runs in two stages)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "Wc", "bc"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+        helper.make_node("MatMul", ["m", "Wm"], ["y"]),
+        helper.make_node("Greater", ["y", "zero"], ["g"]),
+        helper.make_node("NonZero", ["g"], ["nz"]),
+    ]
+    inits = [weight("Wc", 4, 3, 3, 3), weight("bc", 4), weight("Wm", 4, 5),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
+    path = save(tmp_path, "dynamic_net", nodes, [f32("x", ["n", 3, "h", "w"])],
+                [f32("y", ["n", 5]), helper.make_tensor_value_info("nz", TensorProto.INT64, [2, "k"])], inits)
+    return path
+
+
+def test_dynamic_cuda_package_compiles_without_a_gpu(kiln, tmp_path):
+    path = dynamic_net(tmp_path)
+    package = tmp_path / "dyn.kiln"
+    result = kiln("compile", path, "-o", package, "--target", "cuda", "--dynamic", "--fp16")
+    assert result.returncode == 0, result.stderr
+    dump = kiln("dump", package, "--all").stdout
+    assert re.search(r"^\s*Device: cuda$", dump, re.M), dump
+    assert "kiln-graph" in dump and "cuda.fp16" in dump, dump
+    if gpu_present(kiln, tmp_path):
+        return
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    refused = kiln("run", package, "--input", f"x={tmp_path / 'x.npy'}")
+    assert refused.returncode == 1
+    assert "no cuda device on this machine" in refused.stderr or "no CUDA device" in refused.stderr, refused.stderr
+
+
+def test_dynamic_cuda_package_runs_each_signature_on_the_gpu(kiln, tmp_path):
+    """Each input signature compiled for the GPU at its first call; a stage
+    whose output shape the values decide (NonZero) hands over through host
+    memory."""
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    path = dynamic_net(tmp_path)
+    package = tmp_path / "dyn.kiln"
+    result = kiln("compile", path, "-o", package, "--target", "cuda", "--dynamic")
+    assert result.returncode == 0, result.stderr
+    env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for tag, shape in [("small", (1, 3, 8, 8)), ("large", (3, 3, 16, 12))]:
+        feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
+        ours = run(kiln, package, feeds, tmp_path, tag, env=env)
+        theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        np.testing.assert_allclose(ours["y"], theirs["y"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(ours["nz"], theirs["nz"])
 
 
 @pytest.mark.parametrize("make", [encoder_block, conv_net, middle_axes, copies],
