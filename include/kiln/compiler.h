@@ -76,9 +76,13 @@ struct CompileOptions {
   // Rounds each such tensor to 11 bits (errors of 2e-4 to 6e-2 of an
   // output's magnitude on real models: docs/cuda.md), and f16's range.
   bool fp16 = false;
+  // cuda target: the same with bf16 (8 bits of mantissa, f32's range: no
+  // overflow where f16 would give infinities; coarser rounding). Not with
+  // fp16.
+  bool bf16 = false;
   // The device kind the package is for: "cpu" (also runs on sim) or
-  // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored)
-  // and needs static shapes.
+  // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored);
+  // its packages with run-time shapes are specialized on the GPU.
   std::string target = "cpu";
 };
 

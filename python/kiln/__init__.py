@@ -45,7 +45,8 @@ def _as_bits(array: np.ndarray) -> np.ndarray:
 
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             batch: Optional[int] = None, dynamic: bool = False, target: str = "cpu",
-            quantize_activations: bool = False, tf32: bool = False, fp16: bool = False) -> dict:
+            quantize_activations: bool = False, tf32: bool = False, fp16: bool = False,
+            bf16: bool = False) -> dict:
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
@@ -66,10 +67,11 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     tensors in f16 where the cuda kernels take it (products and convolutions
     on f16 tensor cores, summing in f32; inputs and outputs stay f32): faster,
     with errors of 2e-4 to 6e-2 of an output's magnitude on real models, and
-    f16's range (docs/cuda.md)."""
+    f16's range (docs/cuda.md). bf16=True does the same in bf16: f32's
+    range, coarser rounding."""
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
-                    str(target), bool(quantize_activations), bool(tf32), bool(fp16))
+                    str(target), bool(quantize_activations), bool(tf32), bool(fp16), bool(bf16))
 
 
 class Runner:

@@ -35,7 +35,8 @@ using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
-                      bool dynamic, const std::string& target, bool quantize_activations, bool tf32, bool fp16) {
+                      bool dynamic, const std::string& target, bool quantize_activations, bool tf32, bool fp16,
+                      bool bf16) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -49,6 +50,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.quantize_activations = quantize_activations;
   compile_options.tf32 = tf32;
   compile_options.fp16 = fp16;
+  compile_options.bf16 = bf16;
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
@@ -251,7 +253,7 @@ NB_MODULE(_kiln, m) {
   nb::exception<kiln::Error>(m, "Error");
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
         nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false,
-        nb::arg("tf32") = false, nb::arg("fp16") = false);
+        nb::arg("tf32") = false, nb::arg("fp16") = false, nb::arg("bf16") = false);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   nb::class_<DeviceRunner>(m, "DeviceRunner")
       .def(nb::init<const std::string&, const std::string&, const std::string&, bool>(), nb::arg("path"),

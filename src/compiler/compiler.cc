@@ -787,6 +787,7 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
   if (!shape_inputs.empty()) metadata.options[std::string(kShapeInputsOption)] = shape_inputs;
   if (options.tf32) metadata.options[std::string(kCudaTf32Option)] = "1";
   if (options.fp16) metadata.options[std::string(kCudaFp16Option)] = "1";
+  if (options.bf16) metadata.options[std::string(kCudaBf16Option)] = "1";
   for (const auto& [domain, version] : opsets) metadata.options[opsetOptionKey(domain)] = std::to_string(version);
   auto anchor = [&](const Value& value, AnchorDirection direction) {
     Anchor a;
@@ -906,7 +907,8 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
               .max_immediates = kCudaMaxProgramImmediates};
   }
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
-  if (options.fp16 && storeInFloat16(graph) > 0) inferTypes(graph, opsets);
+  if (options.fp16 && storeInFloat16(graph, DType::kF16) > 0) inferTypes(graph, opsets);
+  if (options.bf16 && storeInFloat16(graph, DType::kBF16) > 0) inferTypes(graph, opsets);
   if (options.tf32) allowTf32(graph);
   optimizeSubgraphs(graph, opsets, limits);
   removeDeadNodes(graph);
@@ -940,6 +942,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");
   if (options.fp16 && options.target != "cuda") throw UsageError("fp16 (--fp16) is for the cuda target");
+  if (options.bf16 && options.target != "cuda") throw UsageError("bf16 (--bf16) is for the cuda target");
+  if (options.fp16 && options.bf16) throw UsageError("fp16 and bf16 (--fp16, --bf16) exclude each other: choose one");
   if (options.target != "cpu" && options.target != "cuda") {
     throw UsageError("unknown compile target '" + options.target + "': expected cpu or cuda");
   }

@@ -23,10 +23,11 @@ namespace kiln {
 inline constexpr std::string_view kExecutableFormatOption = "executable.format";
 inline constexpr std::string_view kGraphExecutableFormat = "kiln-graph";
 inline constexpr std::string_view kShapeInputsOption = "shape_inputs";
-// Precision flags of a cuda package (CompileOptions::tf32, fp16), "1" when
+// Precision flags of a cuda package (CompileOptions::tf32, fp16, bf16), "1" when
 // set: each specialization is compiled with them.
 inline constexpr std::string_view kCudaTf32Option = "cuda.tf32";
 inline constexpr std::string_view kCudaFp16Option = "cuda.fp16";
+inline constexpr std::string_view kCudaBf16Option = "cuda.bf16";
 
 inline bool isGraphPackage(const Metadata& metadata) {
   const auto it = metadata.options.find(std::string(kExecutableFormatOption));

@@ -1,5 +1,7 @@
 #include "passes/float16_storage.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,12 +14,14 @@
 #include <vector>
 
 #include "core/float_formats.h"
+#include "kiln/error.h"
 
 namespace kiln {
 namespace {
 
 constexpr int64_t kOnnxFloat = 1;
 constexpr int64_t kOnnxFloat16 = 10;
+constexpr int64_t kOnnxBFloat16 = 16;
 constexpr float kLargestHalf = 65504.0f;
 
 // The kernels of src/kernels/cuda that read and write f16 tensors.
@@ -57,8 +61,8 @@ bool contains(const std::array<std::string_view, N>& list, const std::string& na
 
 // Whether value `id` was computed in f32 from floats by a step that stays
 // f32 (a reduction, a host step): its range is unknown and may
-// exceed f16's (magika's sum of squares reaches 1.3e5), so the elementwise
-// work that reads it stays f32 too. Model inputs, initializers and Casts
+// exceed f16's (magika's sum of squares reaches 1.3e5), so under f16 the
+// elementwise work that reads it stays f32 too (bf16 has f32's range). Model inputs, initializers and Casts
 // from integers or bools (one-hot encodings) are not.
 bool computedInF32(const Graph& graph, ValueId id, const std::vector<bool>& converted) {
   const Value& value = graph.value(id);
@@ -103,7 +107,7 @@ bool alignedProduct(const Graph& graph, const Node& node, const std::string& nam
 // Casts and save nothing); elementwise work and data movement not when a
 // float input was computed in f32 (computedInF32). `converted` says which
 // steps are, so far (the walk is in topological order).
-bool convertible(const Graph& graph, const Node& node, const std::vector<bool>& converted) {
+bool convertible(const Graph& graph, const Node& node, const std::vector<bool>& converted, bool range_limited) {
   const std::string name = kernelName(node);
   if (contains(kViewOps, name)) {
     if (node.inputs.empty() || node.inputs[0] == kNoValue) return false;
@@ -115,7 +119,7 @@ bool convertible(const Graph& graph, const Node& node, const std::vector<bool>& 
     return false;
   } else if (contains(kProducts, name) && !alignedProduct(graph, node, name)) {
     return false;
-  } else if (!contains(kAlwaysConverted, name)) {
+  } else if (range_limited && !contains(kAlwaysConverted, name)) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ValueId input = node.inputs[i];
       if (input != kNoValue && isDataInput(name, i) && computedInF32(graph, input, converted)) return false;
@@ -138,23 +142,29 @@ bool convertible(const Graph& graph, const Node& node, const std::vector<bool>& 
   return any;
 }
 
-ConstantPtr toFloat16(const Constant& single) {
+// An f32 constant as `storage` (f16: magnitudes past 65504 clamped to it).
+ConstantPtr toStorage(const Constant& single, DType storage) {
   const uint64_t count = single.info.numElements();
   std::vector<std::byte> bytes(count * 2);
   for (uint64_t i = 0; i < count; ++i) {
     float value;
     std::memcpy(&value, single.bytes.data() + i * sizeof(float), sizeof value);
-    if (std::isfinite(value)) value = std::clamp(value, -kLargestHalf, kLargestHalf);
-    const uint16_t bits = floatToHalf(value);
+    uint16_t bits;
+    if (storage == DType::kF16) {
+      if (std::isfinite(value)) value = std::clamp(value, -kLargestHalf, kLargestHalf);
+      bits = floatToHalf(value);
+    } else {
+      bits = floatToBfloat16(value);
+    }
     std::memcpy(bytes.data() + i * 2, &bits, 2);
   }
-  return makeConstant(TensorInfo{DType::kF16, single.info.shape}, std::move(bytes));
+  return makeConstant(TensorInfo{storage, single.info.shape}, std::move(bytes));
 }
 
 ValueId addCast(Graph& graph, ValueId value, DType to, const std::string& suffix) {
   const std::string name = freshName(graph, graph.value(value).name + suffix);
-  const NodeId cast =
-      graph.addNode("Cast", {value}, {name}, Attributes{{"to", to == DType::kF16 ? kOnnxFloat16 : kOnnxFloat}});
+  const int64_t onnx_type = to == DType::kF16 ? kOnnxFloat16 : to == DType::kBF16 ? kOnnxBFloat16 : kOnnxFloat;
+  const NodeId cast = graph.addNode("Cast", {value}, {name}, Attributes{{"to", onnx_type}});
   const ValueId result = graph.node(cast).outputs[0];
   graph.value(result).type = graph.value(value).type;
   graph.value(result).type.dtype = to;
@@ -163,11 +173,18 @@ ValueId addCast(Graph& graph, ValueId value, DType to, const std::string& suffix
 
 }  // namespace
 
-size_t storeInFloat16(Graph& graph) {
+size_t storeInFloat16(Graph& graph, DType storage) {
+  if (storage != DType::kF16 && storage != DType::kBF16) {
+    throw UsageError(fmt::format("16-bit storage is f16 or bf16, not {}", dtypeName(storage)));
+  }
+  const std::string suffix = storage == DType::kF16 ? ":f16" : ":bf16";
   std::vector<NodeId> converted;
   std::vector<bool> is_converted(graph.nodeCount(), false);
   for (NodeId id : graph.topologicalOrder()) {
-    if (graph.node(id).removed || !convertible(graph, graph.node(id), is_converted)) continue;
+    if (graph.node(id).removed ||
+        !convertible(graph, graph.node(id), is_converted, /*range_limited=*/storage == DType::kF16)) {
+      continue;
+    }
     converted.push_back(id);
     is_converted[id] = true;
   }
@@ -179,7 +196,7 @@ size_t storeInFloat16(Graph& graph) {
   for (NodeId id : converted) {
     for (ValueId output : graph.node(id).outputs) {
       if (output == kNoValue) continue;
-      graph.value(output).type.dtype = DType::kF16;
+      graph.value(output).type.dtype = storage;
       halved.push_back(output);
     }
   }
@@ -197,9 +214,9 @@ size_t storeInFloat16(Graph& graph) {
         const Value& value = graph.value(input);
         ValueId half;
         if (value.initializer) {
-          half = graph.addInitializer(freshName(graph, value.name + ":f16"), toFloat16(*value.initializer));
+          half = graph.addInitializer(freshName(graph, value.name + suffix), toStorage(*value.initializer, storage));
         } else {
-          half = addCast(graph, input, DType::kF16, ":f16");
+          half = addCast(graph, input, storage, suffix);
         }
         found = half_of.emplace(input, half).first;
       }

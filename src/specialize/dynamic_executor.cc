@@ -115,6 +115,7 @@ DynamicExecutor::DynamicExecutor(const std::filesystem::path& package, const std
   }
   m.tf32 = meta.options.contains(std::string(kCudaTf32Option));
   m.fp16 = meta.options.contains(std::string(kCudaFp16Option));
+  m.bf16 = meta.options.contains(std::string(kCudaBf16Option));
   if (m.target == "cuda") {
     if (options.device) {
       if (options.device->info().kind != DeviceKind::kCuda) {

@@ -159,7 +159,7 @@ struct DynamicExecutor::Impl {
   // holds its memory, which must go first.
   std::shared_ptr<Device> device;
   std::string target = "cpu";  // the package's: the compile target of every specialization
-  bool tf32 = false, fp16 = false;
+  bool tf32 = false, fp16 = false, bf16 = false;
   std::map<const Constant*, DeviceBuffer> device_constants;  // the package's constants, uploaded once
   DeviceBuffer device_arena;
 
@@ -277,6 +277,7 @@ struct DynamicExecutor::Impl {
     compile_options.channels_last = options.channels_last && target != "cuda";
     compile_options.tf32 = tf32;
     compile_options.fp16 = fp16;
+    compile_options.bf16 = bf16;
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     compile_options.evaluate_kernel = &evaluateOnce;
     return compile_options;
@@ -360,6 +361,7 @@ struct DynamicExecutor::Impl {
     stage->target = target;
     stage->tf32 = tf32;
     stage->fp16 = fp16;
+    stage->bf16 = bf16;
     stage->options.plan_cache_capacity = std::max<size_t>(options.plan_cache_capacity, 1);
     stage->inputs = std::move(stage_inputs);
     stage->outputs = std::move(stage_outputs);

@@ -115,25 +115,30 @@ TEST(CudaElementwiseCodegen, EveryOpCompilesForEachGpuGeneration) {
   }
 }
 
-// `kiln compile --fp16`: f16 operands convert as they load (four at a time
-// in one 8-byte load where the kernel is four-wide), and an f16 result
-// rounds as it stores; an f32 operand next to them stays f32.
+// `kiln compile --fp16` / `--bf16`: 16-bit operands convert as they load
+// (four at a time in one 8-byte load where the kernel is four-wide), and a
+// 16-bit result rounds as it stores; an f32 operand next to them stays f32.
 TEST(CudaElementwiseCodegen, HalfOperandsAndResultsCompile) {
-  for (const bool row_is_half : {true, false}) {
-    Indexing indexing = broadcast(16, 64, false);
-    indexing.half[0] = true;
-    indexing.half[1] = row_is_half;
-    indexing.half_out = true;
-    const auto source = elementwiseSource(single(ElementwiseOp::kMul), indexing, 16 * 64);
-    ASSERT_TRUE(source);
-    EXPECT_EQ(source->vector_width, 4);
-    EXPECT_NE(source->text.find("const uint2 r0 ="), std::string::npos) << source->text;
-    EXPECT_EQ(source->text.find("const uint2 r1 =") != std::string::npos, row_is_half) << source->text;
-    EXPECT_NE(source->text.find("make_uint2(kiln_f2h("), std::string::npos) << source->text;
-    EXPECT_NE(source->text.find("reinterpret_cast<unsigned short*>(a.out)[e] = kiln_f2h("), std::string::npos);
-    for (int capability : {80, 90}) {
-      std::string error;
-      EXPECT_FALSE(compileImage(source->text, capability, &error).empty()) << error << "\n" << source->text;
+  for (const FloatStorage storage : {FloatStorage::kF16, FloatStorage::kBF16}) {
+    const std::string store = storage == FloatStorage::kF16 ? "kiln_f2h(" : "kiln_f2b(";
+    const std::string load = storage == FloatStorage::kF16 ? "kiln_h2f(" : "kiln_b2f(";
+    for (const bool row_is_half : {true, false}) {
+      Indexing indexing = broadcast(16, 64, false);
+      indexing.storage[0] = storage;
+      indexing.storage[1] = row_is_half ? storage : FloatStorage::kF32;
+      indexing.storage_out = storage;
+      const auto source = elementwiseSource(single(ElementwiseOp::kMul), indexing, 16 * 64);
+      ASSERT_TRUE(source);
+      EXPECT_EQ(source->vector_width, 4);
+      EXPECT_NE(source->text.find("const uint2 r0 ="), std::string::npos) << source->text;
+      EXPECT_NE(source->text.find("make_float4(" + load + "r0.x"), std::string::npos) << source->text;
+      EXPECT_EQ(source->text.find("const uint2 r1 =") != std::string::npos, row_is_half) << source->text;
+      EXPECT_NE(source->text.find("make_uint2(" + store), std::string::npos) << source->text;
+      EXPECT_NE(source->text.find("reinterpret_cast<unsigned short*>(a.out)[e] = " + store), std::string::npos);
+      for (int capability : {80, 90}) {
+        std::string error;
+        EXPECT_FALSE(compileImage(source->text, capability, &error).empty()) << error << "\n" << source->text;
+      }
     }
   }
   // f32 programs carry no conversions.
@@ -157,11 +162,12 @@ TEST(CudaDepthwiseCodegen, CompilesWithAndWithoutPostOps) {
   clip_and_add.a[1] = 2;
   clip_and_add.b[1] = -1;
   clip_and_add.beta[1] = 6.0f;
-  for (const bool half : {false, true}) {
+  for (const FloatStorage storage : {FloatStorage::kF32, FloatStorage::kF16, FloatStorage::kBF16}) {
     for (const DeviceProgram& post : {DeviceProgram{}, clip_and_add}) {
-      const auto source = depthwiseSource(g, post, true, post.ops > 0, half);
+      const auto source = depthwiseSource(g, post, true, post.ops > 0, storage);
       ASSERT_TRUE(source);
-      EXPECT_EQ(source->find("kiln_f2h(") != std::string::npos, half) << *source;
+      EXPECT_EQ(source->find("a.y[i] = kiln_f2h(") != std::string::npos, storage == FloatStorage::kF16) << *source;
+      EXPECT_EQ(source->find("a.y[i] = kiln_f2b(") != std::string::npos, storage == FloatStorage::kBF16) << *source;
       std::string error;
       EXPECT_FALSE(compileImage(*source, 90, &error).empty()) << error << "\n" << *source;
     }

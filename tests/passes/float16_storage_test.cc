@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/float_formats.h"
+#include "kiln/error.h"
 #include "kiln/graph_builder.h"
 #include "ops/shape_inference.h"
 
@@ -140,6 +141,38 @@ TEST(Float16Storage, KeepsElementwiseWorkOnAnF32SumInF32) {
   EXPECT_EQ(dtypeOf(*graph, viewed), DType::kF32);
   EXPECT_EQ(dtypeOf(*graph, product), DType::kF16);
   EXPECT_EQ(producerOf(*graph, producerOf(*graph, product).inputs[0]).op_type, "Cast");
+}
+
+// bf16 (`--bf16`) has f32's range: the same graph converts its elementwise
+// work too, and weights keep their magnitude (no clamp at 65504).
+TEST(Float16Storage, Bfloat16ConvertsWorkOnAnF32SumAndKeepsLargeWeights) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF32, {2, 8});
+  const ValueId sum = b.op("ReduceSum", {x, b.constant<int64_t>("axes", {1}, {1})},
+                           Attributes{{"keepdims", int64_t{1}}});
+  const ValueId scaled = b.op("Mul", {sum, b.constant<float>("c", {1, 8}, std::vector<float>(8, 0.125f))});
+  const ValueId product = b.op("MatMul", {scaled, b.constant<float>("w", {8, 8}, std::vector<float>(64, 1e6f))});
+  b.output(product);
+  GraphPtr graph = b.build();
+  inferTypes(*graph, kOpsets);
+  EXPECT_EQ(storeInFloat16(*graph, DType::kBF16), 2u);  // the Mul and the MatMul
+  inferTypes(*graph, kOpsets);
+  EXPECT_TRUE(findGraphProblems(*graph, /*require_types=*/true).empty()) << graph->toString();
+  EXPECT_EQ(dtypeOf(*graph, sum), DType::kF32);
+  EXPECT_EQ(dtypeOf(*graph, scaled), DType::kBF16);
+  EXPECT_EQ(dtypeOf(*graph, product), DType::kBF16);
+  EXPECT_EQ(dtypeOf(*graph, graph->outputs()[0]), DType::kF32);  // cast back for the caller
+  // The sum enters through a Cast to bf16 (ONNX type 16).
+  const Node& cast = producerOf(*graph, producerOf(*graph, scaled).inputs[0]);
+  EXPECT_EQ(cast.op_type, "Cast");
+  EXPECT_EQ(cast.intAttribute("to", 0), 16);
+  // The weight's bf16 copy: 1e6 rounds to 999424 (8 bits of mantissa).
+  const Value& weight = graph->value(producerOf(*graph, product).inputs[1]);
+  EXPECT_EQ(weight.name, "w:bf16");
+  uint16_t bits;
+  std::memcpy(&bits, weight.initializer->bytes.data(), 2);
+  EXPECT_EQ(bfloat16ToFloat(bits), 999424.0f);
+  EXPECT_THROW(storeInFloat16(*graph, DType::kF32), UsageError);
 }
 
 TEST(Float16Storage, ConvertsResizesDataButNotItsScales) {

@@ -50,6 +50,7 @@ Command addCompileCommand(CLI::App& app) {
     bool quantize_activations = false;
     bool tf32 = false;
     bool fp16 = false;
+    bool bf16 = false;
     bool dynamic = false;
     std::string target = "cpu";
   };
@@ -77,6 +78,10 @@ Command addCompileCommand(CLI::App& app) {
                 "cuda target: store tensors in f16 where the cuda kernels take it (f16 tensor cores, f32 sums; "
                 "inputs and outputs stay f32; errors of 2e-4 to 6e-2 of an output's magnitude on real models, and "
                 "f16's range)");
+  cmd->add_flag("--bf16", args->bf16,
+                "cuda target: as --fp16 with bf16 (f32's range, 8 bits of mantissa: larger rounding errors, no "
+                "overflow)")
+      ->excludes("--fp16");
   cmd->add_flag("--dynamic", args->dynamic,
                 "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
@@ -112,6 +117,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.quantize_activations = args->quantize_activations;
     compile_options.tf32 = args->tf32;
     compile_options.fp16 = args->fp16;
+    compile_options.bf16 = args->bf16;
     compile_options.target = args->target;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };

@@ -164,12 +164,13 @@ void checkTensors(std::string_view op, const KernelSetup& setup, size_t max_inpu
     throw KernelUnsupported(fmt::format("{} on cuda: expects 1 output, got {}", op, setup.outputs.size()));
   }
   const size_t count = hasBias(setup) ? 3 : 2;
-  const DType dtype = setup.inputs[0].dtype;  // f32, or f16 throughout (`kiln compile --fp16`)
+  // f32, or f16 or bf16 throughout (`kiln compile --fp16`, `--bf16`).
+  const DType dtype = setup.inputs[0].dtype;
   for (size_t i = 0; i < count; ++i) {
     const TensorInfo& input = setup.inputs[i];
-    if ((dtype != DType::kF32 && dtype != DType::kF16) || input.dtype != dtype) {
-      throw KernelUnsupported(fmt::format("{} on cuda: inputs all f32 or all f16 expected; input {} is {}", op, i,
-                                          typeString(input)));
+    if (!floatStorageOf(dtype) || input.dtype != dtype) {
+      throw KernelUnsupported(fmt::format("{} on cuda: inputs all f32, all f16 or all bf16 expected; input {} is {}",
+                                          op, i, typeString(input)));
     }
     if (!input.isStatic()) {
       throw KernelUnsupported(fmt::format("{} on cuda: needs static shapes, input {} is {}", op, i, typeString(input)));
@@ -802,7 +803,7 @@ std::optional<Plan> planConvolution(std::string_view op, const KernelSetup& setu
   Plan plan{cudnnGeometry(op, setup, g), g.group, 0};
   state.dtype = setup.inputs[0].dtype;
   plan.budget = planCopies(op, queueOf(setup.queue), plan.cudnn, state);
-  const bool tensor_cores = state.dtype == DType::kF16 || allowsTf32(setup.params);
+  const bool tensor_cores = state.dtype != DType::kF32 || allowsTf32(setup.params);
   state.math = tensor_cores ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   setDescriptors(state, plan.cudnn, g.group, hasBias(setup));
   checkCudnnOutput(op, state, plan.cudnn);
@@ -957,7 +958,7 @@ void planPostPass(std::string_view op, const KernelSetup& setup, FusedConvState&
   const TensorInfo& y = setup.outputs[0];
   const int64_t pixels = y.shape.size() > 2 ? static_cast<int64_t>(y.numElements()) / (y.shape[0] * y.shape[1]) : 1;
   const Indexing indexing = perChannelIndexing(y.shape[0], y.shape[1], pixels, state.has_bias, state.adds_residual,
-                                               y.dtype == DType::kF16);
+                                               floatStorageOf(y.dtype).value_or(FloatStorage::kF32));
   state.post_ops.prepare(toDeviceProgram(op, *program), indexing, y.numElements(), queueOf(setup.queue));
   state.post_pass = true;
   state.bias_in_post_pass = state.has_bias;

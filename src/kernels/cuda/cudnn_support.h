@@ -79,9 +79,15 @@ inline AutoPad autoPad(std::string_view op, const ParamMap& params) {
 
 inline bool isSame(AutoPad auto_pad) { return auto_pad == AutoPad::kSameUpper || auto_pad == AutoPad::kSameLower; }
 
-// cuDNN's name for an f32 or f16 tensor (the only types the cuDNN kernels
-// take; f16 under `kiln compile --fp16`).
-inline cudnnDataType_t cudnnDataType(DType dtype) { return dtype == DType::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT; }
+// cuDNN's name for an f32, f16 or bf16 tensor (the only types the cuDNN
+// kernels take; f16 and bf16 under `kiln compile --fp16` and `--bf16`).
+inline cudnnDataType_t cudnnDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return CUDNN_DATA_HALF;
+    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
 
 // A size as cuDNN's int dimensions.
 inline int toInt(std::string_view op, int64_t value) {

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/post_ops.h"
 #include "kernels/cuda/runtime_compiler.h"
 #include "kernels/slice_positions.h"
 
@@ -33,6 +34,7 @@ static_assert(static_cast<int>(CastType::kF32) == static_cast<int>(DType::kF32) 
               static_cast<int>(CastType::kI64) == static_cast<int>(DType::kI64) &&
               static_cast<int>(CastType::kBool) == static_cast<int>(DType::kBool) &&
               static_cast<int>(CastType::kF16) == static_cast<int>(DType::kF16) &&
+              static_cast<int>(CastType::kBF16) == static_cast<int>(DType::kBF16) &&
               static_cast<int>(CastType::kF64) == static_cast<int>(DType::kF64));
 
 using setup_helpers::normalizeAxis;
@@ -266,9 +268,8 @@ WhereIndexing broadcastIndexing(std::string_view op, const KernelSetup& setup) {
 
 std::unique_ptr<KernelState> prepareWhere(const KernelSetup& setup) {
   const TensorInfo& y = setup.outputs[0];
-  const bool values = (y.dtype == DType::kF32 || y.dtype == DType::kF16) && setup.inputs[1].dtype == y.dtype &&
-                      setup.inputs[2].dtype == y.dtype;
-  if (!values || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32 or f16 values");
+  const bool values = floatStorageOf(y.dtype) && setup.inputs[1].dtype == y.dtype && setup.inputs[2].dtype == y.dtype;
+  if (!values || setup.inputs[0].dtype != DType::kBool) decline("Where", "other than f32, f16 or bf16 values");
   auto state = std::make_unique<WhereState>();
   state->element_bytes = static_cast<int>(dtypeSize(y.dtype));
   state->indexing = broadcastIndexing("Where", setup);
@@ -411,12 +412,12 @@ struct ResizeState final : KernelState {
 std::unique_ptr<KernelState> prepareResize(const KernelSetup& setup) {
   std::optional<ResizeTables> t = resizeTables(setup);
   if (!t) decline("Resize", "modes other than 2-D nearest and linear with constant scales");
-  if (t->linear && t->dtype != DType::kF32 && t->dtype != DType::kF16) {
-    decline("Resize", "linear resizing of other than f32 and f16");
-  }
+  const std::optional<FloatStorage> storage = floatStorageOf(t->dtype);
+  if (t->linear && !storage) decline("Resize", "linear resizing of other than f32, f16 and bf16");
   auto state = std::make_unique<ResizeState>();
   ResizeGeometry& g = state->geometry;
-  g = {t->planes, t->in_h, t->in_w, t->out_h, t->out_w, t->linear, elementBytes("Resize", t->dtype)};
+  g = {t->planes, t->in_h, t->in_w, t->out_h, t->out_w, t->linear, elementBytes("Resize", t->dtype),
+       storage.value_or(FloatStorage::kF32)};
   std::vector<int64_t> indices = t->row0;
   indices.insert(indices.end(), t->row1.begin(), t->row1.end());
   indices.insert(indices.end(), t->col0.begin(), t->col0.end());

@@ -3,6 +3,7 @@
 // element (per 16-, 4- or 1-byte unit for Concat and Split),
 // grid-stride; elements move as integers of their width, so every dtype of
 // that width moves the same way.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -58,11 +59,15 @@ template <typename From>
 __device__ double toDouble(From v) { return static_cast<double>(v); }
 template <>
 __device__ double toDouble<__half>(__half v) { return static_cast<double>(__half2float(v)); }
+template <>
+__device__ double toDouble<__nv_bfloat16>(__nv_bfloat16 v) { return static_cast<double>(__bfloat162float(v)); }
 
 template <typename To>
 __device__ To fromDouble(double v) { return static_cast<To>(v); }
 template <>
 __device__ __half fromDouble<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
+template <>
+__device__ __nv_bfloat16 fromDouble<__nv_bfloat16>(double v) { return __float2bfloat16_rn(static_cast<float>(v)); }
 template <>
 __device__ bool fromDouble<bool>(double v) { return v != 0.0; }
 
@@ -99,6 +104,7 @@ void castFrom(const void* x, void* y, CastType to, uint64_t n, cudaStream_t stre
   switch (to) {
     case CastType::kF32: cast<<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<float*>(y), n); break;
     case CastType::kF16: cast<<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<__half*>(y), n); break;
+    case CastType::kBF16: cast<<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<__nv_bfloat16*>(y), n); break;
     case CastType::kF64: cast<<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<double*>(y), n); break;
     case CastType::kI64: cast<<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<int64_t*>(y), n); break;
     case CastType::kI32: cast<<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<int32_t*>(y), n); break;
@@ -113,6 +119,7 @@ bool castable(CastType type) {
   switch (type) {
     case CastType::kF32:
     case CastType::kF16:
+    case CastType::kBF16:
     case CastType::kF64:
     case CastType::kI64:
     case CastType::kI32:
@@ -136,10 +143,13 @@ __global__ void resizeNearest(const T* x, T* y, ResizeGeometry g, const int64_t*
 
 __device__ inline float loadFloat(float v) { return v; }
 __device__ inline float loadFloat(__half v) { return __half2float(v); }
+__device__ inline float loadFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ inline void storeFloat(float* y, float v) { *y = v; }
 __device__ inline void storeFloat(__half* y, float v) { *y = __float2half_rn(v); }
+__device__ inline void storeFloat(__nv_bfloat16* y, float v) { *y = __float2bfloat16_rn(v); }
 
-// T: f32, or f16 (`kiln compile --fp16`) interpolated in f32.
+// T: f32, or f16 or bf16 (`kiln compile --fp16`, `--bf16`) interpolated in
+// f32.
 template <typename T>
 __global__ void resizeLinear(const T* x, T* y, ResizeGeometry g, const int64_t* rows, const int64_t* cols,
                              const float* row_w, const float* col_w, uint64_t n) {
@@ -211,9 +221,14 @@ void launchResize(const void* x, void* y, const ResizeGeometry& g, const int64_t
   const uint64_t n = static_cast<uint64_t>(g.planes * g.out_h * g.out_w);
   if (n == 0) return;
   const unsigned blocks = blocksFor(n);
-  if (g.linear && g.element_bytes == 2) {
+  if (g.linear && g.storage == FloatStorage::kF16) {
     resizeLinear<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const __half*>(x), static_cast<__half*>(y), g,
                                                           rows, cols, row_w, col_w, n);
+    return;
+  }
+  if (g.linear && g.storage == FloatStorage::kBF16) {
+    resizeLinear<<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                          static_cast<__nv_bfloat16*>(y), g, rows, cols, row_w, col_w, n);
     return;
   }
   if (g.linear) {
@@ -317,6 +332,7 @@ void launchCast(const void* x, uint8_t from, void* y, uint8_t to, uint64_t n, cu
   switch (CastType(from)) {
     case CastType::kF32: castFrom<float>(x, y, target, n, stream); break;
     case CastType::kF16: castFrom<__half>(x, y, target, n, stream); break;
+    case CastType::kBF16: castFrom<__nv_bfloat16>(x, y, target, n, stream); break;
     case CastType::kF64: castFrom<double>(x, y, target, n, stream); break;
     case CastType::kI64: castFrom<int64_t>(x, y, target, n, stream); break;
     case CastType::kI32: castFrom<int32_t>(x, y, target, n, stream); break;

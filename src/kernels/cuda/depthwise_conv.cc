@@ -24,7 +24,7 @@ struct DepthwiseState final : KernelState {
   DeviceProgram post;  // post.ops == 0: none
   bool has_bias = false;
   bool has_residual = false;
-  bool half = false;  // every tensor f16 (`kiln compile --fp16`): the specialized kernel only
+  FloatStorage storage = FloatStorage::kF32;  // 16-bit (`--fp16`, `--bf16`): the specialized kernel only
   cudaKernel_t specialized = nullptr;  // kiln_depthwise, or null: the built-in kernel
   unsigned blocks = 0;
 };
@@ -44,18 +44,19 @@ std::optional<std::vector<int64_t>> pair(const ParamMap& params, const std::stri
 }  // namespace
 
 std::optional<std::string> depthwiseSource(const DepthwiseGeometry& g, const DeviceProgram& post, bool has_bias,
-                                           bool has_residual, bool half) {
+                                           bool has_residual, FloatStorage storage) {
   const uint64_t outputs = static_cast<uint64_t>(g.batch * g.channels * g.out_h * g.out_w);
   const uint64_t inputs = static_cast<uint64_t>(g.batch * g.channels * g.in_h * g.in_w);
   if (outputs == 0 || outputs >= (1ull << 31) || inputs >= (1ull << 31) || !opsAreKnown(post)) return std::nullopt;
   std::string out;
   appendPrelude(out, fmt::format("a {}x{} depthwise convolution over {} channels", g.kernel_h, g.kernel_w, g.channels),
                 post);
-  // Elements are E; L(v) is v as a float. f16 tensors are unsigned shorts
-  // converted in registers (the sums stay f32).
-  if (half) {
+  // Elements are E; L(v) is v as a float. 16-bit tensors are unsigned
+  // shorts converted in registers (the sums stay f32).
+  const bool narrow = storage != FloatStorage::kF32;
+  if (narrow) {
     appendHalfConversions(out);
-    out += "typedef unsigned short E;\n#define L(v) kiln_h2f(v)\n";
+    out += fmt::format("typedef unsigned short E;\n#define L(v) {}(v)\n", loadConversion(storage));
   } else {
     out += "typedef float E;\n#define L(v) (v)\n";
   }
@@ -88,7 +89,8 @@ std::optional<std::string> depthwiseSource(const DepthwiseGeometry& g, const Dev
     if (has_residual) out += "  const float residual = L(a.residual[i]);\n";
     result = appendInstructions(out, post, "p", [](int k) { return std::string(k == 0 ? "sum" : "residual"); });
   }
-  fmt::format_to(std::back_inserter(out), "  a.y[i] = {};\n}}\n", half ? "kiln_f2h(" + result + ")" : result);
+  fmt::format_to(std::back_inserter(out), "  a.y[i] = {};\n}}\n",
+                 narrow ? fmt::format("{}({})", storeConversion(storage), result) : result);
   return out;
 }
 
@@ -97,9 +99,10 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[1];
   const TensorInfo& y = setup.outputs[0];
-  const bool half = x.dtype == DType::kF16;
-  if (!setup_helpers::presentInputsAre(setup, half ? DType::kF16 : DType::kF32) || y.dtype != x.dtype) return nullptr;
-  if (half && !runtimeCompilerEnabled()) return nullptr;  // the built-in kernel is f32 only: cuDNN's then
+  const std::optional<FloatStorage> storage = floatStorageOf(x.dtype);
+  if (!storage || !setup_helpers::presentInputsAre(setup, x.dtype) || y.dtype != x.dtype) return nullptr;
+  const bool narrow = *storage != FloatStorage::kF32;
+  if (narrow && !runtimeCompilerEnabled()) return nullptr;  // the built-in kernel is f32 only: cuDNN's then
   if (x.shape.size() != 4 || w.shape.size() != 4 || y.shape.size() != 4) return nullptr;
   const int64_t channels = x.shape[1];
   // One filter per channel, one output channel per input channel.
@@ -141,7 +144,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
   auto state = std::make_unique<DepthwiseState>();
   state->geometry = g;
   state->has_bias = present(setup, 2);
-  state->half = half;
+  state->storage = *storage;
   if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params)) {
     state->post = toDeviceProgram(op, *post);
     state->has_residual = post->input_count > 1;
@@ -150,7 +153,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
     }
   }
   if (runtimeCompilerEnabled()) {
-    if (const auto source = depthwiseSource(g, state->post, state->has_bias, state->has_residual, half)) {
+    if (const auto source = depthwiseSource(g, state->post, state->has_bias, state->has_residual, *storage)) {
       static constexpr const char* kNames[] = {"kiln_depthwise"};
       std::string error;
       const auto kernels = compileKernels(*source, kNames, queueOf(setup.queue).compute_capability, &error);
@@ -160,7 +163,7 @@ std::unique_ptr<KernelState> prepareDepthwiseConv(std::string_view op, const Ker
       }
     }
   }
-  if (half && state->specialized == nullptr) return nullptr;
+  if (narrow && state->specialized == nullptr) return nullptr;
   return state;
 }
 

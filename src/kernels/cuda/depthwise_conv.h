@@ -24,8 +24,8 @@ namespace kiln::cuda {
 // The source of the specialized kernel: extern "C" kiln_depthwise taking
 // DepthwiseArgs below, one thread per output element in blocks of 256.
 // `post` over the convolution plus bias (input 0) and the residual (input
-// 1); post.ops == 0 for none. With `half`, every tensor is f16 (the
-// arithmetic f32). nullopt when x or y has 2^31 elements or more.
+// 1); post.ops == 0 for none. Every tensor is stored as `storage` (f16 or
+// bf16 with `kiln compile --fp16` / `--bf16`; the arithmetic f32). nullopt when x or y has 2^31 elements or more.
 struct DepthwiseArgs {
   const float* x = nullptr;
   const float* w = nullptr;
@@ -34,7 +34,7 @@ struct DepthwiseArgs {
   float* y = nullptr;
 };
 std::optional<std::string> depthwiseSource(const DepthwiseGeometry& geometry, const DeviceProgram& post, bool has_bias,
-                                           bool has_residual, bool half = false);
+                                           bool has_residual, FloatStorage storage = FloatStorage::kF32);
 
 // The step's state when it is a depthwise convolution this kernel runs
 // (NCHW f32, or f16 where the runtime compiler builds the kernel; explicit

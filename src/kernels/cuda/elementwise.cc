@@ -72,8 +72,9 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
   for (int d = 0; d < indexing.rank; ++d) indexing.out_dims[d] = out.shape[d];
   for (size_t k = 0; k < setup.inputs.size(); ++k) {
     const TensorInfo& in = setup.inputs[k];
-    if (in.dtype != DType::kF32 && in.dtype != DType::kF16) decline(op, fmt::format("{} inputs", dtypeName(in.dtype)));
-    indexing.half[k] = in.dtype == DType::kF16;
+    const std::optional<FloatStorage> storage = floatStorageOf(in.dtype);
+    if (!storage) decline(op, fmt::format("{} inputs", dtypeName(in.dtype)));
+    indexing.storage[k] = *storage;
     indexing.scalar[k] = in.numElements() == 1;
     if (!indexing.scalar[k] && in.numElements() != out.numElements()) indexing.direct = false;
     // Right-aligned (numpy) broadcasting.
@@ -88,13 +89,13 @@ Indexing planIndexing(const std::string& op, const KernelSetup& setup) {
   // A full-size input of another shape (a [N] input against a [1, N]
   // output) is still read element by element in order.
   if (!indexing.direct) collapse(indexing, static_cast<int>(setup.inputs.size()));
-  indexing.half_out = out.dtype == DType::kF16;
+  indexing.storage_out = floatStorageOf(out.dtype).value_or(FloatStorage::kF32);  // checked by finish()
   return indexing;
 }
 
 std::unique_ptr<KernelState> finish(const std::string& op, const KernelSetup& setup, const ElementwiseProgram& program) {
-  if (setup.outputs.size() != 1 || (setup.outputs[0].dtype != DType::kF32 && setup.outputs[0].dtype != DType::kF16)) {
-    decline(op, "an output other than f32 or f16");
+  if (setup.outputs.size() != 1 || !floatStorageOf(setup.outputs[0].dtype)) {
+    decline(op, "an output other than f32, f16 or bf16");
   }
   auto state = std::make_unique<ElementwiseState>();
   state->pass.prepare(toDeviceProgram(op, program), planIndexing(op, setup), setup.outputs[0].numElements(),
@@ -152,10 +153,10 @@ std::unique_ptr<KernelState> prepareClip(const KernelSetup& setup) {
   for (size_t k = 1; k < setup.inputs.size() && k < 3; ++k) {
     if (setup.inputs[k].dtype == DType::kUndefined) continue;
     if (setup.constants[k] == nullptr) decline("Clip", "bounds known only at run time");
-    if (setup.inputs[k].dtype == DType::kF16) {
+    if (setup.inputs[k].dtype == DType::kF16 || setup.inputs[k].dtype == DType::kBF16) {
       uint16_t bits;
       std::memcpy(&bits, setup.constants[k], sizeof bits);
-      bounds[k - 1] = halfToFloat(bits);
+      bounds[k - 1] = setup.inputs[k].dtype == DType::kF16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
     } else if (setup.inputs[k].dtype == DType::kF32) {
       std::memcpy(&bounds[k - 1], setup.constants[k], sizeof(float));
     } else {

@@ -71,23 +71,24 @@ std::string offsetOf(const Indexing& indexing, const Plan& p, int k) {
 }
 
 // Declares input k's value at `offset` as x<k>: a float, or with `vector`
-// a float4 of the four elements from there. An f16 input (half) converts
-// as it loads; four of them are one 8-byte load.
-void appendLoad(std::string& out, int k, const std::string& offset, bool vector, bool half) {
-  if (!half && !vector) {
+// a float4 of the four elements from there. A 16-bit input (f16, bf16)
+// converts as it loads; four of them are one 8-byte load.
+void appendLoad(std::string& out, int k, const std::string& offset, bool vector, FloatStorage storage) {
+  const char* f = loadConversion(storage);
+  if (storage == FloatStorage::kF32 && !vector) {
     fmt::format_to(std::back_inserter(out), "  const float x{0} = a.in[{0}][{1}];\n", k, offset);
-  } else if (!half) {
+  } else if (storage == FloatStorage::kF32) {
     fmt::format_to(std::back_inserter(out), "  const float4 x{0} = *reinterpret_cast<const float4*>(a.in[{0}] + ({1}));\n",
                    k, offset);
   } else if (!vector) {
     fmt::format_to(std::back_inserter(out),
-                   "  const float x{0} = kiln_h2f(reinterpret_cast<const unsigned short*>(a.in[{0}])[{1}]);\n", k, offset);
+                   "  const float x{0} = {2}(reinterpret_cast<const unsigned short*>(a.in[{0}])[{1}]);\n", k, offset, f);
   } else {
     fmt::format_to(std::back_inserter(out),
                    "  const uint2 r{0} = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(a.in[{0}]) + ({1}));\n"
-                   "  const float4 x{0} = make_float4(kiln_h2f(r{0}.x & 0xffffu), kiln_h2f(r{0}.x >> 16), "
-                   "kiln_h2f(r{0}.y & 0xffffu), kiln_h2f(r{0}.y >> 16));\n",
-                   k, offset);
+                   "  const float4 x{0} = make_float4({2}(r{0}.x & 0xffffu), {2}(r{0}.x >> 16), "
+                   "{2}(r{0}.y & 0xffffu), {2}(r{0}.y >> 16));\n",
+                   k, offset, f);
   }
 }
 
@@ -111,10 +112,10 @@ void writeKernel(std::string& out, const DeviceProgram& program, const Indexing&
   const bool vector = width == 4;
   for (int k = 0; k < p.inputs; ++k) {
     switch (p.access[k]) {
-      case Access::kScalar: appendLoad(out, k, "0u", false, indexing.half[k]); break;
-      case Access::kFull: appendLoad(out, k, "e", vector, indexing.half[k]); break;
-      case Access::kRow: appendLoad(out, k, offsetOf(indexing, p, k), vector, indexing.half[k]); break;
-      case Access::kRepeated: appendLoad(out, k, offsetOf(indexing, p, k), false, indexing.half[k]); break;
+      case Access::kScalar: appendLoad(out, k, "0u", false, indexing.storage[k]); break;
+      case Access::kFull: appendLoad(out, k, "e", vector, indexing.storage[k]); break;
+      case Access::kRow: appendLoad(out, k, offsetOf(indexing, p, k), vector, indexing.storage[k]); break;
+      case Access::kRepeated: appendLoad(out, k, offsetOf(indexing, p, k), false, indexing.storage[k]); break;
     }
   }
   static constexpr const char* kLane[4] = {".x", ".y", ".z", ".w"};
@@ -125,16 +126,18 @@ void writeKernel(std::string& out, const DeviceProgram& program, const Indexing&
       return fmt::format("x{}{}", k, split ? kLane[lane] : "");
     });
   }
-  if (vector && indexing.half_out) {
+  const bool narrow = indexing.storage_out != FloatStorage::kF32;
+  const char* f = storeConversion(indexing.storage_out);
+  if (vector && narrow) {
     fmt::format_to(std::back_inserter(out),
                    "  *reinterpret_cast<uint2*>(reinterpret_cast<unsigned short*>(a.out) + e) = make_uint2("
-                   "kiln_f2h({}) | (unsigned(kiln_f2h({})) << 16), kiln_f2h({}) | (unsigned(kiln_f2h({})) << 16));\n}}\n",
-                   result[0], result[1], result[2], result[3]);
+                   "{4}({0}) | (unsigned({4}({1})) << 16), {4}({2}) | (unsigned({4}({3})) << 16));\n}}\n",
+                   result[0], result[1], result[2], result[3], f);
   } else if (vector) {
     fmt::format_to(std::back_inserter(out), "  *reinterpret_cast<float4*>(a.out + e) = make_float4({}, {}, {}, {});\n}}\n",
                    result[0], result[1], result[2], result[3]);
-  } else if (indexing.half_out) {
-    fmt::format_to(std::back_inserter(out), "  reinterpret_cast<unsigned short*>(a.out)[e] = kiln_f2h({});\n}}\n",
+  } else if (narrow) {
+    fmt::format_to(std::back_inserter(out), "  reinterpret_cast<unsigned short*>(a.out)[e] = {}({});\n}}\n", f,
                    result[0]);
   } else {
     fmt::format_to(std::back_inserter(out), "  a.out[e] = {};\n}}\n", result[0]);
@@ -154,8 +157,8 @@ std::optional<ElementwiseSource> elementwiseSource(const DeviceProgram& program,
   std::string& out = source.text;
   appendPrelude(out, fmt::format("an elementwise program of {} instructions over {} elements", program.ops, elements),
                 program);
-  bool any_half = indexing.half_out;
-  for (int k = 0; k < program.inputs; ++k) any_half = any_half || indexing.half[k];
+  bool any_half = indexing.storage_out != FloatStorage::kF32;
+  for (int k = 0; k < program.inputs; ++k) any_half = any_half || indexing.storage[k] != FloatStorage::kF32;
   if (any_half) appendHalfConversions(out);
   fmt::format_to(std::back_inserter(out), "struct Pointers {{ const float* in[{}]; float* out; }};  // elementwise_launch.h\n",
                  kMaxElementwiseInputs);

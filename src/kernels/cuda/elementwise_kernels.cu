@@ -3,6 +3,7 @@
 // broadcast strides, or directly when each input is full-size or a single
 // element), runs the program in its own slots, and stores the last result.
 // Each op computes what the CPU kernels compute (NaN handling included).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -16,8 +17,21 @@ namespace kiln::cuda {
 namespace {
 
 template <typename Index>
-__device__ float load(const float* data, Index offset, bool half) {
-  return half ? __half2float(reinterpret_cast<const __half*>(data)[offset]) : data[offset];
+__device__ float load(const float* data, Index offset, FloatStorage storage) {
+  switch (storage) {
+    case FloatStorage::kF16: return __half2float(reinterpret_cast<const __half*>(data)[offset]);
+    case FloatStorage::kBF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(data)[offset]);
+    default: return data[offset];
+  }
+}
+
+template <typename Index>
+__device__ void store(float* data, Index offset, FloatStorage storage, float value) {
+  switch (storage) {
+    case FloatStorage::kF16: reinterpret_cast<__half*>(data)[offset] = __float2half_rn(value); break;
+    case FloatStorage::kBF16: reinterpret_cast<__nv_bfloat16*>(data)[offset] = __float2bfloat16_rn(value); break;
+    default: data[offset] = value;
+  }
 }
 
 // Index: uint32_t when every element and offset fits (most tensors), which
@@ -28,7 +42,7 @@ __global__ void runProgram(DeviceProgram program, Indexing indexing, Pointers po
   loadImmediates(program, slot);
   for (Index i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     if (indexing.direct) {
-      for (int k = 0; k < program.inputs; ++k) slot[k] = load(pointers.in[k], indexing.scalar[k] ? Index{0} : i, indexing.half[k]);
+      for (int k = 0; k < program.inputs; ++k) slot[k] = load(pointers.in[k], indexing.scalar[k] ? Index{0} : i, indexing.storage[k]);
     } else {
       Index offset[kMaxElementwiseInputs] = {};
       Index rest = i;
@@ -38,14 +52,9 @@ __global__ void runProgram(DeviceProgram program, Indexing indexing, Pointers po
         rest /= size;
         for (int k = 0; k < program.inputs; ++k) offset[k] += coordinate * static_cast<Index>(indexing.strides[k][d]);
       }
-      for (int k = 0; k < program.inputs; ++k) slot[k] = load(pointers.in[k], offset[k], indexing.half[k]);
+      for (int k = 0; k < program.inputs; ++k) slot[k] = load(pointers.in[k], offset[k], indexing.storage[k]);
     }
-    const float result = runInstructions(program, slot);
-    if (indexing.half_out) {
-      reinterpret_cast<__half*>(pointers.out)[i] = __float2half_rn(result);
-    } else {
-      pointers.out[i] = result;
-    }
+    store(pointers.out, i, indexing.storage_out, runInstructions(program, slot));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/elementwise_program.h"
+#include "kernels/cuda/launch.h"
 
 namespace kiln::cuda {
 
@@ -30,21 +31,21 @@ struct DeviceProgram {
   float immediate[kMaxElementwiseImmediates] = {};
 };
 
-// How each input's element is found from the output index.
+// How each input's element is found from the output index, and how each
+// tensor stores its floats (FloatStorage: the program computes in f32; a
+// 16-bit operand converts as it loads and the result rounds, to nearest
+// even, as it stores).
 struct Indexing {
   bool direct = true;  // every input is full-size (same element order) or a single element
   bool scalar[kMaxElementwiseInputs] = {};
   int rank = 0;
   int64_t out_dims[kMaxElementwiseDims] = {};
   int64_t strides[kMaxElementwiseInputs][kMaxElementwiseDims] = {};  // 0 along broadcast dimensions
-  // Element types: f16 where set (`kiln compile --fp16`), f32 otherwise.
-  // The program computes in f32 either way; f16 operands convert as they
-  // load and the result rounds (to nearest even) as it stores.
-  bool half[kMaxElementwiseInputs] = {};
-  bool half_out = false;
+  FloatStorage storage[kMaxElementwiseInputs] = {};
+  FloatStorage storage_out = FloatStorage::kF32;
 };
 
-// Typed as f32; an f16 operand's pointer (Indexing::half) is cast back.
+// Typed as f32; a 16-bit operand's pointer (Indexing::storage) is cast back.
 struct Pointers {
   const float* in[kMaxElementwiseInputs] = {};
   float* out = nullptr;

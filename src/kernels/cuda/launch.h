@@ -20,17 +20,22 @@ inline unsigned blocksFor(uint64_t n) {
   return static_cast<unsigned>(blocks < 65535ull * 32 ? (blocks == 0 ? 1 : blocks) : 65535ull * 32);
 }
 
+// How a tensor stores its floats: f32, or 16 bits (`kiln compile --fp16`
+// makes f16 tensors, `--bf16` bf16 ones), which the kernels convert to f32
+// as they load and round back as they store.
+enum class FloatStorage : uint8_t { kF32, kF16, kBF16 };
+
 // Softmax or LogSoftmax over rows of `axis` elements that lie `inner` apart:
-// element (o, a, i) of x at (o * axis + a) * inner + i. x and y are f32, or
-// f16 with `half` (computed in f32).
-void launchSoftmax(const void* x, void* y, bool half, int64_t outer, int64_t axis, int64_t inner, bool log,
+// element (o, a, i) of x at (o * axis + a) * inner + i. x and y are stored
+// as `storage` (computed in f32).
+void launchSoftmax(const void* x, void* y, FloatStorage storage, int64_t outer, int64_t axis, int64_t inner, bool log,
                    cudaStream_t stream);
 
 // LayerNormalization over rows of `cols` elements; scale and bias have
-// `cols` elements or one (broadcast), bias may be null. Every tensor f32,
-// or every one f16 with `half` (computed in f32).
+// `cols` elements or one (broadcast), bias may be null. Every tensor stored
+// as `storage` (computed in f32).
 void launchLayerNorm(const void* x, const void* scale, bool scale_is_scalar, const void* bias, bool bias_is_scalar,
-                     void* y, bool half, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+                     void* y, FloatStorage storage, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
 
 enum class Reduction : uint8_t { kSum, kMean, kMax, kMin, kSumSquare, kL2, kL1, kLogSumExp };
 // Reduces element (o, r, i) over r: y[o * inner + i].
@@ -74,7 +79,7 @@ void launchGather(const void* x, const void* indices, bool indices_are_i64, void
 // Cast between the dtypes named by their DType values (kiln/dtype.h; the
 // same numbers as CastType, which data_movement.cc checks): f32, f16, f64,
 // i64, i32, i8, u8, bool. castSupported is false for a pair it lacks.
-enum class CastType : uint8_t { kF32 = 1, kU8 = 2, kI8 = 3, kI32 = 6, kI64 = 7, kBool = 9, kF16 = 10, kF64 = 11 };
+enum class CastType : uint8_t { kF32 = 1, kU8 = 2, kI8 = 3, kI32 = 6, kI64 = 7, kBool = 9, kF16 = 10, kF64 = 11, kBF16 = 16 };
 bool castSupported(uint8_t from, uint8_t to);
 void launchCast(const void* x, uint8_t from, void* y, uint8_t to, uint64_t elements, cudaStream_t stream);
 
@@ -105,6 +110,7 @@ struct ResizeGeometry {
   int64_t planes = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   bool linear = false;
   int element_bytes = 4;
+  FloatStorage storage = FloatStorage::kF32;  // linear: how its floats are stored
 };
 void launchResize(const void* x, void* y, const ResizeGeometry& geometry, const int64_t* rows, const int64_t* cols,
                   const float* row_w, const float* col_w, cudaStream_t stream);

@@ -111,13 +111,15 @@ bool present(const KernelSetup& setup, size_t i) {
 
 std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup, const Shape& s, bool relu,
                                    const std::optional<ElementwiseProgram>& activation) {
-  // All f32, or all f16 (`kiln compile --fp16`: f16 operands, f32 sums).
+  // All f32, or all f16 or bf16 (`kiln compile --fp16`, `--bf16`: 16-bit
+  // operands, f32 sums).
   const DType dtype = setup.outputs[0].dtype;
-  if (dtype != DType::kF32 && dtype != DType::kF16) decline(op, "an output other than f32 or f16");
+  const std::optional<FloatStorage> storage = floatStorageOf(dtype);
+  if (!storage) decline(op, "an output other than f32, f16 or bf16");
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
     if (present(setup, i) && setup.inputs[i].dtype != dtype) decline(op, "inputs of another type than its output");
   }
-  const cudaDataType_t type = dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+  const cudaDataType_t type = dtype == DType::kF16 ? CUDA_R_16F : dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
   if (s.m == 0 || s.n == 0 || s.k == 0) decline(op, "an empty product");
   const CudaQueue& queue = queueOf(setup.queue);
   auto state = std::make_unique<ProductState>();
@@ -164,7 +166,7 @@ std::unique_ptr<KernelState> build(std::string_view op, const KernelSetup& setup
   state->algo = result.algo;
   if (activation) {
     Indexing over_y;
-    over_y.half[0] = over_y.half_out = dtype == DType::kF16;
+    over_y.storage[0] = over_y.storage_out = *storage;
     state->activation.prepare(toDeviceProgram(op, *activation), over_y, setup.outputs[0].numElements(), queue);
     state->has_activation = true;
   }

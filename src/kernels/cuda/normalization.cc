@@ -1,5 +1,5 @@
-// Softmax, LogSoftmax and LayerNormalization on cuda (f32, or f16 computed
-// in f32; kernels in
+// Softmax, LogSoftmax and LayerNormalization on cuda (f32, or f16 or bf16
+// computed in f32; kernels in
 // normalization_kernels.cu). Softmax follows opset 13 (one axis; the
 // importer rewrites older opsets' flattening form). LayerNormalization with
 // its optional Mean and InvStdDev outputs is declined (those steps run on
@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_queue.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/post_ops.h"
 
 namespace kiln::cuda {
 namespace {
@@ -22,33 +23,34 @@ using setup_helpers::product;
   throw KernelUnsupported(fmt::format("{} on cuda: {}", op, why));
 }
 
-// Every tensor f32, or every one f16; returns true for f16.
-bool expectOneFloatType(std::string_view op, const KernelSetup& setup) {
+// Every tensor f32, or every one f16, or every one bf16: how they store.
+FloatStorage expectOneFloatType(std::string_view op, const KernelSetup& setup) {
   const DType dtype = setup.inputs[0].dtype;
-  if (dtype != DType::kF32 && dtype != DType::kF16) decline(op, "inputs other than f32 or f16");
+  const std::optional<FloatStorage> storage = floatStorageOf(dtype);
+  if (!storage) decline(op, "inputs other than f32, f16 or bf16");
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
     if (present(setup, i) && setup.inputs[i].dtype != dtype) decline(op, "inputs of different types");
   }
   for (const TensorInfo& output : setup.outputs) {
     if (output.dtype != dtype) decline(op, "an output of another type than its input");
   }
-  return dtype == DType::kF16;
+  return *storage;
 }
 
 struct SoftmaxState final : KernelState {
   int64_t outer = 1, axis = 1, inner = 1;
   bool log = false;
-  bool half = false;
+  FloatStorage storage = FloatStorage::kF32;
 };
 
 template <bool kLog>
 std::unique_ptr<KernelState> prepareSoftmax(const KernelSetup& setup) {
   constexpr std::string_view op = kLog ? "LogSoftmax" : "Softmax";
-  const bool half = expectOneFloatType(op, setup);
+  const FloatStorage storage = expectOneFloatType(op, setup);
   const std::vector<int64_t>& x = setup.inputs[0].shape;
   auto state = std::make_unique<SoftmaxState>();
   state->log = kLog;
-  state->half = half;
+  state->storage = storage;
   if (x.empty()) return state;
   const auto axis = static_cast<size_t>(normalizeAxis(op, setup.params.getInt("axis", -1), x.size()));
   state->outer = product(x, 0, axis);
@@ -59,7 +61,7 @@ std::unique_ptr<KernelState> prepareSoftmax(const KernelSetup& setup) {
 
 void runSoftmax(const KernelCall& call) {
   const auto& s = *static_cast<const SoftmaxState*>(call.state);
-  launchSoftmax(call.inputs[0].data, call.outputs[0].data, s.half, s.outer, s.axis, s.inner, s.log,
+  launchSoftmax(call.inputs[0].data, call.outputs[0].data, s.storage, s.outer, s.axis, s.inner, s.log,
                 queueOf(call.queue).stream);
 }
 
@@ -67,17 +69,17 @@ struct LayerNormState final : KernelState {
   int64_t rows = 0, cols = 0;
   float epsilon = 1e-5f;
   bool scale_is_scalar = false, bias_is_scalar = false, has_bias = false;
-  bool half = false;
+  FloatStorage storage = FloatStorage::kF32;
 };
 
 std::unique_ptr<KernelState> prepareLayerNorm(const KernelSetup& setup) {
   constexpr std::string_view op = "LayerNormalization";
   if (setup.outputs.size() > 1) decline(op, "the Mean and InvStdDev outputs");
-  const bool half = expectOneFloatType(op, setup);
+  const FloatStorage storage = expectOneFloatType(op, setup);
   const std::vector<int64_t>& x = setup.inputs[0].shape;
   const auto axis = static_cast<size_t>(normalizeAxis(op, setup.params.getInt("axis", -1), x.size()));
   auto state = std::make_unique<LayerNormState>();
-  state->half = half;
+  state->storage = storage;
   state->rows = product(x, 0, axis);
   state->cols = product(x, axis, x.size());
   state->epsilon = static_cast<float>(setup.params.getFloat("epsilon", 1e-5));
@@ -95,7 +97,7 @@ std::unique_ptr<KernelState> prepareLayerNorm(const KernelSetup& setup) {
 void runLayerNorm(const KernelCall& call) {
   const auto& s = *static_cast<const LayerNormState*>(call.state);
   launchLayerNorm(call.inputs[0].data, call.inputs[1].data, s.scale_is_scalar, s.has_bias ? call.inputs[2].data : nullptr,
-                  s.bias_is_scalar, call.outputs[0].data, s.half, s.rows, s.cols, s.epsilon, queueOf(call.queue).stream);
+                  s.bias_is_scalar, call.outputs[0].data, s.storage, s.rows, s.cols, s.epsilon, queueOf(call.queue).stream);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // works; LayerNormalization takes the variance about the mean (two passes),
 // as the CPU kernel does, which stays exact for rows with a large mean.
 // Softmax and LayerNormalization also take f16 tensors (computing in f32).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cfloat>
@@ -53,16 +54,19 @@ struct Min {
   __device__ float operator()(float a, float b) const { return (isnan(a) || isnan(b)) ? NAN : fminf(a, b); }
 };
 
-// Elements load as f32 and store as T (f32, or f16 under `kiln compile
-// --fp16`): the arithmetic is f32 either way.
+// Elements load as f32 and store as T (f32, or f16 or bf16 under `kiln
+// compile --fp16` / `--bf16`): the arithmetic is f32 either way.
 __device__ inline float toFloat(float v) { return v; }
 __device__ inline float toFloat(__half v) { return __half2float(v); }
+__device__ inline float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T>
 __device__ inline T fromFloat(float v);
 template <>
 __device__ inline float fromFloat<float>(float v) { return v; }
 template <>
 __device__ inline __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void softmaxRows(const T* x, T* y, int64_t axis, int64_t inner, bool log) {
@@ -310,21 +314,25 @@ void layerNormAs(const void* input, const void* scale_data, bool scale_is_scalar
 
 }  // namespace
 
-void launchSoftmax(const void* x, void* y, bool half, int64_t outer, int64_t axis, int64_t inner, bool log,
+void launchSoftmax(const void* x, void* y, FloatStorage storage, int64_t outer, int64_t axis, int64_t inner, bool log,
                    cudaStream_t stream) {
-  if (half) {
-    softmaxAs<__half>(x, y, outer, axis, inner, log, stream);
-  } else {
-    softmaxAs<float>(x, y, outer, axis, inner, log, stream);
+  switch (storage) {
+    case FloatStorage::kF16: softmaxAs<__half>(x, y, outer, axis, inner, log, stream); break;
+    case FloatStorage::kBF16: softmaxAs<__nv_bfloat16>(x, y, outer, axis, inner, log, stream); break;
+    default: softmaxAs<float>(x, y, outer, axis, inner, log, stream);
   }
 }
 
 void launchLayerNorm(const void* x, const void* scale, bool scale_is_scalar, const void* bias, bool bias_is_scalar,
-                     void* y, bool half, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
-  if (half) {
-    layerNormAs<__half>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
-  } else {
-    layerNormAs<float>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
+                     void* y, FloatStorage storage, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+  switch (storage) {
+    case FloatStorage::kF16:
+      layerNormAs<__half>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
+      break;
+    case FloatStorage::kBF16:
+      layerNormAs<__nv_bfloat16>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
+      break;
+    default: layerNormAs<float>(x, scale, scale_is_scalar, bias, bias_is_scalar, y, rows, cols, epsilon, stream);
   }
 }
 

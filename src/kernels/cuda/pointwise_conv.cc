@@ -45,8 +45,8 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[1];
   const TensorInfo& y = setup.outputs[0];
-  const bool half = x.dtype == DType::kF16;
-  if (!setup_helpers::presentInputsAre(setup, half ? DType::kF16 : DType::kF32) || y.dtype != x.dtype) return nullptr;
+  const std::optional<FloatStorage> storage = floatStorageOf(x.dtype);
+  if (!storage || !setup_helpers::presentInputsAre(setup, x.dtype) || y.dtype != x.dtype) return nullptr;
   if (x.shape.size() < 3 || w.shape.size() != x.shape.size() || y.shape.size() != x.shape.size()) return nullptr;
   const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
   const std::string auto_pad = setup.params.getString("auto_pad", "NOTSET");
@@ -65,8 +65,9 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
     return nullptr;
   }
   state->has_bias = present(setup, 2);
-  if (allowsTf32(setup.params) && !half) state->compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-  if (half) state->type = CUDA_R_16F;
+  if (allowsTf32(setup.params) && *storage == FloatStorage::kF32) state->compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (*storage == FloatStorage::kF16) state->type = CUDA_R_16F;
+  if (*storage == FloatStorage::kBF16) state->type = CUDA_R_16BF;
   if (const std::optional<ElementwiseProgram> post = postOpProgram(op, setup.params, state->has_bias)) {
     state->has_post = true;
     state->has_residual = post->input_count > (state->has_bias ? 2u : 1u);
@@ -74,7 +75,7 @@ std::unique_ptr<KernelState> preparePointwiseConv(std::string_view op, const Ker
       return nullptr;
     }
     const Indexing ix = perChannelIndexing(state->batch, state->out_channels, state->pixels, state->has_bias,
-                                           state->has_residual, half);
+                                           state->has_residual, *storage);
     state->post.prepare(toDeviceProgram(op, *post), ix, y.numElements(), queueOf(setup.queue));
   }
   return state;

@@ -28,7 +28,7 @@
 //     that windows use) are refused;
 //   - max pooling propagates NaN (CUDNN_PROPAGATE_NAN), as ONNX's reference.
 //
-// Declined in prepare (KernelUnsupported: the step then runs on the host): dtypes other than f32 and f16, dynamic shapes,
+// Declined in prepare (KernelUnsupported: the step then runs on the host): dtypes other than f32, f16 and bf16, dynamic shapes,
 // more than 3 spatial axes, dilations other than 1, MaxPool's Indices
 // output, the count_include_pad pools above, and shapes that do not fit
 // cuDNN's int dimensions.
@@ -81,8 +81,8 @@ void checkInput(std::string_view op, const KernelSetup& setup) {
   }
   if (setup.outputs.empty()) throw KernelUnsupported(fmt::format("{} on cuda: expects 1 output, got none", op));
   const TensorInfo& x = setup.inputs[0];
-  if (x.dtype != DType::kF32 && x.dtype != DType::kF16) {
-    throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32 and f16 only); input 0 is {}", op,
+  if (x.dtype != DType::kF32 && x.dtype != DType::kF16 && x.dtype != DType::kBF16) {
+    throw KernelUnsupported(fmt::format("{} on cuda: {} inputs are not supported yet (f32, f16 and bf16 only); input 0 is {}", op,
                                  dtypeName(x.dtype), typeString(x)));
   }
   if (!x.isStatic()) throw KernelUnsupported(fmt::format("{} on cuda: needs static shapes, input 0 is {}", op, typeString(x)));

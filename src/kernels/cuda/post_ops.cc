@@ -92,8 +92,17 @@ std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const Param
   return program;
 }
 
+std::optional<FloatStorage> floatStorageOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return FloatStorage::kF32;
+    case DType::kF16: return FloatStorage::kF16;
+    case DType::kBF16: return FloatStorage::kBF16;
+    default: return std::nullopt;
+  }
+}
+
 Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, bool has_bias, bool has_residual,
-                            bool half) {
+                            FloatStorage storage) {
   Indexing ix;
   ix.direct = false;
   ix.rank = 3;
@@ -108,8 +117,8 @@ Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, boo
     if (has_residual) ix.strides[has_bias ? 2 : 1][d] = full[d];
   }
   const int inputs = 1 + (has_bias ? 1 : 0) + (has_residual ? 1 : 0);
-  for (int k = 0; k < inputs; ++k) ix.half[k] = half;
-  ix.half_out = half;
+  for (int k = 0; k < inputs; ++k) ix.storage[k] = storage;
+  ix.storage_out = storage;
   return ix;
 }
 

@@ -31,9 +31,13 @@ std::optional<ElementwiseProgram> postOpProgram(std::string_view op, const Param
 
 // The indexing of a post-ops program over an NCHW output [N, C, pixels]
 // (postOpProgram's inputs: y and the residual full-size, the bias, when
-// there is one, per channel), every tensor f16 with `half`.
+// there is one, per channel), every tensor stored as `storage`.
 Indexing perChannelIndexing(int64_t batch, int64_t channels, int64_t pixels, bool has_bias, bool has_residual,
-                            bool half = false);
+                            FloatStorage storage = FloatStorage::kF32);
+
+// How an elementwise kernel stores `dtype` (f32, f16, bf16); nullopt for
+// any other type.
+std::optional<FloatStorage> floatStorageOf(DType dtype);
 
 // `program` in the fixed arrays a launch carries; KernelUnsupported when it
 // does not fit.

@@ -63,8 +63,18 @@ void appendHalfConversions(std::string& out) {
       "  float f; const unsigned short s = static_cast<unsigned short>(h);\n"
       "  asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(s)); return f;\n}\n"
       "__device__ __forceinline__ unsigned short kiln_f2h(float f) {\n"
-      "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}\n";
+      "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}\n"
+      "__device__ __forceinline__ float kiln_b2f(unsigned b) {\n"
+      "  float f; const unsigned u = (b & 0xffffu) << 16;\n"
+      "  asm(\"mov.b32 %0, %1;\" : \"=f\"(f) : \"r\"(u)); return f;\n}\n"
+      "__device__ __forceinline__ unsigned short kiln_f2b(float f) {\n"
+      "  unsigned u; asm(\"mov.b32 %0, %1;\" : \"=r\"(u) : \"f\"(f));\n"
+      "  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((u >> 16) | 0x40u);\n"
+      "  return static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n}\n";
 }
+
+const char* loadConversion(FloatStorage storage) { return storage == FloatStorage::kBF16 ? "kiln_b2f" : "kiln_h2f"; }
+const char* storeConversion(FloatStorage storage) { return storage == FloatStorage::kBF16 ? "kiln_f2b" : "kiln_f2h"; }
 
 std::string appendInstructions(std::string& out, const DeviceProgram& program, const std::string& prefix,
                                const std::function<std::string(int)>& input) {

@@ -21,10 +21,17 @@ std::string floatLiteral(float value);
 // kiln_<Op>(x, y, alpha, beta) for each op `program` uses.
 void appendPrelude(std::string& out, const std::string& what, const DeviceProgram& program);
 
-// Defines kiln_h2f(unsigned short) -> float and kiln_f2h(float) ->
-// unsigned short, f16 bits to f32 and back (round to nearest even), in
-// PTX: generated sources include no headers.
+// Defines kiln_h2f(unsigned) -> float and kiln_f2h(float) -> unsigned
+// short, f16 bits (the low 16 bits of the argument) to f32 and back, and
+// kiln_b2f / kiln_f2b the same for bf16; rounding to nearest even, NaN
+// staying NaN. In PTX and bit operations: generated sources include no
+// headers.
 void appendHalfConversions(std::string& out);
+
+// The names of those functions for a 16-bit `storage`: the one that reads
+// an element as a float, and the one that rounds a float into an element.
+const char* loadConversion(FloatStorage storage);
+const char* storeConversion(FloatStorage storage);
 
 // Appends `program` as statements "const float <prefix>_<j> = ...;" whose
 // operands are input(k) for input slots and literals for immediates;
