@@ -110,12 +110,13 @@ void fusedElementwise(InferenceContext& context) {
   program.beta = floats(kProgramBetaAttribute);
   program.immediates = floats(kProgramImmediatesAttribute);
   if (const std::string problem = checkElementwiseProgram(program); !problem.empty()) context.fail("{}", problem);
-  // f32, or f16 throughout (the cuda target's `--fp16` storage; the
-  // program still computes in f32).
-  const DType dtype = context.inputType(0).dtype == DType::kF16 ? DType::kF16 : DType::kF32;
+  // f32, or f16 or bf16 throughout (the cuda target's `--fp16` and `--bf16`
+  // storage; the program still computes in f32).
+  const DType first = context.inputType(0).dtype;
+  const DType dtype = first == DType::kF16 || first == DType::kBF16 ? first : DType::kF32;
   for (size_t i = 0; i < context.inputCount(); ++i) {
     if (context.inputType(i).dtype != dtype) {
-      context.fail("input {} is {}; the fused program takes f32 (or f16 throughout) only", i,
+      context.fail("input {} is {}; the fused program takes f32 (or f16 or bf16 throughout) only", i,
                    dtypeName(context.inputType(i).dtype));
     }
   }
