@@ -179,10 +179,15 @@ std::optional<LoopStage> splitAtDynamicLoop(const Graph& graph) {
   return std::nullopt;
 }
 
-std::optional<NodeStage> splitAtUnknownNode(const Graph& graph) {
+bool isSelection(const Node& node) {
+  return node.domain.empty() && (node.op_type == "NonZero" || node.op_type == "NonMaxSuppression");
+}
+
+std::optional<NodeStage> splitAtUnknownNode(const Graph& graph, bool selections_only) {
   for (NodeId id : graph.topologicalOrder()) {
     const Node& node = graph.node(id);
     if (!node.subgraphs().empty() || hasStaticOutputs(graph, node) || !readsOnlyInputs(graph, node)) continue;
+    if (selections_only && !isSelection(node)) continue;
     NodeStage stage{node.op_type, node.domain, node.attributes, {}, {}, graphAfter(graph, id)};
     for (ValueId input : node.inputs) stage.inputs.push_back(input == kNoValue ? "" : graph.value(input).name);
     for (ValueId output : node.outputs) stage.outputs.push_back(graph.value(output).name);

@@ -45,6 +45,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerSamplingKernels(r);
     registerLinearAttentionKernels(r);
     registerFlexAttentionKernels(r);
+    registerSelectionKernels(r);
     registerMlKernels(r);
     return r;
   }();

@@ -33,6 +33,10 @@ ConstantPtr InferenceContext::inputConstant(size_t index) const {
   return value.initializer;
 }
 
+ConstantPtr InferenceContext::dataConstant(size_t index) const {
+  return hasInput(index) ? graph_.value(node_.inputs[index]).initializer : nullptr;
+}
+
 std::optional<std::vector<int64_t>> InferenceContext::constantInts(size_t index) const {
   const ConstantPtr constant = inputConstant(index);
   if (!constant) return std::nullopt;
@@ -102,6 +106,7 @@ OpRegistry& OpRegistry::global() {
     registerSamplingOps(r);
     registerLinearAttentionOps(r);
     registerFlexAttentionOps(r);
+    registerSelectionOps(r);
     registerMlOps(r);
     return r;
   }();

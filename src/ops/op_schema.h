@@ -45,6 +45,12 @@ class InferenceContext {
   // a value that is not constant is recorded when a recorder is set: those
   // are the values the shapes depend on (see InferenceOptions).
   ConstantPtr inputConstant(size_t index) const;
+  // The value of a constant input, or nullptr, without recording a
+  // non-constant one as a value shapes depend on: for ops (NonZero,
+  // NonMaxSuppression) whose inputs are data that changes from call to
+  // call, never a signature's shape input (runtime_shapes.h evaluates them
+  // as the model runs).
+  ConstantPtr dataConstant(size_t index) const;
   // The integer values of a constant i32/i64 input, or nullopt.
   std::optional<std::vector<int64_t>> constantInts(size_t index) const;
 

@@ -1,7 +1,7 @@
 // Shape and data-movement operators: Reshape, Flatten, Squeeze, Unsqueeze,
 // Transpose, Concat, Split, Slice, the Gathers and Scatters, Expand, Shape,
 // Size, ConstantOfShape, Constant, Tile, Pad, Resize/Upsample, Range,
-// DepthToSpace, SpaceToDepth, NonZero, TopK, Trilu, CumSum, OneHot.
+// DepthToSpace, SpaceToDepth, TopK, Trilu, CumSum, OneHot.
 //
 // Many of these take their parameters (a target shape, slice bounds, pads)
 // as inputs. Only initializers count as constant here; when such an input
@@ -1033,12 +1033,6 @@ void depthSpace(InferenceContext& context, bool to_space) {
   context.output(0) = ValueType{dtype, out};
 }
 
-void nonZero(InferenceContext& context) {
-  const std::vector<Dim>* in = knownShape(context, 0);
-  const Dim rank = in ? Dim::known(static_cast<int64_t>(in->size())) : Dim{};
-  context.output(0) = ValueType{DType::kI64, std::vector<Dim>{rank, Dim{}}};
-}
-
 // `k`: nullopt when not constant.
 void topKWith(InferenceContext& context, std::optional<int64_t> k) {
   const DType dtype = context.inputType(0).dtype;
@@ -1151,7 +1145,6 @@ void registerShapeOps(OpRegistry& registry) {
   add(registry, "Range", 11, 3, 3, range);
   add(registry, "DepthToSpace", 1, 1, 1, [](InferenceContext& c) { depthSpace(c, true); });
   add(registry, "SpaceToDepth", 1, 1, 1, [](InferenceContext& c) { depthSpace(c, false); });
-  add(registry, "NonZero", 9, 1, 1, nonZero);
   add(registry, "TopK", 1, 1, 1, topKV1, 2, 2);
   add(registry, "TopK", 10, 2, 2, topKV10, 2, 2);  // k becomes an input
   add(registry, "Trilu", 14, 1, 2, trilu);

@@ -247,10 +247,13 @@ struct DynamicExecutor::Impl {
           compileHostLoop(plan, *looped, compile_options, shapes.reason);
           return plan;
         }
-        // Where values change by design (a Loop body), a shape computed from
-        // them is found by evaluating its node; elsewhere the values are in
-        // the signature, and a shape still unknown is an error of the model.
-        std::optional<NodeStage> eager = anyVarying() ? splitAtUnknownNode(graph) : std::nullopt;
+        // A shape that no signature fixes (one computed from values that
+        // change by design, as a Loop's step count, or the size of a
+        // selection: NonZero, NonMaxSuppression) is found by evaluating its
+        // node on the host; what follows is specialized on the shapes it
+        // gave. Elsewhere the values are in the signature, and a shape still
+        // unknown is an error of the model.
+        std::optional<NodeStage> eager = splitAtUnknownNode(graph, /*selections_only=*/!anyVarying());
         if (eager) {
           compileEagerNode(plan, *eager, compile_options, shapes.reason);
           return plan;

@@ -185,7 +185,7 @@ TEST(Elementwise, FusedElementwiseChecksItsProgramAndTypes) {
   GraphBuilder ints;
   const ValueId i = ints.input("i", DType::kI32, {4});
   EXPECT_NE(inferenceError(ints, ints.op("FusedElementwise", {i}, fusedProgram("Neg", {0, -1}), "kiln"))
-                .find("input 0 is i32; the fused program takes f32 (or f16 throughout) only"),
+                .find("input 0 is i32; the fused program takes f32 (or f16 or bf16 throughout) only"),
             std::string::npos);
 }
 

@@ -1,0 +1,152 @@
+#include "core/selection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <numeric>
+
+#include "core/float_formats.h"
+
+namespace kiln {
+
+bool isNonZeroElement(const std::byte* data, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, data, sizeof v);
+      return v != 0.0f;  // NaN != 0
+    }
+    case DType::kF64: {
+      double v;
+      std::memcpy(&v, data, sizeof v);
+      return v != 0.0;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      uint16_t bits;
+      std::memcpy(&bits, data, sizeof bits);
+      return (bits & 0x7FFFu) != 0;  // all but the sign bit: -0 is zero
+    }
+    default: {
+      const size_t size = dtypeSize(dtype);
+      for (size_t i = 0; i < size; ++i) {
+        if (data[i] != std::byte{0}) return true;
+      }
+      return false;
+    }
+  }
+}
+
+uint64_t countNonZero(const std::byte* data, DType dtype, uint64_t elements) {
+  const size_t element_size = dtypeSize(dtype);
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < elements; ++i) count += isNonZeroElement(data + i * element_size, dtype) ? 1 : 0;
+  return count;
+}
+
+void writeNonZeroPositions(const std::byte* data, DType dtype, const std::vector<int64_t>& shape, int64_t* out,
+                           uint64_t count) {
+  const size_t rank = shape.size();
+  uint64_t elements = 1;
+  for (int64_t dim : shape) elements *= static_cast<uint64_t>(dim);
+  const size_t element_size = dtypeSize(dtype);
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < elements && n < count; ++i) {
+    if (!isNonZeroElement(data + i * element_size, dtype)) continue;
+    uint64_t rest = i;
+    for (size_t d = rank; d-- > 0;) {
+      const auto dim = static_cast<uint64_t>(shape[d]);
+      out[d * count + n] = static_cast<int64_t>(rest % dim);
+      rest /= dim;
+    }
+    ++n;
+  }
+}
+
+NonMaxSuppressionOptions nonMaxSuppressionOptions(int64_t center_point_box, const std::byte* max_boxes,
+                                                  const std::byte* iou_threshold, const std::byte* score_threshold) {
+  NonMaxSuppressionOptions options;
+  options.center_point_box = center_point_box != 0;
+  if (max_boxes != nullptr) std::memcpy(&options.max_boxes_per_class, max_boxes, sizeof(int64_t));
+  if (iou_threshold != nullptr) std::memcpy(&options.iou_threshold, iou_threshold, sizeof(float));
+  if (score_threshold != nullptr) {
+    float value;
+    std::memcpy(&value, score_threshold, sizeof value);
+    options.score_threshold = value;
+  }
+  return options;
+}
+
+namespace {
+
+struct Corners {
+  float x_min, y_min, x_max, y_max;
+};
+
+// ONNX's box formats: corners [y1, x1, y2, x2] in either order, or
+// [x_center, y_center, width, height].
+Corners cornersOf(const float* box, bool center_point_box) {
+  if (center_point_box) {
+    const float half_w = box[2] / 2, half_h = box[3] / 2;
+    return {box[0] - half_w, box[1] - half_h, box[0] + half_w, box[1] + half_h};
+  }
+  return {std::min(box[1], box[3]), std::min(box[0], box[2]), std::max(box[1], box[3]), std::max(box[0], box[2])};
+}
+
+// Whether the IoU of a and b exceeds `threshold` (the reference's tests and
+// order of operations: empty intersections and degenerate boxes never
+// suppress).
+bool suppresses(const Corners& a, const Corners& b, float threshold) {
+  const float ix_min = std::max(a.x_min, b.x_min), ix_max = std::min(a.x_max, b.x_max);
+  if (ix_max <= ix_min) return false;
+  const float iy_min = std::max(a.y_min, b.y_min), iy_max = std::min(a.y_max, b.y_max);
+  if (iy_max <= iy_min) return false;
+  const float intersection = (ix_max - ix_min) * (iy_max - iy_min);
+  if (intersection <= 0) return false;
+  const float area_a = (a.x_max - a.x_min) * (a.y_max - a.y_min);
+  const float area_b = (b.x_max - b.x_min) * (b.y_max - b.y_min);
+  const float union_area = area_a + area_b - intersection;
+  if (area_a <= 0 || area_b <= 0 || union_area <= 0) return false;
+  return intersection / union_area > threshold;
+}
+
+}  // namespace
+
+std::vector<int64_t> nonMaxSuppression(const float* boxes, const float* scores, int64_t batches, int64_t classes,
+                                       int64_t count, const NonMaxSuppressionOptions& options) {
+  std::vector<int64_t> selected;
+  if (options.max_boxes_per_class <= 0) return selected;
+  std::vector<int64_t> candidates;
+  std::vector<Corners> kept;
+  for (int64_t b = 0; b < batches; ++b) {
+    const float* batch_boxes = boxes + b * count * 4;
+    for (int64_t c = 0; c < classes; ++c) {
+      const float* class_scores = scores + (b * classes + c) * count;
+      candidates.clear();
+      for (int64_t i = 0; i < count; ++i) {
+        if (!options.score_threshold || class_scores[i] > *options.score_threshold) candidates.push_back(i);
+      }
+      // Falling score; equal scores by rising index (stable on the index
+      // order); NaN scores last.
+      const auto key = [&](int64_t i) {
+        return std::isnan(class_scores[i]) ? -std::numeric_limits<float>::infinity() : class_scores[i];
+      };
+      std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t x, int64_t y) { return key(x) > key(y); });
+      kept.clear();
+      for (int64_t i : candidates) {
+        if (static_cast<int64_t>(kept.size()) >= options.max_boxes_per_class) break;
+        const Corners box = cornersOf(batch_boxes + i * 4, options.center_point_box);
+        const bool suppressed = std::any_of(kept.begin(), kept.end(), [&](const Corners& other) {
+          return suppresses(box, other, options.iou_threshold);
+        });
+        if (suppressed) continue;
+        kept.push_back(box);
+        selected.insert(selected.end(), {b, c, i});
+      }
+    }
+  }
+  return selected;
+}
+
+}  // namespace kiln
