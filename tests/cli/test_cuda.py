@@ -460,3 +460,48 @@ def test_control_flow_runs_on_cuda(kiln, tmp_path, sign):
     assert sorted(ours) == sorted(theirs)
     for name, reference in theirs.items():
         np.testing.assert_allclose(ours[name], reference, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_dynamic_cuda_detector_selects_boxes_on_the_host(kiln, tmp_path):
+    """NonMaxSuppression on boxes and scores the GPU computed: the first
+    stage runs on the GPU, the selection on the host, what follows on the
+    GPU again, specialized on the number of boxes kept."""
+    n = 40
+    nodes = [
+        helper.make_node("MatMul", ["features", "Wb"], ["raw"]),
+        helper.make_node("Sigmoid", ["raw"], ["unit"]),
+        helper.make_node("Mul", ["unit", "size"], ["boxes"]),
+        helper.make_node("MatMul", ["features", "Ws"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], ["probs"]),
+        helper.make_node("Transpose", ["probs"], ["scores"], perm=[0, 2, 1]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_boxes", "iou", "score_th"], ["selected"]),
+        helper.make_node("Gather", ["selected", "box_column"], ["box_index"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "zero_axis"], ["box_list"]),
+        helper.make_node("Gather", ["box_list", "box_index"], ["kept"], axis=0),
+    ]
+    inits = [weight("Wb", 8, 4), weight("Ws", 8, 3, scale=1.0),
+             numpy_helper.from_array(np.array(10.0, np.float32), "size"),
+             numpy_helper.from_array(np.array([20], np.int64), "max_boxes"),
+             numpy_helper.from_array(np.array([0.3], np.float32), "iou"),
+             numpy_helper.from_array(np.array([0.6], np.float32), "score_th"),
+             numpy_helper.from_array(np.array(2, np.int64), "box_column"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero_axis")]
+    path = save(tmp_path, "detector", nodes, [f32("features", [1, n, 8])],
+                [helper.make_tensor_value_info("selected", TensorProto.INT64, ["k", 3]), f32("kept", ["k", 4])], inits)
+    package = tmp_path / "detector.kiln"
+    result = kiln("compile", path, "-o", package, "--target", "cuda")
+    assert result.returncode == 0, result.stderr
+    assert "shapes known at run time" in result.stdout, result.stdout
+    if not gpu_present(kiln, tmp_path):
+        pytest.skip("no GPU on this machine")
+    env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    counts = set()
+    for tag in range(4):
+        feeds = {"features": (RNG.standard_normal((1, n, 8)) * (0.5 + tag)).astype(np.float32)}
+        ours = run(kiln, package, feeds, tmp_path, f"d{tag}", env=env)
+        selected, kept = session.run(None, feeds)
+        np.testing.assert_array_equal(ours["selected"], selected)
+        np.testing.assert_allclose(ours["kept"], kept, rtol=1e-4, atol=1e-5)
+        counts.add(len(selected))
+    assert len(counts) > 1, counts
