@@ -1,4 +1,4 @@
-"""NonZero and NonMaxSuppression on values the model computes: their output
+"""NonZero, NonMaxSuppression, Compress and Unique on values the model computes: their output
 sizes are known only as the model runs, so kiln runs it in stages (the
 selection evaluated on the host, what follows specialized on the sizes it
 gave). Checked against onnxruntime over calls whose selections differ in
@@ -94,3 +94,31 @@ def test_non_zero_of_a_computed_mask_matches_onnxruntime(tmp_path):
         np.testing.assert_array_equal(ours["values"], values)
     x = np.zeros((3, 3), np.float32)  # nothing selected: empty outputs
     assert runner.run({"x": x})["where"].shape == (2, 0)
+
+
+def test_compress_and_unique_of_computed_values_match_onnxruntime(tmp_path):
+    """Rows kept by a computed condition (Compress along axis 0), and the
+    distinct rounded values of a computed tensor with their counts (Unique)."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["row_max"], axes=[1], keepdims=0),
+             helper.make_node("Greater", ["row_max", "threshold"], ["keep"]),
+             helper.make_node("Compress", ["x", "keep"], ["rows"], axis=0),
+             helper.make_node("Mul", ["x", "ten"], ["scaled"]),
+             helper.make_node("Floor", ["scaled"], ["bins"]),
+             helper.make_node("Unique", ["bins"], ["values", "first", "inverse", "counts"], sorted=1)]
+    inits = [numpy_helper.from_array(np.array(0.8, np.float32), "threshold"),
+             numpy_helper.from_array(np.array(10.0, np.float32), "ten")]
+    path = save(tmp_path, "select", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 4])],
+                [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["r", 4]),
+                 helper.make_tensor_value_info("values", TensorProto.FLOAT, ["u"]),
+                 helper.make_tensor_value_info("first", TensorProto.INT64, ["u"]),
+                 helper.make_tensor_value_info("inverse", TensorProto.INT64, [24]),
+                 helper.make_tensor_value_info("counts", TensorProto.INT64, ["u"])], inits)
+    kiln.compile(path, tmp_path / "select.kiln")
+    runner = kiln.Runner(tmp_path / "select.kiln")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    for _ in range(5):
+        x = RNG.uniform(0, 1, (6, 4)).astype(np.float32)
+        ours = runner.run({"x": x})
+        for name, theirs in zip(names, session.run(None, {"x": x})):
+            np.testing.assert_array_equal(ours[name], theirs, err_msg=name)

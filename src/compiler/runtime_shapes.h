@@ -98,12 +98,13 @@ struct NodeStage {
 // `graph` cut after its first node without subgraphs whose outputs have
 // unknown shapes and whose inputs are all graph inputs or initializers;
 // with `selections_only`, the first such node that is a selection (NonZero,
-// NonMaxSuppression: ops whose output size is the point of their values);
+// NonMaxSuppression, Compress, Unique: ops whose output size is the point
+// of their values);
 // nullopt when there is none.
 std::optional<NodeStage> splitAtUnknownNode(const Graph& graph, bool selections_only = false);
 
 // Whether `node` is a selection whose output size depends on the values
-// it reads by definition (NonZero, NonMaxSuppression).
+// it reads by definition (NonZero, NonMaxSuppression, Compress, Unique).
 bool isSelection(const Node& node);
 
 // Evaluates a node of `op_type` on constant `inputs` (nullptr: absent): its

@@ -180,7 +180,8 @@ std::optional<LoopStage> splitAtDynamicLoop(const Graph& graph) {
 }
 
 bool isSelection(const Node& node) {
-  return node.domain.empty() && (node.op_type == "NonZero" || node.op_type == "NonMaxSuppression");
+  return node.domain.empty() && (node.op_type == "NonZero" || node.op_type == "NonMaxSuppression" ||
+                                 node.op_type == "Compress" || node.op_type == "Unique");
 }
 
 std::optional<NodeStage> splitAtUnknownNode(const Graph& graph, bool selections_only) {

@@ -5,8 +5,10 @@
 #include <limits>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "core/float_formats.h"
+#include "kiln/error.h"
 
 namespace kiln {
 
@@ -147,6 +149,120 @@ std::vector<int64_t> nonMaxSuppression(const float* boxes, const float* scores, 
     }
   }
   return selected;
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+uint64_t countSelected(const uint8_t* condition, uint64_t conditions, uint64_t length) {
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < std::min(conditions, length); ++i) count += condition[i] != 0 ? 1 : 0;
+  return count;
+}
+
+namespace {
+
+// -1, 0 or 1 as a is below, equal to or above b (elements of `dtype`).
+template <typename T>
+int compareAs(const std::byte* a, const std::byte* b) {
+  T x, y;
+  std::memcpy(&x, a, sizeof x);
+  std::memcpy(&y, b, sizeof y);
+  return x < y ? -1 : (y < x ? 1 : 0);
+}
+
+using CompareElements = int (*)(const std::byte*, const std::byte*);
+
+int compareHalf(const std::byte* a, const std::byte* b) {
+  uint16_t x, y;
+  std::memcpy(&x, a, 2);
+  std::memcpy(&y, b, 2);
+  const float fx = halfToFloat(x), fy = halfToFloat(y);
+  return fx < fy ? -1 : (fy < fx ? 1 : 0);
+}
+
+int compareBfloat16(const std::byte* a, const std::byte* b) {
+  uint16_t x, y;
+  std::memcpy(&x, a, 2);
+  std::memcpy(&y, b, 2);
+  const float fx = bfloat16ToFloat(x), fy = bfloat16ToFloat(y);
+  return fx < fy ? -1 : (fy < fx ? 1 : 0);
+}
+
+CompareElements comparisonFor(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return &compareAs<float>;
+    case DType::kF64: return &compareAs<double>;
+    case DType::kF16: return &compareHalf;
+    case DType::kBF16: return &compareBfloat16;
+    case DType::kI8: return &compareAs<int8_t>;
+    case DType::kI16: return &compareAs<int16_t>;
+    case DType::kI32: return &compareAs<int32_t>;
+    case DType::kI64: return &compareAs<int64_t>;
+    case DType::kU8:
+    case DType::kBool: return &compareAs<uint8_t>;
+    case DType::kU16: return &compareAs<uint16_t>;
+    case DType::kU32: return &compareAs<uint32_t>;
+    case DType::kU64: return &compareAs<uint64_t>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+UniqueSlices uniqueSlices(const std::byte* data, DType dtype, int64_t outer, int64_t length, int64_t inner,
+                          bool sorted) {
+  const CompareElements compare = comparisonFor(dtype);
+  if (compare == nullptr) throw UsageError("Unique: no comparison for " + std::string(dtypeName(dtype)) + " elements");
+  const auto element = static_cast<int64_t>(dtypeSize(dtype));
+  // Slice i against slice j, element by element in (outer, inner) order.
+  const auto compareSlices = [&](int64_t i, int64_t j) {
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t k = 0; k < inner; ++k) {
+        const int c = compare(data + ((o * length + i) * inner + k) * element,
+                              data + ((o * length + j) * inner + k) * element);
+        if (c != 0) return c;
+      }
+    }
+    return 0;
+  };
+  std::vector<int64_t> order(static_cast<size_t>(length));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  // Stable: equal slices keep their order, so a group starts at its first occurrence.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return compareSlices(i, j) < 0; });
+  UniqueSlices result;
+  result.inverse.resize(static_cast<size_t>(length));
+  for (size_t n = 0; n < order.size(); ++n) {
+    if (n == 0 || compareSlices(order[n - 1], order[n]) != 0) {
+      result.first.push_back(order[n]);
+      result.counts.push_back(0);
+    }
+    result.inverse[static_cast<size_t>(order[n])] = static_cast<int64_t>(result.first.size() - 1);
+    ++result.counts.back();
+  }
+  if (!sorted) {
+    // By first occurrence: renumber the groups in the order they first appear.
+    std::vector<int64_t> by_first(result.first.size());
+    std::iota(by_first.begin(), by_first.end(), int64_t{0});
+    std::sort(by_first.begin(), by_first.end(), [&](int64_t a, int64_t b) {
+      return result.first[static_cast<size_t>(a)] < result.first[static_cast<size_t>(b)];
+    });
+    std::vector<int64_t> position(by_first.size());
+    UniqueSlices reordered;
+    for (size_t p = 0; p < by_first.size(); ++p) {
+      const auto group = static_cast<size_t>(by_first[p]);
+      position[group] = static_cast<int64_t>(p);
+      reordered.first.push_back(result.first[group]);
+      reordered.counts.push_back(result.counts[group]);
+    }
+    reordered.inverse.resize(result.inverse.size());
+    for (size_t i = 0; i < result.inverse.size(); ++i) {
+      reordered.inverse[i] = position[static_cast<size_t>(result.inverse[i])];
+    }
+    return reordered;
+  }
+  return result;
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
 // Selections whose output size depends on the values they read: ONNX
-// NonZero and NonMaxSuppression. One implementation serves both shape
+// NonZero, NonMaxSuppression, Compress and Unique. One implementation serves both shape
 // inference (which, when the inputs are constants, needs the output's size)
 // and the CPU kernels (which write the values), so the two always agree.
 //
@@ -53,5 +53,23 @@ NonMaxSuppressionOptions nonMaxSuppressionOptions(int64_t center_point_box, cons
 // batch by batch and class by class, as the ONNX reference orders them.
 std::vector<int64_t> nonMaxSuppression(const float* boxes, const float* scores, int64_t batches, int64_t classes,
                                        int64_t count, const NonMaxSuppressionOptions& options);
+
+// Compress: how many of the first min(conditions, length) bools at
+// `condition` are true (the size of Compress's output along its axis).
+uint64_t countSelected(const uint8_t* condition, uint64_t conditions, uint64_t length);
+
+// Unique over the `length` slices along an axis of a tensor viewed as
+// [outer, length, inner] (`data` of `dtype`; the whole tensor flattened is
+// outer = inner = 1): slices compare element by element in order, by value.
+struct UniqueSlices {
+  std::vector<int64_t> first;    // per unique slice, in output order: where it first occurs
+  std::vector<int64_t> inverse;  // per slice: the position of its unique slice in the output
+  std::vector<int64_t> counts;   // per unique slice: how many times it occurs
+};
+// Output order: ascending (`sorted`, ONNX's default) or by first occurrence.
+// UsageError for a dtype it cannot compare (strings aside, every numeric
+// type compares).
+UniqueSlices uniqueSlices(const std::byte* data, DType dtype, int64_t outer, int64_t length, int64_t inner,
+                          bool sorted);
 
 }  // namespace kiln

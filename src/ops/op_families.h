@@ -22,7 +22,7 @@ void registerSignalOps(OpRegistry& registry);        // signal_ops.cc: DFT, STFT
 void registerSamplingOps(OpRegistry& registry);      // sampling_ops.cc: GridSample, AffineGrid, RoiAlign, DeformConv
 void registerLinearAttentionOps(OpRegistry& registry);  // linear_attention_ops.cc: LinearAttention, CausalConvWithState
 void registerFlexAttentionOps(OpRegistry& registry);  // flex_attention_ops.cc: FlexAttention (ai.onnx.preview)
-void registerSelectionOps(OpRegistry& registry);    // selection_ops.cc: NonZero, NonMaxSuppression
+void registerSelectionOps(OpRegistry& registry);    // selection_ops.cc: NonZero, NonMaxSuppression, Compress, Unique
 void registerMlOps(OpRegistry& registry);           // ml_ops.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
 
 }  // namespace kiln

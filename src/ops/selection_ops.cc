@@ -1,5 +1,5 @@
 // Schemas of the selections whose output size depends on the values they
-// read (core/selection.h): NonZero and NonMaxSuppression. Their outputs have
+// read (core/selection.h): NonZero, NonMaxSuppression, Compress, Unique. Their outputs have
 // an unknown length unless every input is a constant, when inference
 // computes it; a model that feeds them computed values runs in stages, the
 // op evaluated on the host (compiler/runtime_shapes.h).
@@ -79,9 +79,84 @@ void inferNonMaxSuppression(InferenceContext& context) {
   context.output(0) = ValueType{DType::kI64, std::vector<Dim>{count, Dim::known(3)}};
 }
 
+// The axis attribute of Compress and Unique against `rank`, or nullopt
+// when the node has none (the input is flattened).
+std::optional<size_t> axisOf(const InferenceContext& context, size_t rank) {
+  const auto& attributes = context.node().attributes;
+  if (attributes.find("axis") == attributes.end()) return std::nullopt;
+  return normalizeAxis(context, context.node().intAttribute("axis", 0), rank);
+}
+
+// Compress(input, condition [n] bool) -> the slices along `axis` (the
+// elements of the flattened input without one) whose condition is true.
+void inferCompress(InferenceContext& context) {
+  const DType dtype = context.inputType(0).dtype;
+  if (context.inputType(1).dtype != DType::kBool) {
+    context.fail("condition must be bool, got {}", context.inputType(1).toString());
+  }
+  const std::vector<Dim>* in = knownShape(context, 0);
+  const std::vector<Dim>* condition = knownShape(context, 1);
+  if (condition && condition->size() != 1) context.fail("condition must be 1-D, got {}", context.inputType(1).toString());
+  if (!in) {
+    context.output(0) = ValueType{dtype, std::nullopt};
+    return;
+  }
+  const std::optional<size_t> axis = axisOf(context, in->size());
+  Dim length = Dim::known(1);
+  for (const Dim& dim : *in) length = dim.isKnown() && length.isKnown() ? Dim::known(length.size * dim.size) : Dim{};
+  if (axis) length = (*in)[*axis];
+  Dim count;
+  if (const ConstantPtr c = context.dataConstant(1); c && length.isKnown()) {
+    count = Dim::known(static_cast<int64_t>(countSelected(reinterpret_cast<const uint8_t*>(c->bytes.data()),
+                                                          c->info.numElements(), static_cast<uint64_t>(length.size))));
+  }
+  std::vector<Dim> out{count};
+  if (axis) {
+    out = *in;
+    out[*axis] = count;
+  }
+  context.output(0) = ValueType{dtype, out};
+}
+
+// Unique(X) -> Y, indices, inverse_indices, counts (outputs 2-4 optional).
+void inferUnique(InferenceContext& context) {
+  const DType dtype = context.inputType(0).dtype;
+  const std::vector<Dim>* in = knownShape(context, 0);
+  std::optional<size_t> axis;
+  if (in) axis = axisOf(context, in->size());
+  Dim unique, length;
+  if (in) {
+    length = Dim::known(1);
+    for (const Dim& dim : *in) length = dim.isKnown() && length.isKnown() ? Dim::known(length.size * dim.size) : Dim{};
+    if (axis) length = (*in)[*axis];
+  }
+  if (const ConstantPtr x = context.dataConstant(0); x && in) {
+    const std::vector<int64_t>& shape = x->info.shape;
+    int64_t outer = 1, inner = 1;
+    const int64_t along = axis ? shape[*axis] : static_cast<int64_t>(x->info.numElements());
+    if (axis) {
+      for (size_t d = 0; d < *axis; ++d) outer *= shape[d];
+      for (size_t d = *axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    }
+    const UniqueSlices found = uniqueSlices(x->bytes.data(), x->info.dtype, outer, along, inner,
+                                            context.node().intAttribute("sorted", 1) != 0);
+    unique = Dim::known(static_cast<int64_t>(found.first.size()));
+  }
+  std::vector<Dim> y{unique};
+  if (in && axis) {
+    y = *in;
+    y[*axis] = unique;
+  }
+  context.output(0) = in ? ValueType{dtype, y} : ValueType{dtype, std::nullopt};
+  const std::vector<Dim> per_unique{unique}, per_slice{length};
+  if (context.outputCount() > 1) context.output(1) = ValueType{DType::kI64, per_unique};
+  if (context.outputCount() > 2) context.output(2) = ValueType{DType::kI64, per_slice};
+  if (context.outputCount() > 3) context.output(3) = ValueType{DType::kI64, per_unique};
+}
+
 void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_inputs, size_t max_inputs,
-         InferFunction infer) {
-  registry.add(OpSchema{"", op, since, min_inputs, max_inputs, 1, 1, std::move(infer)});
+         InferFunction infer, size_t max_outputs = 1) {
+  registry.add(OpSchema{"", op, since, min_inputs, max_inputs, 1, max_outputs, std::move(infer)});
 }
 
 }  // namespace
@@ -89,6 +164,8 @@ void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_
 void registerSelectionOps(OpRegistry& registry) {
   add(registry, "NonZero", 9, 1, 1, inferNonZero);
   add(registry, "NonMaxSuppression", 10, 2, 5, inferNonMaxSuppression);
+  add(registry, "Compress", 9, 2, 2, inferCompress);  // negative axes from 11
+  add(registry, "Unique", 11, 1, 1, inferUnique, 4);
 }
 
 }  // namespace kiln

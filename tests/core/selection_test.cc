@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/float_formats.h"
+#include "kiln/error.h"
 
 namespace kiln {
 namespace {
@@ -82,6 +83,35 @@ TEST(NonMaxSuppression, CenterPointBoxesAndSeveralBatchesAndClasses) {
   // boxes overlap (IoU 0.82): the better one only; NaN scores go last.
   EXPECT_EQ(nonMaxSuppression(boxes, scores, 2, 2, 2, options),
             (std::vector<int64_t>{0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 0, 1, 1, 1, 0}));
+}
+
+TEST(Compress, CountsTheTrueConditionsWithinTheAxis) {
+  const uint8_t condition[] = {1, 0, 1, 1};
+  EXPECT_EQ(countSelected(condition, 4, 4), 3u);
+  EXPECT_EQ(countSelected(condition, 4, 2), 1u);  // the axis is shorter: the rest is not read
+}
+
+TEST(Unique, SortedOrByFirstOccurrenceWithCountsAndInverse) {
+  const float x[] = {2, 1, 1, 3, 4, 3};
+  const UniqueSlices sorted = uniqueSlices(bytesOf(x), DType::kF32, 1, 6, 1, true);
+  EXPECT_EQ(sorted.first, (std::vector<int64_t>{1, 0, 3, 4}));  // values 1, 2, 3, 4
+  EXPECT_EQ(sorted.inverse, (std::vector<int64_t>{1, 0, 0, 2, 3, 2}));
+  EXPECT_EQ(sorted.counts, (std::vector<int64_t>{2, 1, 2, 1}));
+  const UniqueSlices unsorted = uniqueSlices(bytesOf(x), DType::kF32, 1, 6, 1, false);
+  EXPECT_EQ(unsorted.first, (std::vector<int64_t>{0, 1, 3, 4}));  // values 2, 1, 3, 4
+  EXPECT_EQ(unsorted.inverse, (std::vector<int64_t>{0, 1, 1, 2, 3, 2}));
+  EXPECT_EQ(unsorted.counts, (std::vector<int64_t>{1, 2, 2, 1}));
+}
+
+TEST(Unique, RowsAlongAnAxisCompareElementByElement) {
+  // Rows of [[1, 0], [0, 5], [1, 0], [0, 2]]: [0, 2] < [0, 5] < [1, 0].
+  const int64_t x[] = {1, 0, 0, 5, 1, 0, 0, 2};
+  const UniqueSlices rows = uniqueSlices(bytesOf(x), DType::kI64, 1, 4, 2, true);
+  EXPECT_EQ(rows.first, (std::vector<int64_t>{3, 1, 0}));
+  EXPECT_EQ(rows.inverse, (std::vector<int64_t>{2, 1, 2, 0}));
+  EXPECT_EQ(rows.counts, (std::vector<int64_t>{1, 1, 2}));
+  const uint8_t strings[] = {'a'};
+  EXPECT_THROW(uniqueSlices(bytesOf(strings), DType::kF8E4M3, 1, 1, 1, true), UsageError);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, 
 void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv
 void registerLinearAttentionKernels(KernelRegistry& registry);  // linear_attention.cc: LinearAttention, CausalConvWithState
 void registerFlexAttentionKernels(KernelRegistry& registry);  // flex_attention.cc: ai.onnx.preview.FlexAttention
-void registerSelectionKernels(KernelRegistry& registry);   // selection.cc: NonZero, NonMaxSuppression
+void registerSelectionKernels(KernelRegistry& registry);   // selection.cc: NonZero, NonMaxSuppression, Compress, Unique
 void registerMlKernels(KernelRegistry& registry);          // ml.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
 
 }  // namespace kiln

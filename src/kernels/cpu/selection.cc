@@ -1,11 +1,12 @@
-// NonZero and NonMaxSuppression on the CPU (core/selection.h computes them).
+// NonZero, NonMaxSuppression, Compress and Unique on the CPU
+// (core/selection.h computes them).
 //
 // Their output size depends on the values they read, so a step is prepared
 // with the size those values give: when the compiler folds them on constant
 // inputs, or when DynamicExecutor evaluates them on the host on a call's
-// values. The kernel writes as many rows as were planned. NonZero allocates
-// nothing; NonMaxSuppression keeps its candidate lists on the heap (it runs
-// in host stages, which allocate anyway).
+// values. The kernel writes as many rows as were planned. NonZero and
+// Compress allocate nothing; NonMaxSuppression and Unique keep their working
+// lists on the heap (they run in host stages, which allocate anyway).
 #include <fmt/format.h>
 
 #include <cstring>
@@ -106,11 +107,137 @@ void runNonMaxSuppression(const KernelCall& call) {
   std::memcpy(call.outputs[0].data, selected.data(), std::min<uint64_t>(values, selected.size()) * sizeof(int64_t));
 }
 
+// The tensor as [outer, length, inner] around the axis attribute, or
+// flattened (outer = inner = 1) without one.
+struct AxisView {
+  int64_t outer = 1, length = 1, inner = 1;
+};
+
+AxisView axisView(std::string_view op, const KernelSetup& setup, const TensorInfo& x) {
+  AxisView view;
+  if (!setup.params.has("axis")) {
+    view.length = static_cast<int64_t>(x.numElements());
+    return view;
+  }
+  const size_t axis = checks::normalizeAxis(op, setup.params.getInt("axis", 0), x.shape.size());
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    if (d < axis) view.outer *= x.shape[d];
+    else if (d > axis) view.inner *= x.shape[d];
+  }
+  view.length = x.shape[axis];
+  return view;
+}
+
+struct CompressState final : KernelState {
+  AxisView view;
+  uint64_t conditions = 0;
+  uint64_t selected = 0;  // the planned slices
+  size_t slice_bytes = 0;  // inner elements
+};
+
+std::unique_ptr<KernelState> prepareCompress(const KernelSetup& setup) {
+  expectCounts("Compress", setup, 2, 2, 1, 1);
+  const TensorInfo& x = setup.inputs[0];
+  const TensorInfo& condition = setup.inputs[1];
+  if (condition.dtype != DType::kBool || condition.shape.size() != 1) {
+    throw UsageError(fmt::format("Compress: condition must be 1-D bool, got {}", typeText(condition)));
+  }
+  auto state = std::make_unique<CompressState>();
+  state->view = axisView("Compress", setup, x);
+  state->conditions = condition.numElements();
+  const TensorInfo& y = setup.outputs[0];
+  const uint64_t planned = state->view.outer * state->view.inner == 0
+                               ? 0
+                               : y.numElements() / static_cast<uint64_t>(state->view.outer * state->view.inner);
+  if (y.dtype != x.dtype || planned * static_cast<uint64_t>(state->view.outer * state->view.inner) != y.numElements()) {
+    throw UsageError(fmt::format("Compress: output {} does not hold whole slices of {}", typeText(y), typeText(x)));
+  }
+  state->selected = planned;
+  state->slice_bytes = static_cast<size_t>(state->view.inner) * dtypeSize(x.dtype);
+  return state;
+}
+
+void runCompress(const KernelCall& call) {
+  const auto& s = static_cast<const CompressState&>(*call.state);
+  const auto* condition = call.inputs[1].as<const uint8_t>();
+  const std::byte* x = call.inputs[0].data;
+  std::byte* y = call.outputs[0].data;
+  const uint64_t limit = std::min<uint64_t>(s.conditions, static_cast<uint64_t>(s.view.length));
+  for (int64_t o = 0; o < s.view.outer; ++o) {
+    uint64_t written = 0;
+    for (uint64_t i = 0; i < limit && written < s.selected; ++i) {
+      if (condition[i] == 0) continue;
+      std::memcpy(y + (static_cast<uint64_t>(o) * s.selected + written) * s.slice_bytes,
+                  x + (static_cast<uint64_t>(o) * static_cast<uint64_t>(s.view.length) + i) * s.slice_bytes,
+                  s.slice_bytes);
+      ++written;
+    }
+  }
+}
+
+struct UniqueState final : KernelState {
+  AxisView view;
+  DType dtype = DType::kUndefined;
+  bool sorted = true;
+  int64_t planned = 0;  // unique slices
+  size_t slice_bytes = 0;
+};
+
+std::unique_ptr<KernelState> prepareUnique(const KernelSetup& setup) {
+  expectCounts("Unique", setup, 1, 1, 1, 4);
+  const TensorInfo& x = setup.inputs[0];
+  auto state = std::make_unique<UniqueState>();
+  state->view = axisView("Unique", setup, x);
+  state->dtype = x.dtype;
+  state->sorted = setup.params.getInt("sorted", 1) != 0;
+  state->slice_bytes = static_cast<size_t>(state->view.inner) * dtypeSize(x.dtype);
+  const int64_t per_unique = state->view.outer * state->view.inner;
+  const TensorInfo& y = setup.outputs[0];
+  state->planned = per_unique == 0 ? 0 : static_cast<int64_t>(y.numElements()) / per_unique;
+  if (y.dtype != x.dtype || state->planned * per_unique != static_cast<int64_t>(y.numElements())) {
+    throw UsageError(fmt::format("Unique: output {} does not hold whole slices of {}", typeText(y), typeText(x)));
+  }
+  const int64_t sizes[] = {state->planned, state->view.length, state->planned};
+  for (size_t i = 1; i < setup.outputs.size(); ++i) {
+    if (present(setup.outputs, i) && setup.outputs[i] != TensorInfo{DType::kI64, {sizes[i - 1]}}) {
+      throw UsageError(fmt::format("Unique: output {} must be i64[{}], got {}", i, sizes[i - 1],
+                                   typeText(setup.outputs[i])));
+    }
+  }
+  return state;
+}
+
+void runUnique(const KernelCall& call) {
+  const auto& s = static_cast<const UniqueState&>(*call.state);
+  const UniqueSlices found =
+      uniqueSlices(call.inputs[0].data, s.dtype, s.view.outer, s.view.length, s.view.inner, s.sorted);
+  const auto unique = std::min<int64_t>(s.planned, static_cast<int64_t>(found.first.size()));
+  std::byte* y = call.outputs[0].data;
+  for (int64_t o = 0; o < s.view.outer; ++o) {
+    for (int64_t u = 0; u < unique; ++u) {
+      std::memcpy(y + static_cast<size_t>(o * s.planned + u) * s.slice_bytes,
+                  call.inputs[0].data + static_cast<size_t>(o * s.view.length + found.first[static_cast<size_t>(u)]) *
+                                            s.slice_bytes,
+                  s.slice_bytes);
+    }
+  }
+  const std::vector<int64_t>* lists[] = {&found.first, &found.inverse, &found.counts};
+  for (uint32_t i = 1; i < call.output_count; ++i) {
+    if (call.outputs[i].data == nullptr) continue;
+    const std::vector<int64_t>& list = *lists[i - 1];
+    const uint64_t room = call.outputs[i].numElements();
+    std::memset(call.outputs[i].data, 0, room * sizeof(int64_t));
+    std::memcpy(call.outputs[i].data, list.data(), std::min<uint64_t>(room, list.size()) * sizeof(int64_t));
+  }
+}
+
 }  // namespace
 
 void registerSelectionKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"NonZero", &prepareNonZero, &runNonZero});
   registry.add(KernelDef{"NonMaxSuppression", &prepareNonMaxSuppression, &runNonMaxSuppression});
+  registry.add(KernelDef{"Compress", &prepareCompress, &runCompress});
+  registry.add(KernelDef{"Unique", &prepareUnique, &runUnique});
 }
 
 }  // namespace kiln
