@@ -53,7 +53,7 @@ struct DynamicExecutorOptions {
   bool flush_denormals = true;      // as ExecutorOptions::flush_denormals
   // A cuda package's GPU (a cuda Device from DeviceManager, held for this
   // executor alone); null: the executor attaches a free one itself.
-  std::shared_ptr<Device> device;
+  std::shared_ptr<Device> device = nullptr;
 };
 
 // Where DynamicExecutor::run writes output `index` once its shape is known:
