@@ -174,19 +174,13 @@ int compareAs(const std::byte* a, const std::byte* b) {
 
 using CompareElements = int (*)(const std::byte*, const std::byte*);
 
-int compareHalf(const std::byte* a, const std::byte* b) {
+// 16-bit floats compare as the floats they widen to.
+template <float (*kWiden)(uint16_t)>
+int compareWidened(const std::byte* a, const std::byte* b) {
   uint16_t x, y;
   std::memcpy(&x, a, 2);
   std::memcpy(&y, b, 2);
-  const float fx = halfToFloat(x), fy = halfToFloat(y);
-  return fx < fy ? -1 : (fy < fx ? 1 : 0);
-}
-
-int compareBfloat16(const std::byte* a, const std::byte* b) {
-  uint16_t x, y;
-  std::memcpy(&x, a, 2);
-  std::memcpy(&y, b, 2);
-  const float fx = bfloat16ToFloat(x), fy = bfloat16ToFloat(y);
+  const float fx = kWiden(x), fy = kWiden(y);
   return fx < fy ? -1 : (fy < fx ? 1 : 0);
 }
 
@@ -194,8 +188,8 @@ CompareElements comparisonFor(DType dtype) {
   switch (dtype) {
     case DType::kF32: return &compareAs<float>;
     case DType::kF64: return &compareAs<double>;
-    case DType::kF16: return &compareHalf;
-    case DType::kBF16: return &compareBfloat16;
+    case DType::kF16: return &compareWidened<&halfToFloat>;
+    case DType::kBF16: return &compareWidened<&bfloat16ToFloat>;
     case DType::kI8: return &compareAs<int8_t>;
     case DType::kI16: return &compareAs<int16_t>;
     case DType::kI32: return &compareAs<int32_t>;

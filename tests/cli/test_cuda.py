@@ -194,6 +194,15 @@ def run(kiln, package, feeds, tmp_path, tag, env=None):
     return {p.stem: np.load(p) for p in out.glob("*.npy")}
 
 
+def assert_matches_onnxruntime(path, feeds, ours):
+    """kiln's outputs against onnxruntime's CPU outputs, within the f32 bounds."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert sorted(ours) == sorted(theirs)
+    for name, reference in theirs.items():
+        np.testing.assert_allclose(ours[name], reference, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 def compile_and_run(kiln, path, feeds, tmp_path, flag, env):
     """Compiles for cuda with a precision flag (--tf32, --fp16) and runs it."""
     tag = flag.strip("-")
@@ -300,11 +309,7 @@ def test_cuda_matches_onnxruntime(kiln, tmp_path, make, graphs, jit):
     package, _ = compile_for(kiln, path, "cuda", tmp_path)
     env = dict(os.environ, KILN_CUDA_GRAPHS=graphs, KILN_CUDA_JIT=jit, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
     ours = run(kiln, package, feeds, tmp_path, "cuda", env=env)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    assert sorted(ours) == sorted(theirs)
-    for name, reference in theirs.items():
-        np.testing.assert_allclose(ours[name], reference, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_matches_onnxruntime(path, feeds, ours)
 
 
 def test_tf32_is_recorded_for_cuda_and_refused_for_cpu(kiln, tmp_path):
@@ -455,11 +460,7 @@ def test_control_flow_runs_on_cuda(kiln, tmp_path, sign):
         pytest.skip("no GPU on this machine")
     env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
     ours = run(kiln, package, feeds, tmp_path, "cuda", env=env)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    assert sorted(ours) == sorted(theirs)
-    for name, reference in theirs.items():
-        np.testing.assert_allclose(ours[name], reference, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_matches_onnxruntime(path, feeds, ours)
 
 
 def test_dynamic_cuda_detector_selects_boxes_on_the_host(kiln, tmp_path):
