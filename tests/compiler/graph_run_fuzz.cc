@@ -1,7 +1,8 @@
 // libFuzzer target that compiles and runs small ONNX graphs (issue 12):
 // the bytes choose up to eight operators from the table below (elementwise,
 // comparisons, casts, shape and indexing operators, scatters, reductions,
-// MatMul, Gemm, pools, Resize, Range, ConstantOfShape, ...), which values they read, their attributes
+// MatMul, Gemm, pools, Resize, Range, ConstantOfShape, the selections
+// NonZero, Unique and Compress, ...), which values they read, their attributes
 // and constant operands (shapes, axes, pads, indices: mostly small, some
 // extreme: -1, 0, 2^31, 2^62, INT64_MIN), and the input tensors (small
 // shapes, values with zeros, signs, infinities and NaN). Each graph goes
@@ -331,14 +332,25 @@ class GraphMaker {
       case 38: add(in_.ConsumeBool() ? "LogSoftmax" : "Hardmax", {a.id}, a.dtype, {{"axis", axis()}}); break;
       case 39: add(in_.ConsumeBool() ? "Sum" : "Mean", {a.id, operand(a.dtype).id, operand(a.dtype).id}, a.dtype); break;
       default: {
-        std::vector<ValueId> operands{a.id};
-        if (in_.ConsumeBool()) {
-          operands.push_back(scalarOf(a.dtype));
-          operands.push_back(scalarOf(a.dtype));
-          add("Clip", operands, a.dtype);
-        } else {
-          add("TopK", {a.id, intConstant({smallOrExtreme(0, 3)})}, a.dtype,
-              {{"axis", axis()}, {"largest", int64_t{in_.ConsumeBool()}}, {"sorted", int64_t{1}}}, 2);
+        switch (in_.ConsumeIntegralInRange(0, 4)) {
+          case 0: add("Clip", {a.id, scalarOf(a.dtype), scalarOf(a.dtype)}, a.dtype); break;
+          case 1:
+            add("TopK", {a.id, intConstant({smallOrExtreme(0, 3)})}, a.dtype,
+                {{"axis", axis()}, {"largest", int64_t{in_.ConsumeBool()}}, {"sorted", int64_t{1}}}, 2);
+            break;
+          // Selections: their output sizes depend on the values they read.
+          case 2: add("NonZero", {a.id}, DType::kI64); break;
+          case 3: {
+            Attributes attributes{{"sorted", int64_t{in_.ConsumeBool()}}};
+            if (in_.ConsumeBool()) attributes["axis"] = axis();
+            add("Unique", {a.id}, a.dtype, attributes, in_.ConsumeIntegralInRange<size_t>(1, 4));
+            break;
+          }
+          default: {
+            Attributes attributes;
+            if (in_.ConsumeBool()) attributes["axis"] = axis();
+            add("Compress", {a.id, operand(DType::kBool).id}, a.dtype, attributes);
+          }
         }
       }
     }

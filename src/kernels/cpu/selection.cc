@@ -104,7 +104,9 @@ void runNonMaxSuppression(const KernelCall& call) {
       nonMaxSuppression(call.inputs[0].as<float>(), call.inputs[1].as<float>(), s.batches, s.classes, s.boxes, options);
   const uint64_t values = s.rows * 3;
   std::memset(call.outputs[0].data, 0, values * sizeof(int64_t));
-  std::memcpy(call.outputs[0].data, selected.data(), std::min<uint64_t>(values, selected.size()) * sizeof(int64_t));
+  if (!selected.empty()) {
+    std::memcpy(call.outputs[0].data, selected.data(), std::min<uint64_t>(values, selected.size()) * sizeof(int64_t));
+  }
 }
 
 // The tensor as [outer, length, inner] around the axis attribute, or
@@ -227,7 +229,10 @@ void runUnique(const KernelCall& call) {
     const std::vector<int64_t>& list = *lists[i - 1];
     const uint64_t room = call.outputs[i].numElements();
     std::memset(call.outputs[i].data, 0, room * sizeof(int64_t));
-    std::memcpy(call.outputs[i].data, list.data(), std::min<uint64_t>(room, list.size()) * sizeof(int64_t));
+    // An empty list's data() may be null, which memcpy must not get.
+    if (!list.empty()) {
+      std::memcpy(call.outputs[i].data, list.data(), std::min<uint64_t>(room, list.size()) * sizeof(int64_t));
+    }
   }
 }
 
