@@ -455,7 +455,9 @@ def test_control_flow_runs_on_cuda(kiln, tmp_path, sign):
     path, feeds = control_flow(tmp_path)
     feeds = {"x": np.abs(feeds["x"]) * sign}
     package, result = compile_for(kiln, path, "cuda", tmp_path)
-    assert "run on the host" not in result.stderr, result.stderr
+    # Control flow runs on the device: the host-step notice never lists it
+    # (a build without CUDA lists every other step).
+    assert not re.search(r"kiln\.(If|Loop|Scan)", result.stderr), result.stderr
     if not gpu_present(kiln, tmp_path):
         pytest.skip("no GPU on this machine")
     env = dict(os.environ, KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
