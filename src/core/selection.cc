@@ -155,6 +155,20 @@ std::vector<int64_t> nonMaxSuppression(const float* boxes, const float* scores, 
 
 namespace kiln {
 
+AxisSplit splitAround(const std::vector<int64_t>& shape, std::optional<size_t> axis) {
+  AxisSplit split;
+  if (!axis) {
+    for (int64_t dim : shape) split.length *= dim;
+    return split;
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d < *axis) split.outer *= shape[d];
+    else if (d > *axis) split.inner *= shape[d];
+  }
+  split.length = shape[*axis];
+  return split;
+}
+
 uint64_t countSelected(const uint8_t* condition, uint64_t conditions, uint64_t length) {
   uint64_t count = 0;
   for (uint64_t i = 0; i < std::min(conditions, length); ++i) count += condition[i] != 0 ? 1 : 0;

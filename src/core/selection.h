@@ -58,6 +58,13 @@ std::vector<int64_t> nonMaxSuppression(const float* boxes, const float* scores, 
 // `condition` are true (the size of Compress's output along its axis).
 uint64_t countSelected(const uint8_t* condition, uint64_t conditions, uint64_t length);
 
+// A tensor of `shape` as [outer, length, inner] around `axis`, or
+// flattened (outer = inner = 1) without one: how Compress and Unique walk it.
+struct AxisSplit {
+  int64_t outer = 1, length = 1, inner = 1;
+};
+AxisSplit splitAround(const std::vector<int64_t>& shape, std::optional<size_t> axis);
+
 // Unique over the `length` slices along an axis of a tensor viewed as
 // [outer, length, inner] (`data` of `dtype`; the whole tensor flattened is
 // outer = inner = 1): slices compare element by element in order, by value.

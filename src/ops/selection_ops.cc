@@ -87,6 +87,14 @@ std::optional<size_t> axisOf(const InferenceContext& context, size_t rank) {
   return normalizeAxis(context, context.node().intAttribute("axis", 0), rank);
 }
 
+// The number of slices along `axis` (of elements without one), when known.
+Dim lengthAlong(const std::vector<Dim>& in, std::optional<size_t> axis) {
+  if (axis) return in[*axis];
+  Dim length = Dim::known(1);
+  for (const Dim& dim : in) length = dim.isKnown() && length.isKnown() ? Dim::known(length.size * dim.size) : Dim{};
+  return length;
+}
+
 // Compress(input, condition [n] bool) -> the slices along `axis` (the
 // elements of the flattened input without one) whose condition is true.
 void inferCompress(InferenceContext& context) {
@@ -102,9 +110,7 @@ void inferCompress(InferenceContext& context) {
     return;
   }
   const std::optional<size_t> axis = axisOf(context, in->size());
-  Dim length = Dim::known(1);
-  for (const Dim& dim : *in) length = dim.isKnown() && length.isKnown() ? Dim::known(length.size * dim.size) : Dim{};
-  if (axis) length = (*in)[*axis];
+  const Dim length = lengthAlong(*in, axis);
   Dim count;
   if (const ConstantPtr c = context.dataConstant(1); c && length.isKnown()) {
     count = Dim::known(static_cast<int64_t>(countSelected(reinterpret_cast<const uint8_t*>(c->bytes.data()),
@@ -125,20 +131,10 @@ void inferUnique(InferenceContext& context) {
   std::optional<size_t> axis;
   if (in) axis = axisOf(context, in->size());
   Dim unique, length;
-  if (in) {
-    length = Dim::known(1);
-    for (const Dim& dim : *in) length = dim.isKnown() && length.isKnown() ? Dim::known(length.size * dim.size) : Dim{};
-    if (axis) length = (*in)[*axis];
-  }
+  if (in) length = lengthAlong(*in, axis);
   if (const ConstantPtr x = context.dataConstant(0); x && in) {
-    const std::vector<int64_t>& shape = x->info.shape;
-    int64_t outer = 1, inner = 1;
-    const int64_t along = axis ? shape[*axis] : static_cast<int64_t>(x->info.numElements());
-    if (axis) {
-      for (size_t d = 0; d < *axis; ++d) outer *= shape[d];
-      for (size_t d = *axis + 1; d < shape.size(); ++d) inner *= shape[d];
-    }
-    const UniqueSlices found = uniqueSlices(x->bytes.data(), x->info.dtype, outer, along, inner,
+    const AxisSplit s = splitAround(x->info.shape, axis);
+    const UniqueSlices found = uniqueSlices(x->bytes.data(), x->info.dtype, s.outer, s.length, s.inner,
                                             context.node().intAttribute("sorted", 1) != 0);
     unique = Dim::known(static_cast<int64_t>(found.first.size()));
   }

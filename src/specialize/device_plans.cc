@@ -15,6 +15,8 @@
 // plans, so that the next call compiles again.
 #include <fmt/format.h>
 
+#include <set>
+
 #include "runtime/device_sync.h"
 #include "specialize/executor_impl.h"
 
@@ -55,19 +57,15 @@ void DynamicExecutor::Impl::prepareDeviceExecutor(Plan& plan, CompiledProgram pr
   auto on_device = std::make_unique<DevicePlan>();
   std::map<std::string, std::span<const std::byte>> device_bytes, host_bytes;
   std::vector<DeviceJob> uploads;
-  const auto is_package_constant = [&](const ConstantPtr& constant) {
-    for (const auto& [name, external] : external_constants) {
-      if (external == constant) return true;
-    }
-    return false;
-  };
+  std::set<const Constant*> package_constants;
+  for (const auto& [name, external] : external_constants) package_constants.insert(external.get());
   on_device->constants.reserve(program.constants.size());
   for (size_t c = 0; c < program.spec.constants.size(); ++c) {
     const ConstantPtr& constant = program.constants[c];
     const std::string& name = program.spec.constants[c];
     host_bytes[name] = constant->bytes;
     DeviceBuffer* buffer = nullptr;
-    if (is_package_constant(constant)) {
+    if (package_constants.contains(constant.get())) {
       auto [it, added] = device_constants.try_emplace(constant.get());
       buffer = &it->second;
       if (!added) {

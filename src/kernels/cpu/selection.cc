@@ -109,29 +109,15 @@ void runNonMaxSuppression(const KernelCall& call) {
   }
 }
 
-// The tensor as [outer, length, inner] around the axis attribute, or
-// flattened (outer = inner = 1) without one.
-struct AxisView {
-  int64_t outer = 1, length = 1, inner = 1;
-};
-
-AxisView axisView(std::string_view op, const KernelSetup& setup, const TensorInfo& x) {
-  AxisView view;
-  if (!setup.params.has("axis")) {
-    view.length = static_cast<int64_t>(x.numElements());
-    return view;
-  }
-  const size_t axis = checks::normalizeAxis(op, setup.params.getInt("axis", 0), x.shape.size());
-  for (size_t d = 0; d < x.shape.size(); ++d) {
-    if (d < axis) view.outer *= x.shape[d];
-    else if (d > axis) view.inner *= x.shape[d];
-  }
-  view.length = x.shape[axis];
-  return view;
+// The input around the axis attribute (flattened without one).
+AxisSplit axisView(std::string_view op, const KernelSetup& setup, const TensorInfo& x) {
+  std::optional<size_t> axis;
+  if (setup.params.has("axis")) axis = checks::normalizeAxis(op, setup.params.getInt("axis", 0), x.shape.size());
+  return splitAround(x.shape, axis);
 }
 
 struct CompressState final : KernelState {
-  AxisView view;
+  AxisSplit view;
   uint64_t conditions = 0;
   uint64_t selected = 0;  // the planned slices
   size_t slice_bytes = 0;  // inner elements
@@ -178,7 +164,7 @@ void runCompress(const KernelCall& call) {
 }
 
 struct UniqueState final : KernelState {
-  AxisView view;
+  AxisSplit view;
   DType dtype = DType::kUndefined;
   bool sorted = true;
   int64_t planned = 0;  // unique slices
