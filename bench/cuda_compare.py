@@ -5,7 +5,8 @@ the same GPU, in the same run (the CUDA issue's benchmark).
     python3 bench/cuda_compare.py --kiln build/release/tools/kiln \\
         [--models-dir build/bench/models] [--models mlp,resnet50,...] \\
         [--zoo-dir ~/.cache/kiln/zoo/models] [--zoo ppocr4_det,...] \\
-        [--batches 1,32] [--seconds 3] [--tf32 | --fp16 | --bf16 --no-ort] [--dynamic] [--out cuda_results.md]
+        [--batches 1,32] [--seconds 3] [--tf32 | --fp16 | --bf16 --no-ort] [--dynamic] [--kiln-flags '...'] \\
+        [--out cuda_results.md]
 
 For each model and batch: kiln compiles it with `--target cuda` at that
 batch; both engines run the same random inputs (the seeds of
@@ -64,11 +65,12 @@ def run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
 
 
-def kiln_case(kiln, model, feeds, work, seconds, tf32=False, fp16=False, dynamic=False, bf16=False):
+def kiln_case(kiln, model, feeds, work, seconds, tf32=False, fp16=False, dynamic=False, bf16=False, extra=()):
     package = os.path.join(work, "model.kiln")
     shapes = [a for name, v in feeds.items() for a in ("--shape", f"{name}:{'x'.join(map(str, v.shape)) or '1'}")]
     compiled = run([kiln, "compile", model, "-o", package, "--target", "cuda", *(["--dynamic"] if dynamic else shapes),
-                    *(["--tf32"] if tf32 else []), *(["--fp16"] if fp16 else []), *(["--bf16"] if bf16 else [])])
+                    *(["--tf32"] if tf32 else []), *(["--fp16"] if fp16 else []), *(["--bf16"] if bf16 else []),
+                    *extra])
     if compiled.returncode != 0:
         return {"error": compiled.stderr.strip().splitlines()[-1]}
     host = [line for line in compiled.stderr.splitlines() if "run on the host" in line]
@@ -174,6 +176,8 @@ def main(argv=None):
     parser.add_argument("--bf16", action="store_true",
                         help="kiln compile --bf16 (with --no-ort: onnxruntime's CUDA provider has no bf16 conversion "
                              "to compare with); errors against onnxruntime's f32 outputs")
+    parser.add_argument("--kiln-flags", default="",
+                        help="more flags for kiln compile, e.g. '--no-attention-fusion' (for comparisons)")
     parser.add_argument("--dynamic", action="store_true",
                         help="kiln with run-time shapes: kiln compile --dynamic (each signature specialized for the "
                              "GPU at its first call) instead of --shape at each batch")
@@ -208,7 +212,7 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as work:
             try:
                 ours = kiln_case(args.kiln, path, feeds, work, args.seconds, args.tf32, args.fp16, args.dynamic,
-                                 args.bf16)
+                                 args.bf16, args.kiln_flags.split())
                 theirs = {"outputs": cpu_outputs(path, feeds, ours), "mean_ms": float("nan")} if args.no_ort else \
                     ort_case(float16_model(path, work) if args.fp16 else path, feeds, args.seconds,
                              1 if args.tf32 else args.ort_tf32)

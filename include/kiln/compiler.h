@@ -56,6 +56,10 @@ struct CompileOptions {
   // the CPU kernels are fastest (src/passes/channels_last.h). Off keeps every
   // tensor in the model's own layout.
   bool channels_last = true;
+  // Fuse attention chains (MatMul, scale, mask, Softmax, MatMul) into one
+  // kiln.Attention step (src/passes/attention_fusion.h). Off keeps them as
+  // the model wrote them (slower; for comparisons).
+  bool fuse_attention = true;
   // Compute float16 models in float32 (src/passes/float16_in_float32.h), as
   // onnxruntime does on CPUs; off keeps the f16 kernels (rounding to f16
   // after every operator, and slower).

@@ -875,9 +875,9 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // Repeated work computed once, then MatMul/Gemm chains as single oneDNN steps.
   eliminateCommonSubexpressions(graph);
   // Attention chains first: the matmul fusion would take their scores'
-  // MatMul and the elementwise fusion their scale and mask.
-  if (options.target == "cpu" &&
-      fuseAttention(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) {
+  // MatMul and the elementwise fusion their scale and mask. Both targets
+  // have a fused kernel.
+  if (options.fuse_attention && fuseAttention(graph, default_opset == opsets.end() ? 1 : default_opset->second) > 0) {
     removeDeadNodes(graph);  // the heads' split and merge the fused nodes no longer read
     inferTypes(graph, opsets);
   }

@@ -25,19 +25,20 @@ constexpr int64_t kOnnxBFloat16 = 16;
 constexpr float kLargestHalf = 65504.0f;
 
 // The kernels of src/kernels/cuda that read and write f16 tensors.
-constexpr std::array<std::string_view, 48> kFloat16Ops = {
+constexpr std::array<std::string_view, 50> kFloat16Ops = {
     "MatMul", "Gemm", "kiln.FusedMatMul", "kiln.FusedGemm", "Conv", "ConvTranspose", "kiln.FusedConv",
     "kiln.FusedElementwise", "Relu", "LeakyRelu", "Elu", "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Tanh",
     "Exp", "Log", "Sqrt", "Erf", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Add", "Sub", "Mul", "Div", "Max", "Min",
     "Gelu", "Clip", "Softmax", "LogSoftmax", "LayerNormalization", "MaxPool", "AveragePool", "GlobalMaxPool",
-    "GlobalAveragePool", "Transpose", "Slice", "Expand", "Concat", "Split", "Gather", "Resize", "Where"};
+    "GlobalAveragePool", "Transpose", "Slice", "Expand", "Concat", "Split", "Gather", "Resize", "Where", "Attention",
+    "kiln.Attention"};
 constexpr std::array<std::string_view, 4> kProducts = {"MatMul", "Gemm", "kiln.FusedMatMul", "kiln.FusedGemm"};
 // Steps that always convert, casting what they read: the products and
 // convolutions (the work f16 is for) and the normalizations, whose f32
 // arithmetic takes any input that f16 can hold.
-constexpr std::array<std::string_view, 10> kAlwaysConverted = {
+constexpr std::array<std::string_view, 12> kAlwaysConverted = {
     "MatMul", "Gemm", "kiln.FusedMatMul", "kiln.FusedGemm", "Conv", "ConvTranspose", "kiln.FusedConv",
-    "Softmax", "LogSoftmax", "LayerNormalization"};
+    "Softmax", "LogSoftmax", "LayerNormalization", "Attention", "kiln.Attention"};
 // Views: they change no element, whatever the type.
 constexpr std::array<std::string_view, 5> kViewOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
 
@@ -51,8 +52,14 @@ std::string freshName(const Graph& graph, std::string base) {
 bool isFloat32(const Graph& graph, ValueId id) { return id != kNoValue && graph.value(id).type.dtype == DType::kF32; }
 
 // Whether input `index` of `name` holds elements (converted with the step)
-// rather than parameters: Resize's roi and scales stay f32.
-bool isDataInput(const std::string& name, size_t index) { return name != "Resize" || index == 0; }
+// rather than parameters: Resize's roi and scales stay f32, and so does
+// Attention's mask (its -1e9s and -3.4e38s would become -inf in f16), which
+// the kernel reads in any float type.
+bool isDataInput(const std::string& name, size_t index) {
+  if (name == "Resize") return index == 0;
+  if (name == "Attention" || name == "kiln.Attention") return index != 3;
+  return true;
+}
 
 template <size_t N>
 bool contains(const std::array<std::string_view, N>& list, const std::string& name) {

@@ -100,8 +100,8 @@ def four_d(g):
     g.node("Reshape", ["y4", g.const([B, S, HD], np.int64)], out="y")
 
 
-@pytest.mark.parametrize("form", [bert, bert_no_mask_key_transposed_twice, sdpa, t5, four_d])
-def test_exported_attention_is_one_step(kiln, tmp_path, form):
+def save_form(form, path):
+    """The model `form` builds, saved at `path`; returns feeds for it."""
     g = Graph()
     form(g)
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, S, HD]) for n in ("q", "k", "v")]
@@ -113,8 +113,13 @@ def test_exported_attention_is_one_step(kiln, tmp_path, form):
         if form is sdpa:
             mask[1, :] = 0  # every key masked: SDPA's Where makes the row zeros
         feeds["mask"] = mask
-    save(g.nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, HD])], g.inits,
-         tmp_path / "m.onnx")
+    save(g.nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, HD])], g.inits, path)
+    return feeds
+
+
+@pytest.mark.parametrize("form", [bert, bert_no_mask_key_transposed_twice, sdpa, t5, four_d])
+def test_exported_attention_is_one_step(kiln, tmp_path, form):
+    feeds = save_form(form, tmp_path / "m.onnx")
     compile_and_compare(kiln, tmp_path, feeds, rtol=1e-5, atol=1e-6)
     ir = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "n.kiln", "--print-ir").stdout
     assert len(re.findall(r"kiln\.Attention", ir)) == 1, ir

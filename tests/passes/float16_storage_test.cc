@@ -194,6 +194,29 @@ TEST(Float16Storage, ConvertsResizesDataButNotItsScales) {
   EXPECT_EQ(dtypeOf(*graph, scales), DType::kF32);
 }
 
+// Attention computes in f32 from f16 Q, K and V; its float mask stays f32
+// (f16 would turn a -1e9 or -3.4e38 mask into -inf).
+TEST(Float16Storage, ConvertsAttentionButNotItsMask) {
+  GraphBuilder b;
+  const ValueId q = b.input("q", DType::kF32, {1, 2, 4, 8});
+  const ValueId k = b.input("k", DType::kF32, {1, 2, 4, 8});
+  const ValueId v = b.input("v", DType::kF32, {1, 2, 4, 8});
+  const ValueId mask = b.input("mask", DType::kF32, {4, 4});
+  const ValueId y = b.op("Attention", {q, k, v, mask});
+  b.output(y);
+  GraphPtr graph = b.build();
+  const std::map<std::string, int64_t> opsets = {{"", 23}};
+  inferTypes(*graph, opsets);
+  EXPECT_EQ(storeInFloat16(*graph), 1u);
+  inferTypes(*graph, opsets);
+  EXPECT_TRUE(findGraphProblems(*graph, /*require_types=*/true).empty()) << graph->toString();
+  const Node& attention = producerOf(*graph, graph->node(graph->value(graph->outputs()[0]).producer).inputs[0]);
+  ASSERT_EQ(attention.op_type, "Attention");
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(dtypeOf(*graph, attention.inputs[i]), DType::kF16) << i;
+  EXPECT_EQ(attention.inputs[3], mask);
+  EXPECT_EQ(dtypeOf(*graph, attention.outputs[0]), DType::kF16);
+}
+
 // f16 tensor cores read rows of 16-byte multiples: a product with K or N
 // not a multiple of 8 stays f32, and so does the Add on its output.
 TEST(Float16Storage, KeepsProductsWithUnalignedRowsInF32) {

@@ -46,6 +46,7 @@ Command addCompileCommand(CLI::App& app) {
     bool print_ir = false;
     bool plan_report = false;
     bool no_channels_last = false;
+    bool no_attention_fusion = false;
     bool keep_float16 = false;
     bool quantize_activations = false;
     bool tf32 = false;
@@ -64,6 +65,9 @@ Command addCompileCommand(CLI::App& app) {
   cmd->add_flag("--plan-report", args->plan_report, "Print the memory plan against its lower bound");
   cmd->add_flag("--no-channels-last", args->no_channels_last,
                 "Keep convolutions and pooling in the model's NCHW layout (slower; for comparisons)");
+  cmd->add_flag("--no-attention-fusion", args->no_attention_fusion,
+                "Keep attention chains as the model's MatMul, Softmax and MatMul steps rather than one fused "
+                "Attention step (slower; for comparisons)");
   cmd->add_flag("--keep-float16", args->keep_float16,
                 "Compute float16 models in float16 (rounding after every operator; slower) rather than float32");
   cmd->add_flag("--quantize-activations", args->quantize_activations,
@@ -113,6 +117,7 @@ Command addCompileCommand(CLI::App& app) {
     CompileOptions compile_options;
     compile_options.progress = show;
     compile_options.channels_last = !args->no_channels_last;
+    compile_options.fuse_attention = !args->no_attention_fusion;
     compile_options.float16_in_float32 = !args->keep_float16;
     compile_options.quantize_activations = args->quantize_activations;
     compile_options.tf32 = args->tf32;

@@ -3,18 +3,14 @@
 // converted around that (float_staging.h), whose scratch lives in the state:
 // one call at a time per prepared step, as the executor runs them.
 //
-// Attention follows onnx/reference/ops/op_attention.py. Per query row it
-// makes one pass over the keys with an online softmax (running maximum and
-// sum, the output row rescaled when the maximum grows, as FlashAttention
-// does), so it needs no scratch for the scores: Y's row is the accumulator.
-// The additive bias of a score is the sum of the mask (a bool mask gives 0
-// or -inf; keys past the mask's last dimension are masked), the causal
-// frontier (key j is allowed for query i when j <= i + offset), the sliding
-// window and the nonpad_kv_seqlen padding; offset is the past length, or
-// nonpad_kv_seqlen[b] - q_sequence without a past, or 0. A row whose keys are
-// all masked gives zeros. Scores are dot(q, k) * scale (softcapped with
-// softcap * tanh(s / softcap) before the bias is added); the reference scales
-// q and k by sqrt(scale) in the input type, so scale is rounded the same way.
+// Attention follows onnx/reference/ops/op_attention.py; its node is checked
+// and planned by kernels/attention_plan.h (which says what a score and its
+// bias are, and which the cuda kernel shares). Per query row it makes one
+// pass over the keys with an online softmax (running maximum and sum, the
+// output row rescaled when the maximum grows, as FlashAttention does), so it
+// needs no scratch for the scores: Y's row is the accumulator. A row whose
+// keys are all masked gives zeros. The reference scales q and k by
+// sqrt(scale) in the input type, so scale is rounded the same way.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_plan.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/float_staging.h"
 #include "kernels/cpu/kernel_checks.h"
@@ -51,178 +48,17 @@ void expectComputedInF32(std::string_view op, const TensorInfo& info, std::strin
 
 // ---------------------------------------------------------------- Attention
 
-// Element strides of a [batch, heads, sequence, size] tensor, 4-D or 3-D
-// ([batch, sequence, heads * size]); the size axis is contiguous.
-struct Strides {
-  int64_t batch = 0;
-  int64_t head = 0;
-  int64_t seq = 0;
-};
+using Strides = AttentionPlan::Strides;
+using MaskKind = AttentionMask;
 
-Strides stridesOf(bool four_d, int64_t heads, int64_t seq, int64_t size) {
-  if (four_d) return {heads * seq * size, seq * size, size};
-  return {seq * heads * size, size, heads * size};
-}
-
-enum class MaskKind { kNone, kBool, kFloat };
-
-struct AttentionState final : KernelState {
-  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_seq = 0, kv_seq = 0, past = 0, total = 0;
-  int64_t head_size = 0, v_head_size = 0;
-  Strides q, k, v, y;
-  float scale = 0;  // applied to dot(q, k)
-  float softcap = 0;
-  bool causal = false;
-  int64_t left_window = -1, right_window = -1;
-  int64_t qk_mode = 0;
-  MaskKind mask = MaskKind::kNone;
-  int64_t mask_len = 0;                 // the mask's last dimension (<= total)
-  std::array<int64_t, 3> mask_strides{};  // over batch, q head, query; 0 where broadcast
-  bool nonpad = false;
+// The plan (kernels/attention_plan.h) and the f16/bf16 staging.
+struct AttentionState final : KernelState, AttentionPlan {
   fp::FloatStaging staging;
 };
 
-// The mask [..., q_seq, mask_len] broadcasts to [batch, q_heads, q_seq, *].
-void planMask(AttentionState& s, const TensorInfo& mask) {
-  constexpr std::string_view op = "Attention";
-  if (mask.dtype == DType::kBool) {
-    s.mask = MaskKind::kBool;
-  } else if (fp::isComputedInF32(mask.dtype)) {
-    s.mask = MaskKind::kFloat;
-  } else {
-    throw UsageError(fmt::format("{}: attn_mask must be bool or a float type, found {}", op, typeText(mask)));
-  }
-  const Ints& m = mask.shape;
-  if (m.empty() || m.size() > 4) {
-    throw UsageError(fmt::format("{}: attn_mask must have rank 1 to 4, found {}", op, typeText(mask)));
-  }
-  s.mask_len = m.back();
-  if (s.mask_len > s.total) {
-    throw UsageError(fmt::format("{}: attn_mask {} is longer than the {} keys", op, typeText(mask), s.total));
-  }
-  // Right-aligned: the mask's axes before the last map to query, q head, batch.
-  const int64_t full[3] = {s.batch, s.q_heads, s.q_seq};
-  int64_t stride = s.mask_len;
-  for (int axis = 2; axis >= 0; --axis) {
-    const int64_t from_end = 3 - axis;  // 1 for the query axis
-    const auto index = static_cast<int64_t>(m.size()) - 1 - from_end;
-    const int64_t size = index >= 0 ? m[static_cast<size_t>(index)] : 1;
-    if (size != 1 && size != full[axis]) {
-      throw UsageError(fmt::format("{}: attn_mask {} does not broadcast to [{}, {}, {}, {}]", op, typeText(mask),
-                                   s.batch, s.q_heads, s.q_seq, s.total));
-    }
-    s.mask_strides[static_cast<size_t>(axis)] = size == 1 ? 0 : stride;
-    stride *= size;
-  }
-}
-
 std::unique_ptr<KernelState> prepareAttention(const KernelSetup& setup) {
-  constexpr std::string_view op = "Attention";
-  checks::expectCounts(op, setup, 3, 7, 1, 4);
-  const TensorInfo& q = setup.inputs[0];
-  const TensorInfo& k = setup.inputs[1];
-  const TensorInfo& v = setup.inputs[2];
-  expectComputedInF32(op, q, "inputs");
-  for (size_t i : {1u, 2u, 4u, 5u}) {
-    if (present(setup.inputs, i) && setup.inputs[i].dtype != q.dtype) {
-      throw UsageError(fmt::format("{}: input {} is {} but Q is {}", op, i, typeText(setup.inputs[i]), typeText(q)));
-    }
-  }
-  const size_t rank = q.shape.size();
-  if ((rank != 3 && rank != 4) || k.shape.size() != rank || v.shape.size() != rank) {
-    throw UsageError(fmt::format("{}: Q, K and V must all be 3-D or all 4-D, found {}, {}, {}", op, typeText(q),
-                                 typeText(k), typeText(v)));
-  }
   auto s = std::make_unique<AttentionState>();
-  s->batch = q.shape[0];
-  const bool four_d = rank == 4;
-  if (four_d) {
-    s->q_heads = q.shape[1];
-    s->kv_heads = k.shape[1];
-    s->q_seq = q.shape[2];
-    s->kv_seq = k.shape[2];
-    s->head_size = q.shape[3];
-    s->v_head_size = v.shape[3];
-    if (k.shape[3] != s->head_size || v.shape[1] != s->kv_heads || v.shape[2] != s->kv_seq) {
-      throw UsageError(fmt::format("{}: Q {}, K {} and V {} do not agree", op, typeText(q), typeText(k), typeText(v)));
-    }
-  } else {
-    s->q_heads = setup.params.getInt("q_num_heads", 0);
-    s->kv_heads = setup.params.getInt("kv_num_heads", 0);
-    if (s->q_heads < 1 || s->kv_heads < 1 || q.shape[2] % s->q_heads != 0 || k.shape[2] % s->kv_heads != 0 ||
-        v.shape[2] % s->kv_heads != 0) {
-      throw UsageError(fmt::format("{}: 3-D Q {}, K {}, V {} need q_num_heads and kv_num_heads that divide them", op,
-                                   typeText(q), typeText(k), typeText(v)));
-    }
-    s->q_seq = q.shape[1];
-    s->kv_seq = k.shape[1];
-    s->head_size = q.shape[2] / s->q_heads;
-    s->v_head_size = v.shape[2] / s->kv_heads;
-    if (k.shape[2] / s->kv_heads != s->head_size || v.shape[1] != s->kv_seq) {
-      throw UsageError(fmt::format("{}: Q {}, K {} and V {} do not agree", op, typeText(q), typeText(k), typeText(v)));
-    }
-  }
-  if (k.shape[0] != s->batch || v.shape[0] != s->batch || s->q_heads % s->kv_heads != 0) {
-    throw UsageError(fmt::format("{}: Q {}, K {} and V {} do not agree (batch, or q heads a multiple of kv heads)", op,
-                                 typeText(q), typeText(k), typeText(v)));
-  }
-  if (present(setup.inputs, 4) != present(setup.inputs, 5)) {
-    throw UsageError(fmt::format("{}: past_key and past_value must be given together", op));
-  }
-  if (present(setup.inputs, 4)) {
-    const Ints& pk = setup.inputs[4].shape;
-    const Ints& pv = setup.inputs[5].shape;
-    if (pk.size() != 4 || pv.size() != 4 || pk != Ints{s->batch, s->kv_heads, pk[2], s->head_size} ||
-        pv != Ints{s->batch, s->kv_heads, pk[2], s->v_head_size}) {
-      throw UsageError(fmt::format("{}: past_key {} and past_value {} must be [{}, {}, P, {}] and [{}, {}, P, {}]", op,
-                                   typeText(setup.inputs[4]), typeText(setup.inputs[5]), s->batch, s->kv_heads,
-                                   s->head_size, s->batch, s->kv_heads, s->v_head_size));
-    }
-    s->past = pk[2];
-  }
-  s->total = s->past + s->kv_seq;
-  s->q = stridesOf(four_d, s->q_heads, s->q_seq, s->head_size);
-  s->k = stridesOf(four_d, s->kv_heads, s->kv_seq, s->head_size);
-  s->v = stridesOf(four_d, s->kv_heads, s->kv_seq, s->v_head_size);
-  s->y = stridesOf(four_d, s->q_heads, s->q_seq, s->v_head_size);
-  if (present(setup.inputs, 3)) planMask(*s, setup.inputs[3]);
-  if (present(setup.inputs, 6)) {
-    const TensorInfo& lens = setup.inputs[6];
-    if (lens.dtype != DType::kI64 || lens.shape != Ints{s->batch}) {
-      throw UsageError(fmt::format("{}: nonpad_kv_seqlen must be i64[{}], found {}", op, s->batch, typeText(lens)));
-    }
-    if (s->past > 0) throw UsageError(fmt::format("{}: nonpad_kv_seqlen cannot be combined with past_key", op));
-    s->nonpad = true;
-  }
-  // Attributes.
-  const double head_scale = 1.0 / std::sqrt(static_cast<double>(s->head_size));
-  const double scale = setup.params.getFloat("scale", head_scale);
-  float root = static_cast<float>(std::sqrt(scale));
-  if (fp::isNarrowFloat(q.dtype)) {  // as the reference: sqrt(scale) in the input type
-    std::byte bits[2];
-    fp::fromFloat(q.dtype, &root, bits, 1);
-    fp::toFloat(q.dtype, bits, &root, 1);
-  }
-  s->scale = root * root;
-  s->softcap = static_cast<float>(setup.params.getFloat("softcap", 0.0));
-  s->causal = setup.params.getInt("is_causal", 0) != 0;
-  s->left_window = setup.params.getInt("left_window_size", -1);
-  s->right_window = setup.params.getInt("right_window_size", -1);
-  s->qk_mode = setup.params.getInt("qk_matmul_output_mode", 0);
-  if (s->qk_mode < 0 || s->qk_mode > 3) {
-    throw UsageError(fmt::format("{}: qk_matmul_output_mode {} is not 0, 1, 2 or 3", op, s->qk_mode));
-  }
-  if (s->softcap < 0) throw UsageError(fmt::format("{}: softcap {} is negative", op, s->softcap));
-  if (s->left_window < -1 || s->right_window < -1) {
-    throw UsageError(fmt::format("{}: window sizes must be -1 or nonnegative, found {} and {}", op, s->left_window,
-                                 s->right_window));
-  }
-  // Outputs.
-  const Ints y = four_d ? Ints{s->batch, s->q_heads, s->q_seq, s->v_head_size}
-                        : Ints{s->batch, s->q_seq, s->q_heads * s->v_head_size};
-  const Ints shapes[4] = {y, {s->batch, s->kv_heads, s->total, s->head_size},
-                          {s->batch, s->kv_heads, s->total, s->v_head_size}, {s->batch, s->q_heads, s->q_seq, s->total}};
-  for (size_t i = 0; i < setup.outputs.size(); ++i) checks::expectOutput(op, setup, i, q.dtype, shapes[i]);
+  static_cast<AttentionPlan&>(*s) = planAttention(setup);
   s->staging.plan(setup);
   return s;
 }
@@ -507,7 +343,7 @@ std::unique_ptr<KernelState> prepareRotary(const KernelSetup& setup) {
   } else {
     throw UsageError(fmt::format("{}: X must be 3-D or 4-D, found {}", op, typeText(x)));
   }
-  s->x = stridesOf(x.shape.size() == 4, s->heads, s->seq, s->head_size);
+  s->x = headStrides(x.shape.size() == 4, s->heads, s->seq, s->head_size);
   s->rotary = setup.params.getInt("rotary_embedding_dim", 0);
   if (s->rotary == 0) s->rotary = s->head_size;
   if (s->rotary < 0 || s->rotary > s->head_size || s->rotary % 2 != 0) {

@@ -15,5 +15,6 @@ void registerCudaDataMovementKernels(KernelRegistry& registry);
 void registerCudaReductionKernels(KernelRegistry& registry);
 void registerCudaConvKernels(KernelRegistry& registry);
 void registerCudaPoolKernels(KernelRegistry& registry);
+void registerCudaAttentionKernels(KernelRegistry& registry);
 
 }  // namespace kiln::cuda

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/float_storage.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace kiln::cuda {
@@ -141,13 +142,6 @@ __global__ void resizeNearest(const T* x, T* y, ResizeGeometry g, const int64_t*
   }
 }
 
-__device__ inline float loadFloat(float v) { return v; }
-__device__ inline float loadFloat(__half v) { return __half2float(v); }
-__device__ inline float loadFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline void storeFloat(float* y, float v) { *y = v; }
-__device__ inline void storeFloat(__half* y, float v) { *y = __float2half_rn(v); }
-__device__ inline void storeFloat(__nv_bfloat16* y, float v) { *y = __float2bfloat16_rn(v); }
-
 // T: f32, or f16 or bf16 (`kiln compile --fp16`, `--bf16`) interpolated in
 // f32.
 template <typename T>
@@ -162,11 +156,11 @@ __global__ void resizeLinear(const T* x, T* y, ResizeGeometry g, const int64_t* 
     const T* r1 = plane + rows[g.out_h + oy] * g.in_w;
     const int64_t x0 = cols[ox], x1 = cols[g.out_w + ox];
     const float wx = col_w[ox], wy = row_w[oy];
-    const float a = loadFloat(r0[x0]), b = loadFloat(r0[x1]), c = loadFloat(r1[x0]), d = loadFloat(r1[x1]);
+    const float a = toFloat(r0[x0]), b = toFloat(r0[x1]), c = toFloat(r1[x0]), d = toFloat(r1[x1]);
     // The CPU kernel's order of operations, so that both round alike.
     const float top = a + wx * (b - a);
     const float bottom = c + wx * (d - c);
-    storeFloat(y + i, top + wy * (bottom - top));
+    y[i] = fromFloat<T>(top + wy * (bottom - top));
   }
 }
 

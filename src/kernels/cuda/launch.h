@@ -115,4 +115,30 @@ struct ResizeGeometry {
 void launchResize(const void* x, void* y, const ResizeGeometry& geometry, const int64_t* rows, const int64_t* cols,
                   const float* row_w, const float* col_w, cudaStream_t stream);
 
+// Attention (kernels/attention_plan.h) in one kernel, the scores never in
+// memory: y = softmax(dot(q, k) * scale, softcapped, + bias) v per query
+// row. Strides in elements over (batch, head, sequence); q, k, v and y
+// stored as `storage`, a float mask as `mask_storage`. Head sizes up to
+// kMaxAttentionHeadSize.
+inline constexpr int64_t kMaxAttentionHeadSize = 128;
+inline constexpr int kAttentionRowsPerBlock = 16;  // query rows of the smallest blocks (a warp)
+enum class AttentionMaskKind : uint8_t { kNone, kBool, kFloat };
+struct AttentionShape {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_seq = 0, total = 0, head_size = 0, v_head_size = 0;
+  int64_t q_strides[3] = {}, k_strides[3] = {}, v_strides[3] = {}, y_strides[3] = {};
+  float scale = 1, softcap = 0;
+  bool causal = false;
+  int64_t left_window = -1, right_window = -1;  // -1: no window
+  AttentionMaskKind mask = AttentionMaskKind::kNone;
+  int64_t mask_len = 0;
+  int64_t mask_strides[3] = {};  // over batch, q head, query; 0 where broadcast
+  FloatStorage storage = FloatStorage::kF32, mask_storage = FloatStorage::kF32;
+};
+// Sets up the kernel `shape` will launch (its shared memory may pass the
+// default 48 KiB); once, before launches, with the device current.
+void prepareAttentionKernel(const AttentionShape& shape);
+// `nonpad` (i64[batch], the keys of each batch that count) may be null.
+void launchAttention(const void* q, const void* k, const void* v, const void* mask, const int64_t* nonpad, void* y,
+                     const AttentionShape& shape, cudaStream_t stream);
+
 }  // namespace kiln::cuda

@@ -14,6 +14,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "kernels/cuda/float_storage.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace kiln::cuda {
@@ -53,20 +54,6 @@ struct Max {  // NaN wins, as in the CPU kernels
 struct Min {
   __device__ float operator()(float a, float b) const { return (isnan(a) || isnan(b)) ? NAN : fminf(a, b); }
 };
-
-// Elements load as f32 and store as T (f32, or f16 or bf16 under `kiln
-// compile --fp16` / `--bf16`): the arithmetic is f32 either way.
-__device__ inline float toFloat(float v) { return v; }
-__device__ inline float toFloat(__half v) { return __half2float(v); }
-__device__ inline float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ inline T fromFloat(float v);
-template <>
-__device__ inline float fromFloat<float>(float v) { return v; }
-template <>
-__device__ inline __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void softmaxRows(const T* x, T* y, int64_t axis, int64_t inner, bool log) {

@@ -13,6 +13,7 @@ const KernelRegistry& KernelRegistry::cuda() {
     cuda::registerCudaReductionKernels(r);
     cuda::registerCudaConvKernels(r);
     cuda::registerCudaPoolKernels(r);
+    cuda::registerCudaAttentionKernels(r);
     return r;
   }();
   return registry;
