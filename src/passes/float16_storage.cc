@@ -34,8 +34,8 @@ constexpr std::array<std::string_view, 50> kFloat16Ops = {
     "kiln.Attention"};
 constexpr std::array<std::string_view, 4> kProducts = {"MatMul", "Gemm", "kiln.FusedMatMul", "kiln.FusedGemm"};
 // Steps that always convert, casting what they read: the products and
-// convolutions (the work f16 is for) and the normalizations, whose f32
-// arithmetic takes any input that f16 can hold.
+// convolutions (the work f16 is for), and the normalizations and attention,
+// whose f32 arithmetic takes any input that f16 can hold.
 constexpr std::array<std::string_view, 12> kAlwaysConverted = {
     "MatMul", "Gemm", "kiln.FusedMatMul", "kiln.FusedGemm", "Conv", "ConvTranspose", "kiln.FusedConv",
     "Softmax", "LogSoftmax", "LayerNormalization", "Attention", "kiln.Attention"};
