@@ -211,6 +211,20 @@ TEST(CumSum, IntegerSumsWrap) {
             (std::vector<int64_t>{int64_t{1} << 62, 0}));
 }
 
+// An empty tensor whose other dimensions are vast: nothing to do, at once
+// (the scan once looped over the 2^40 x 2^20 outer rows of the empty inner
+// axis).
+TEST(CumSum, EmptyTensorWithVastDimensionsReturnsAtOnce) {
+  for (int64_t axis : {0, 1, 2}) {
+    const Shape shape{int64_t{1} << 40, int64_t{1} << 20, 0};
+    Operand x = operand<float>(shape, {});
+    std::vector<Operand> outputs{output(DType::kF32, shape)};
+    std::vector<Operand> inputs{x, operand<int64_t>({}, {axis}, true)};
+    PreparedKernel("CumSum", inputs, outputs).run(inputs, outputs);
+    EXPECT_TRUE(outputs[0].values<float>().empty()) << axis;
+  }
+}
+
 TEST(TopK, LargestAndSmallestKeepLowerIndicesOnTies) {
   const std::vector<float> x{3, 1, 3, 2, 0, 5, 5, 1};
   std::vector<Operand> inputs{operand<float>({2, 4}, x), operand<int64_t>({1}, {2})};

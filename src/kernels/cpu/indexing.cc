@@ -1208,6 +1208,9 @@ std::unique_ptr<KernelState> prepareCumulative(const KernelSetup& setup) {
 
 void runCumulative(const KernelCall& call) {
   const auto& s = static_cast<const CumulativeState&>(*call.state);
+  // An empty tensor has nothing to scan, and the products of its other
+  // dimensions may be vast (the loop over them ran for hours: fuzz find).
+  if (std::find(s.shape.begin(), s.shape.end(), 0) != s.shape.end()) return;
   int64_t axis = s.axis;
   if (s.axis_at_run) {
     const auto rank = static_cast<int64_t>(s.shape.size());
