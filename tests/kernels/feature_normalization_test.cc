@@ -114,6 +114,18 @@ TEST(HardmaxKernel, FirstMaximumAlongTheAxis) {
   EXPECT_EQ(outputs[0].values<float>(), (std::vector<float>{1, 1, 1, 0, 0, 0}));
 }
 
+// An empty tensor whose other dimensions are vast: nothing to walk (the
+// loops once ran over 2^40 rows of an empty axis, as CumSum's did).
+TEST(HardmaxKernel, EmptyTensorWithVastDimensionsReturnsAtOnce) {
+  const Ints shape{int64_t{1} << 40, 0, 3};
+  for (const char* op : {"Hardmax", "LpNormalization"}) {
+    std::vector<Operand> inputs = {operand<float>(shape, {})};
+    std::vector<Operand> outputs = {output(DType::kF32, shape)};
+    PreparedKernel(op, inputs, outputs, params({{"axis", int64_t{1}}})).run(inputs, outputs);
+    EXPECT_TRUE(outputs[0].values<float>().empty()) << op;
+  }
+}
+
 TEST(LrnKernel, WindowOverChannels) {
   const Ints shape{1, 4, 1, 1};
   const std::vector<float> x = {1, 2, 3, 4};

@@ -239,6 +239,16 @@ TEST(TopK, LargestAndSmallestKeepLowerIndicesOnTies) {
   EXPECT_EQ(columns[1].values<int64_t>(), (std::vector<int64_t>{1, 0, 0, 1}));
 }
 
+// An empty input whose other dimensions are vast: nothing to sort (the
+// loop once ran over 2^60 rows of an empty axis, as CumSum's did).
+TEST(TopK, EmptyInputWithVastDimensionsReturnsAtOnce) {
+  const Shape shape{int64_t{1} << 40, int64_t{1} << 20, 0};
+  std::vector<Operand> inputs{operand<float>(shape, {}), operand<int64_t>({1}, {0})};
+  std::vector<Operand> outputs{output(DType::kF32, shape), output(DType::kI64, shape)};
+  PreparedKernel("TopK", inputs, outputs).run(inputs, outputs);
+  EXPECT_TRUE(outputs[0].values<float>().empty());
+}
+
 TEST(OneHot, AxisAndNegativeIndices) {
   EXPECT_EQ(run<float>("OneHot",
                        {operand<int64_t>({3}, {0, -1, 7}), operand<float>({}, {3}), operand<float>({2}, {-1, 4})},

@@ -250,6 +250,7 @@ std::unique_ptr<KernelState> prepareLpNorm(const KernelSetup& setup) {
 // y = x / ||x||_p along the axis; 0 where the norm is 0.
 void runLpNorm(const KernelCall& call) {
   const auto& s = static_cast<const AxisState&>(*call.state);
+  if (s.outer == 0 || s.axis == 0 || s.inner == 0) return;  // empty, and Y with it
   const float* x = s.staging.input(call, 0);
   float* y = s.staging.output(call, 0);
   for (int64_t o = 0; o < s.outer; ++o) {
@@ -275,6 +276,7 @@ std::unique_ptr<KernelState> prepareHardmax(const KernelSetup& setup) { return p
 // 1 at the first maximum along the axis, 0 elsewhere.
 void runHardmax(const KernelCall& call) {
   const auto& s = static_cast<const AxisState&>(*call.state);
+  if (s.outer == 0 || s.axis == 0 || s.inner == 0) return;  // empty, and Y with it
   const float* x = s.staging.input(call, 0);
   float* y = s.staging.output(call, 0);
   for (int64_t o = 0; o < s.outer; ++o) {
