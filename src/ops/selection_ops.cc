@@ -87,11 +87,14 @@ std::optional<size_t> axisOf(const InferenceContext& context, size_t rank) {
   return normalizeAxis(context, context.node().intAttribute("axis", 0), rank);
 }
 
-// The number of slices along `axis` (of elements without one), when known.
-Dim lengthAlong(const std::vector<Dim>& in, std::optional<size_t> axis) {
+// The number of slices along `axis` (of elements without one), when known;
+// fails when the element count overflows 64 bits.
+Dim lengthAlong(const InferenceContext& context, const std::vector<Dim>& in, std::optional<size_t> axis) {
   if (axis) return in[*axis];
   Dim length = Dim::known(1);
-  for (const Dim& dim : in) length = dim.isKnown() && length.isKnown() ? Dim::known(length.size * dim.size) : Dim{};
+  for (const Dim& dim : in) {
+    length = dim.isKnown() && length.isKnown() ? Dim::known(multiplyDims(context, length.size, dim.size)) : Dim{};
+  }
   return length;
 }
 
@@ -110,7 +113,7 @@ void inferCompress(InferenceContext& context) {
     return;
   }
   const std::optional<size_t> axis = axisOf(context, in->size());
-  const Dim length = lengthAlong(*in, axis);
+  const Dim length = lengthAlong(context, *in, axis);
   Dim count;
   if (const ConstantPtr c = context.dataConstant(1); c && length.isKnown()) {
     count = Dim::known(static_cast<int64_t>(countSelected(reinterpret_cast<const uint8_t*>(c->bytes.data()),
@@ -131,7 +134,7 @@ void inferUnique(InferenceContext& context) {
   std::optional<size_t> axis;
   if (in) axis = axisOf(context, in->size());
   Dim unique, length;
-  if (in) length = lengthAlong(*in, axis);
+  if (in) length = lengthAlong(context, *in, axis);
   if (const ConstantPtr x = context.dataConstant(0); x && in) {
     const AxisSplit s = splitAround(x->info.shape, axis);
     const UniqueSlices found = uniqueSlices(x->bytes.data(), x->info.dtype, s.outer, s.length, s.inner,
