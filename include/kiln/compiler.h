@@ -60,6 +60,12 @@ struct CompileOptions {
   // kiln.Attention step (src/passes/attention_fusion.h). Off keeps them as
   // the model wrote them (slower; for comparisons).
   bool fuse_attention = true;
+  // Fuse a Clip after a Conv, Gemm or MatMul into it as oneDNN's clip
+  // post-op (ReLU6 in MobileNets: one pass over memory fewer). The fused
+  // Clip maps NaN to its min, as onnxruntime's fused Conv and OpenVINO do;
+  // off, Clip stays a step of its own (or joins a fused elementwise step),
+  // where NaN passes through as ONNX specifies.
+  bool fuse_clip = true;
   // Compute float16 models in float32 (src/passes/float16_in_float32.h), as
   // onnxruntime does on CPUs; off keeps the f16 kernels (rounding to f16
   // after every operator, and slower).

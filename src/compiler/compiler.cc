@@ -828,16 +828,16 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
 // an If selects between run fused like the main graph. Layout passes stay
 // on the main graph: a subgraph's captured values keep their layout.
 void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opsets,
-                       const ElementwiseFusionLimits& limits) {
+                       const ElementwiseFusionLimits& limits, bool fuse_clip) {
   for (NodeId id : graph.nodeIds()) {
     for (const auto& [key, attribute] : graph.node(id).attributes) {
       if (!std::holds_alternative<GraphPtr>(attribute)) continue;
       Graph& body = *std::get<GraphPtr>(attribute);
-      optimizeSubgraphs(body, opsets, limits);
+      optimizeSubgraphs(body, opsets, limits, fuse_clip);
       const CseResult merged = eliminateCommonSubexpressions(body);
       size_t changed = merged.nodes + merged.initializers;
       changed += fuseLayerNorms(body);
-      changed += fuseMatMuls(body);
+      changed += fuseMatMuls(body, fuse_clip);
       changed += fuseElementwise(body, limits);
       if (changed > 0) inferTypes(body, opsets);
     }
@@ -883,7 +883,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   }
   if (fuseLayerNorms(graph) > 0) inferTypes(graph, opsets);
   if (options.target == "cpu" && fuseRmsNorms(graph) > 0) inferTypes(graph, opsets);
-  if (fuseMatMuls(graph) > 0) inferTypes(graph, opsets);
+  if (fuseMatMuls(graph, options.fuse_clip) > 0) inferTypes(graph, opsets);
   if (options.target == "cpu" && fuseIntegerMatMuls(graph) > 0) inferTypes(graph, opsets);
   // Reductions over an image's spatial axes as the global pools they are,
   // which the channels-last pass keeps in NHWC.
@@ -891,7 +891,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   if (options.channels_last && convertToChannelsLast(graph) > 0) inferTypes(graph, opsets);
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.
-  fuseConvPostOps(graph, /*nchw=*/options.target == "cuda");
+  fuseConvPostOps(graph, /*nchw=*/options.target == "cuda", options.fuse_clip);
   // 3x3 convolutions move to oneDNN's blocked layout, where it has Winograd.
   if (options.channels_last) useBlockedConvs(graph);
   // Layout changes that meet the model's own Transposes: one move, or none.
@@ -910,7 +910,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   if (options.fp16 && storeInFloat16(graph, DType::kF16) > 0) inferTypes(graph, opsets);
   if (options.bf16 && storeInFloat16(graph, DType::kBF16) > 0) inferTypes(graph, opsets);
   if (options.tf32) allowTf32(graph);
-  optimizeSubgraphs(graph, opsets, limits);
+  optimizeSubgraphs(graph, opsets, limits, options.fuse_clip);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);
 

@@ -13,6 +13,7 @@ namespace {
 struct Matcher {
   const Graph& graph_;
   const std::set<ValueId>& pinned_;
+  bool clip_ = true;  // Clip may be matched
 
   bool isOp(NodeId id, std::string_view op) const { return kiln::isOp(graph_, id, op); }
   std::optional<NodeId> onlyReader(ValueId value, std::string_view op) const {
@@ -64,7 +65,7 @@ std::optional<ActivationMatch> Matcher::matchSingleNodeActivation(NodeId id) con
     const std::string approximate = node.stringAttribute("approximate", "none");
     if (approximate != "none" && approximate != "tanh") return std::nullopt;
     match.kind = approximate == "none" ? FusedActivation::kGelu : FusedActivation::kGeluTanh;
-  } else if (op == "Clip") {
+  } else if (op == "Clip" && clip_) {
     // Bounds are inputs from opset 11, attributes before; absent is unbounded.
     auto bound = [&](size_t input, const char* attribute, float unbounded) -> std::optional<float> {
       if (input < node.inputs.size() && node.inputs[input] != kNoValue) return scalar(node.inputs[input], 0);
@@ -202,9 +203,10 @@ std::optional<ActivationMatch> Matcher::matchActivation(ValueId x) const {
 
 }  // namespace
 
-std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x) {
+std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x,
+                                               bool clip) {
   if (!graph.value(x).type.shape) return std::nullopt;
-  return Matcher{graph, pinned}.matchActivation(x);
+  return Matcher{graph, pinned, clip}.matchActivation(x);
 }
 
 void setActivation(Attributes& attributes, const ActivationMatch& activation) {

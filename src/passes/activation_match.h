@@ -33,7 +33,12 @@ struct ActivationMatch {
 };
 
 // The activation computed from `x` alone, if any. `x` must have a known shape.
-std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x);
+// With `clip` false a Clip is not matched: oneDNN's clip post-op maps NaN to
+// Clip's min, where ONNX's Clip (and kiln's own kernels) pass NaN through;
+// fusions into oneDNN primitives ask for Clip only when the compile allows
+// that (CompileOptions::fuse_clip).
+std::optional<ActivationMatch> matchActivation(const Graph& graph, const std::set<ValueId>& pinned, ValueId x,
+                                               bool clip = true);
 
 // Sets a fused node's activation attributes (core/fused_activation.h) to
 // `activation`'s kind and parameters.

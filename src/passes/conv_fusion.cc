@@ -129,7 +129,8 @@ std::optional<std::vector<float>> channelValues(const Graph& graph, ValueId id, 
 // channel. Frees the one Linear post-op a Conv may have for what follows its
 // activation, and takes a bias exporters write apart (tf2onnx's BiasAdd
 // after a squeezed Conv1D). Returns whether it folded.
-bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId id, bool channels_last) {
+bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId id, bool channels_last,
+                           bool transposed) {
   const Node& conv = graph.node(id);
   const ValueId conv_out = conv.outputs[0];
   if (pinned.contains(conv_out) || graph.value(conv_out).users.size() != 1) return false;
@@ -143,7 +144,10 @@ bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId
   const auto& out_shape = graph.value(conv_out).type.shape;
   if (other == kNoValue || !w || (has_bias && !b) || !out_shape) return false;
   const std::vector<int64_t> w_dims = graph.value(conv.inputs[1]).initializer->info.shape;
-  const auto channels = static_cast<size_t>(w_dims.at(0));
+  // Output channels: Conv's weights [M, C, k...], ConvTranspose's [C, M, k...]
+  // (group 1).
+  if (w_dims.size() < 2) return false;
+  const auto channels = static_cast<size_t>(w_dims[transposed ? 1 : 0]);
   const size_t rank = out_shape->size();
   const auto c = channelValues(graph, other, rank, channels_last ? rank - 1 : 1, channels);
   // The op's output must have the Conv output's shape (no broadcast beyond it).
@@ -165,11 +169,15 @@ bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId
     }
   }
   std::vector<float> scaled_w = *w, shifted_b(channels);
+  // The weights of output channel m: one run of `per_channel` values, or
+  // (transposed) one run of `kernel` values per input channel.
   const size_t per_channel = scaled_w.size() / channels;
-  for (size_t m = 0; m < channels; ++m) {
-    for (size_t i = 0; i < per_channel; ++i) scaled_w[m * per_channel + i] *= alpha[m];
-    shifted_b[m] = alpha[m] * (b ? (*b)[m] : 0.0f) + beta[m];
+  const size_t kernel = transposed ? per_channel / static_cast<size_t>(w_dims[0]) : per_channel;
+  for (size_t i = 0; i < scaled_w.size(); ++i) {
+    const size_t m = transposed ? i / kernel % channels : i / per_channel;
+    scaled_w[i] *= alpha[m];
   }
+  for (size_t m = 0; m < channels; ++m) shifted_b[m] = alpha[m] * (b ? (*b)[m] : 0.0f) + beta[m];
   const std::string base = graph.value(conv_out).name;
   const ValueId new_w = graph.addInitializer(uniqueName(graph, base + ":W_scaled"), floatConstant(scaled_w, w_dims));
   const ValueId new_b = graph.addInitializer(uniqueName(graph, base + ":B_shifted"),
@@ -183,12 +191,12 @@ bool foldLinearIntoWeights(Graph& graph, const std::set<ValueId>& pinned, NodeId
   return true;
 }
 
-Chain followChain(const Graph& graph, const std::set<ValueId>& pinned, ValueId start) {
+Chain followChain(const Graph& graph, const std::set<ValueId>& pinned, ValueId start, bool fuse_clip) {
   Chain chain;
   chain.output = start;
   while (chain.kinds.size() < kMaxPostOps) {
     if (matchScalarLinear(graph, pinned, chain.output, chain)) continue;
-    if (const auto activation = matchActivation(graph, pinned, chain.output)) {
+    if (const auto activation = matchActivation(graph, pinned, chain.output, fuse_clip)) {
       chain.kinds.emplace_back(fusedActivationName(activation->kind));
       chain.alphas.push_back(activation->alpha);
       chain.betas.push_back(activation->beta);
@@ -209,23 +217,50 @@ std::string joined(const std::vector<std::string>& kinds) {
 
 }  // namespace
 
-size_t fuseConvPostOps(Graph& graph, bool nchw) {
+const std::vector<int64_t>& weightDims(const Graph& graph, const Node& node) {
+  return graph.value(node.inputs[1]).initializer->info.shape;
+}
+
+// A kiln.NhwcConvTranspose that the CPU kernel runs as one matmul
+// (kernels/cpu/patch_conv_transpose.h): 2-D, group 1, kernel equal to its
+// strides, no pads, dilation or output padding, constant weights and bias.
+// Other ones keep oneDNN's deconvolution, which runs post-ops on its
+// reference kernel (PP-OCR's detector: 2.8 ms without, 68 with a Relu).
+bool isPatchConvTranspose(const Graph& graph, const Node& node) {
+  if (node.domain != "kiln" || node.op_type != "NhwcConvTranspose" || node.inputs.size() < 2) return false;
+  const Value& w = graph.value(node.inputs[1]);
+  const bool bias_ok = node.inputs.size() < 3 || node.inputs[2] == kNoValue || graph.value(node.inputs[2]).initializer;
+  if (!w.initializer || !bias_ok || w.initializer->info.shape.size() != 4) return false;
+  const std::vector<int64_t>& dims = w.initializer->info.shape;
+  const std::vector<int64_t> kernel = {dims[2], dims[3]};
+  const std::string auto_pad = node.stringAttribute("auto_pad", "NOTSET");
+  return node.intAttribute("group", 1) == 1 && node.intsAttribute("kernel_shape", kernel) == kernel &&
+         node.intsAttribute("strides", {1, 1}) == kernel && node.intsAttribute("dilations", {1, 1}) == std::vector<int64_t>{1, 1} &&
+         node.intsAttribute("pads", {0, 0, 0, 0}) == std::vector<int64_t>{0, 0, 0, 0} &&
+         node.intsAttribute("output_padding", {0, 0}) == std::vector<int64_t>{0, 0} && !node.hasAttribute("output_shape") &&
+         (auto_pad == "NOTSET" || auto_pad == "VALID" || auto_pad.empty());
+}
+
+size_t fuseConvPostOps(Graph& graph, bool nchw, bool fuse_clip) {
   const std::set<ValueId> pinned = pinnedValues(graph);
   size_t fused = 0;
   for (NodeId id : graph.nodeIds()) {
     const Node& conv = graph.node(id);
-    // (Not kiln.NhwcConvTranspose: with post-ops oneDNN 2.6 runs its
-    // reference deconvolution; PP-OCR's detector: 2.8 ms without, 68 with a
-    // Relu. Folds were measured when a bias still cost 7.8 ms, before conv.cc
-    // added a ConvTranspose's bias itself; not tried since.)
-    const bool channels_last = conv.op_type == "NhwcConv" && conv.domain == "kiln";
+    if (conv.removed) continue;
+    const bool transposed = isPatchConvTranspose(graph, conv);
+    const bool channels_last = (conv.op_type == "NhwcConv" && conv.domain == "kiln") || transposed;
     const bool plain = nchw && conv.op_type == "Conv" && conv.domain.empty();
-    if (conv.removed || !(channels_last || plain) || conv.outputs.size() != 1) continue;
+    if (!(channels_last || plain) || conv.outputs.size() != 1) continue;
     if (conv.hasAttribute("post_ops")) continue;
-    while (foldLinearIntoWeights(graph, pinned, id, channels_last)) {
+    while (foldLinearIntoWeights(graph, pinned, id, channels_last, transposed)) {
     }
+    // A patch ConvTranspose's product has KW * OC columns; under one vector
+    // (16) oneDNN applies post-ops a few lanes at a time (DBNet's last 2x2
+    // upsampling to one channel: 1.0 ms, 2.0 ms with its Sigmoid fused, where
+    // the Sigmoid alone takes 0.15 ms).
+    if (transposed && weightDims(graph, conv)[1] * weightDims(graph, conv)[3] < 16) continue;
     const ValueId conv_out = graph.node(id).outputs[0];
-    const Chain chain = followChain(graph, pinned, conv_out);
+    const Chain chain = followChain(graph, pinned, conv_out, fuse_clip);
     if (chain.kinds.empty()) continue;
 
     // The chain's last value keeps its name and readers (graph outputs

@@ -16,7 +16,11 @@
 // pinned (pass_helpers.h); the residual has the Conv output's exact static
 // type. Channels-last convolutions are fused; with `nchw` (the cuda target),
 // plain ONNX Convs too, which become kiln.FusedConv (NCHW): the kiln domain
-// is where extra attributes are ours to define.
+// is where extra attributes are ours to define. A kiln.NhwcConvTranspose
+// takes the same post-ops and folds when its patches do not overlap (kernel
+// equal to its strides, no pads: the CPU kernel then runs it as a matmul,
+// kernels/cpu/patch_conv_transpose.h); other ConvTransposes take none (oneDNN
+// 2.6 runs a deconvolution with post-ops on its reference kernel).
 #pragma once
 
 #include <cstddef>
@@ -27,7 +31,8 @@ namespace kiln {
 
 inline constexpr size_t kMaxPostOps = 4;
 
-// Returns the number of post-ops fused.
-size_t fuseConvPostOps(Graph& graph, bool nchw = false);
+// Returns the number of post-ops fused. `fuse_clip`: whether a Clip may
+// become a post-op (activation_match.h: oneDNN's clip maps NaN to Clip's min).
+size_t fuseConvPostOps(Graph& graph, bool nchw = false, bool fuse_clip = true);
 
 }  // namespace kiln

@@ -21,7 +21,7 @@ constexpr size_t kMaxFusedRank = 12;
 
 class MatMulFusion {
  public:
-  explicit MatMulFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}
+  MatMulFusion(Graph& graph, bool fuse_clip) : graph_(graph), pinned_(pinnedValues(graph)), fuse_clip_(fuse_clip) {}
 
   size_t run() {
     size_t fused = 0;
@@ -56,7 +56,9 @@ class MatMulFusion {
     return kiln::onlyReader(graph_, pinned_, value, op);
   }
   ValueId otherOperand(NodeId id, ValueId value) const { return kiln::otherOperand(graph_, id, value); }
-  std::optional<ActivationMatch> matchActivation(ValueId x) const { return kiln::matchActivation(graph_, pinned_, x); }
+  std::optional<ActivationMatch> matchActivation(ValueId x) const {
+    return kiln::matchActivation(graph_, pinned_, x, fuse_clip_);
+  }
 
   bool fuseMatMul(NodeId id);
   bool fuseGemm(NodeId id);
@@ -65,6 +67,7 @@ class MatMulFusion {
 
   Graph& graph_;
   const std::set<ValueId> pinned_;
+  const bool fuse_clip_;
 };
 
 // ------------------------------------------------------------------ chains
@@ -138,6 +141,6 @@ void MatMulFusion::rewrite(const std::vector<NodeId>& chain, const std::string& 
 
 }  // namespace
 
-size_t fuseMatMuls(Graph& graph) { return MatMulFusion(graph).run(); }
+size_t fuseMatMuls(Graph& graph, bool fuse_clip) { return MatMulFusion(graph, fuse_clip).run(); }
 
 }  // namespace kiln

@@ -54,6 +54,8 @@
 namespace kiln {
 
 // Fuses every eligible chain; returns the number of fused nodes made.
-size_t fuseMatMuls(Graph& graph);
+// `fuse_clip`: whether a Clip may be fused (activation_match.h: oneDNN's clip
+// post-op maps NaN to Clip's min).
+size_t fuseMatMuls(Graph& graph, bool fuse_clip = true);
 
 }  // namespace kiln

@@ -97,6 +97,36 @@ GraphPtr buildPoolGraph() {
   return g.build();
 }
 
+// DBNet's head: x [1, 8, 5, 5] -> Conv 1x1 (16) -> ConvTranspose 2x2 stride
+// 2 (16, bias) -> BatchNormalization -> Relu -> ConvTranspose 2x2 stride 2
+// (1) -> Sigmoid -> "map"; and beside it an overlapping ConvTranspose
+// (3x3, stride 2) -> Relu -> "overlap".
+GraphPtr buildUpsamplingGraph() {
+  GraphBuilder g("head");
+  const ValueId x = g.input("x", DType::kF32, {1, 8, 5, 5});
+  const ValueId c = g.op("Conv", {x, g.constant("w", {16, 8, 1, 1}, randomFloats(128, 11))});
+  const std::vector<int64_t> two = {2, 2};
+  const ValueId up = g.op("ConvTranspose", {c, g.constant("wt", {16, 16, 2, 2}, randomFloats(1024, 12)),
+                                            g.constant("bt", {16}, randomFloats(16, 13))},
+                          {{"strides", two}});
+  std::vector<float> variance = randomFloats(16, 17);
+  for (float& v : variance) v = 0.5f + std::fabs(v);
+  const ValueId bn = g.op("BatchNormalization", {up, g.constant("gamma", {16}, randomFloats(16, 14)),
+                                                 g.constant("beta", {16}, randomFloats(16, 15)),
+                                                 g.constant("mean", {16}, randomFloats(16, 16)),
+                                                 g.constant("var", {16}, variance)});
+  const ValueId map = g.op("Sigmoid", {g.op("ConvTranspose", {g.op("Relu", {bn}),
+                                                              g.constant("w1", {16, 1, 2, 2}, randomFloats(64, 18))},
+                                            {{"strides", two}})});
+  const ValueId overlap = g.op("Relu", {g.op("ConvTranspose", {c, g.constant("w3", {16, 4, 3, 3}, randomFloats(576, 19))},
+                                             {{"strides", two}})});
+  g.graph().renameValue(map, "map");
+  g.graph().renameValue(overlap, "overlap");
+  g.output(map);
+  g.output(overlap);
+  return g.build();
+}
+
 Outputs compileAndRun(bool channels_last, const std::vector<float>& input, GraphPtr (*build)() = buildGraph) {
   GraphPtr graph = build();
   // Tests run as parallel processes: each its own files.
@@ -161,6 +191,21 @@ TEST(ChannelsLast, PoolsMatchTheirNchwForms) {
     EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), kernel), 1) << kernel;
   }
   EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), "kiln.NhwcResize"), 2);
+}
+
+// A ConvTranspose whose kernel equals its strides takes the BatchNormalization
+// after it into its weights and the Relu as a post-op (its CPU kernel is a
+// matmul); the one to a single channel keeps its Sigmoid apart (too few
+// columns for oneDNN's post-ops), and the overlapping one its Relu.
+TEST(ChannelsLast, NonOverlappingConvTransposeTakesFoldsAndPostOps) {
+  const std::vector<float> input = randomFloats(8 * 5 * 5, 20);
+  const Outputs nchw = compileAndRun(false, input, buildUpsamplingGraph);
+  const Outputs nhwc = compileAndRun(true, input, buildUpsamplingGraph);
+  expectSameOutputs(nhwc, nchw);
+  auto count = [&](const std::string& kernel) { return std::count(nhwc.kernels.begin(), nhwc.kernels.end(), kernel); };
+  EXPECT_EQ(count("kiln.NhwcConvTranspose"), 3);
+  // The Sigmoid and the overlapping ConvTranspose's Relu, each its own step.
+  EXPECT_EQ(count("Sigmoid") + count("Relu") + count("kiln.FusedElementwise"), 2) << ::testing::PrintToString(nhwc.kernels);
 }
 
 TEST(ChannelsLast, PassKeepsTypesConsistentWithInference) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "kernels/kernel.h"
@@ -204,6 +205,43 @@ TEST(SteadyState, RunsMakeNoHeapAllocation) {
   EXPECT_EQ(count.mallocs, 0u);
   const float expected = 1.0f / (1.0f + std::exp(-std::pow(std::max(input[0] + randomFloats(64, 7)[0], 0.0f), 2.0f)));
   EXPECT_NEAR(output[0], expected, 1e-6);
+}
+
+// A Clip after a product is fused into it by default (oneDNN's clip post-op,
+// which maps NaN to the min, as onnxruntime and OpenVINO do); fuse_clip off
+// keeps it a step of its own, where NaN passes through as ONNX specifies.
+TEST(Compile, FusedClipMapsNanToItsMinAndUnfusedKeepsIt) {
+  for (const bool fuse_clip : {true, false}) {
+    TempDir dir;
+    GraphBuilder b("clip");
+    const ValueId x = b.input("x", DType::kF32, {2, 2});
+    const ValueId w = b.constant<float>("w", {2, 2}, {1, 0, 0, 1});
+    const ValueId lo = b.constant<float>("lo", {}, {-1});
+    const ValueId hi = b.constant<float>("hi", {}, {6});
+    b.output(b.op("Clip", {b.op("MatMul", {x, w}), lo, hi}));
+    GraphPtr graph = b.build();
+    CompileOptions options;
+    options.fuse_clip = fuse_clip;
+    const CompileReport report = compile(*graph, {{"", 17}}, dir / "clip.kiln", options);
+    EXPECT_EQ(report.step_kernels.count("Clip"), fuse_clip ? 0u : 1u);
+    Executor executor(dir / "clip.kiln");
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> input = {nan, 9, -3, 2};
+    std::vector<float> output(4);
+    const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(input.data())};
+    std::byte* outputs[] = {reinterpret_cast<std::byte*>(output.data())};
+    executor.run(inputs, outputs);
+    // Row 0 is [NaN, NaN] (NaN * 0 is NaN); row 1 is clipped either way.
+    EXPECT_EQ(output[2], -1.0f);
+    EXPECT_EQ(output[3], 2.0f);
+    for (int i = 0; i < 2; ++i) {
+      if (fuse_clip) {
+        EXPECT_EQ(output[i], -1.0f) << i;
+      } else {
+        EXPECT_TRUE(std::isnan(output[i])) << i;
+      }
+    }
+  }
 }
 
 TEST(Compile, ReportsProgressInOrder) {

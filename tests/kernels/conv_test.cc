@@ -444,6 +444,71 @@ TEST(ConvTransposeKernel, Shapes) {
   }
 }
 
+// [N, C, H, W] values as [N, H, W, C], and back.
+template <typename T>
+std::vector<T> toNhwc(const Ints& nchw, const std::vector<T>& v) {
+  std::vector<T> out(v.size());
+  const int64_t c = nchw[1], hw = nchw[2] * nchw[3];
+  for (int64_t n = 0; n < nchw[0]; ++n) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t p = 0; p < hw; ++p) out[static_cast<size_t>((n * hw + p) * c + ch)] = v[static_cast<size_t>((n * c + ch) * hw + p)];
+    }
+  }
+  return out;
+}
+
+// kiln.NhwcConvTranspose whose kernel equals its strides runs as one matmul
+// (patch_conv_transpose.h), its post-ops included; with weights per call it
+// takes oneDNN's deconvolution.
+void checkPatchConvTranspose(const Ints& xs, const Ints& ws, bool with_bias, const std::string& post_ops,
+                             uint32_t seed) {
+  const Attrs a{.strides = {ws[2], ws[3]}};
+  const std::vector<float> x = randomValues<float>(elementCount(xs), seed, -1, 1);
+  const std::vector<float> w = randomValues<float>(elementCount(ws), seed + 1, -1, 1);
+  const std::vector<float> b = randomValues<float>(static_cast<size_t>(ws[1]), seed + 2, -1, 1);
+  const Ints out{xs[0], ws[1], xs[2] * ws[2], xs[3] * ws[3]};
+  const std::vector<float> residual = randomValues<float>(elementCount(out), seed + 3, -1, 1);
+  Reference want = convTransposeReference(xs, x, ws, w, with_bias ? &b : nullptr, a, {0, 0}, out);
+  want.values = toNhwc(out, want.values);
+  want.magnitudes = toNhwc(out, want.magnitudes);
+  const std::vector<float> residual_nhwc = toNhwc(out, residual);
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    if (post_ops.starts_with("Add")) want.values[i] += residual_nhwc[i];
+    if (post_ops.ends_with("Relu")) want.values[i] = std::max(want.values[i], 0.0);
+  }
+  ParamMap p = params(a, 2);
+  if (!post_ops.empty()) {
+    p.set("post_ops", post_ops);
+    const size_t count = post_ops.find(',') == std::string::npos ? 1 : 2;
+    p.set("post_op_alpha", std::vector<double>(count, 0.0));
+    p.set("post_op_beta", std::vector<double>(count, 0.0));
+  }
+  const Ints xs_nhwc{xs[0], xs[2], xs[3], xs[1]};
+  const Ints out_nhwc{out[0], out[2], out[3], out[1]};
+  for (bool constant : {true, false}) {
+    std::vector<Operand> inputs = {operand(xs_nhwc, toNhwc(xs, x)), operand(ws, w, constant)};
+    inputs.push_back(with_bias ? operand<float>({ws[1]}, b, constant) : omitted());
+    if (post_ops.starts_with("Add")) inputs.push_back(operand(out_nhwc, residual_nhwc));
+    std::vector<Operand> outputs = {output(DType::kF32, out_nhwc)};
+    const PreparedKernel kernel("kiln.NhwcConvTranspose", inputs, outputs, p);
+    kernel.run(inputs, outputs);
+    EXPECT_TRUE(matches(outputs[0].values<float>(), want))
+        << describe(xs, ws, a) << " post-ops '" << post_ops << "'" << (constant ? " (constant weights)" : "");
+    if (!post_ops.empty()) break;  // the deconvolution would run them on oneDNN's reference kernel
+  }
+}
+
+TEST(ConvTransposeKernel, NonOverlappingPatchesAsOneProduct) {
+  uint32_t seed = 700;
+  checkPatchConvTranspose({1, 24, 6, 5}, {24, 24, 2, 2}, false, "", seed += 10);  // DBNet's upsampling
+  checkPatchConvTranspose({2, 8, 3, 4}, {8, 5, 2, 2}, true, "", seed += 10);
+  checkPatchConvTranspose({1, 24, 4, 4}, {24, 1, 2, 2}, true, "", seed += 10);  // to one channel
+  checkPatchConvTranspose({2, 3, 3, 2}, {3, 4, 3, 2}, true, "", seed += 10);    // kernel 3 x 2, strides 3 x 2
+  checkPatchConvTranspose({1, 5, 3, 3}, {5, 7, 1, 1}, true, "", seed += 10);    // 1 x 1, stride 1
+  checkPatchConvTranspose({1, 16, 4, 3}, {16, 16, 2, 2}, true, "Relu", seed += 10);
+  checkPatchConvTranspose({2, 16, 3, 3}, {16, 8, 2, 2}, false, "Add,Relu", seed += 10);
+}
+
 // output_shape larger than the input, kernel and strides give (ONNX's
 // test_convtranspose_output_shape): the padding total is negative, split by
 // floor division, so the extra rows and columns come at the end, as with

@@ -47,6 +47,7 @@ Command addCompileCommand(CLI::App& app) {
     bool plan_report = false;
     bool no_channels_last = false;
     bool no_attention_fusion = false;
+    bool no_clip_fusion = false;
     bool keep_float16 = false;
     bool quantize_activations = false;
     bool tf32 = false;
@@ -68,6 +69,9 @@ Command addCompileCommand(CLI::App& app) {
   cmd->add_flag("--no-attention-fusion", args->no_attention_fusion,
                 "Keep attention chains as the model's MatMul, Softmax and MatMul steps rather than one fused "
                 "Attention step (slower; for comparisons)");
+  cmd->add_flag("--no-clip-fusion", args->no_clip_fusion,
+                "Keep a Clip after a Conv, Gemm or MatMul as its own step, where NaN passes through as ONNX "
+                "specifies (fused, as by default, Clip maps NaN to its min, like onnxruntime and OpenVINO)");
   cmd->add_flag("--keep-float16", args->keep_float16,
                 "Compute float16 models in float16 (rounding after every operator; slower) rather than float32");
   cmd->add_flag("--quantize-activations", args->quantize_activations,
@@ -118,6 +122,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.progress = show;
     compile_options.channels_last = !args->no_channels_last;
     compile_options.fuse_attention = !args->no_attention_fusion;
+    compile_options.fuse_clip = !args->no_clip_fusion;
     compile_options.float16_in_float32 = !args->keep_float16;
     compile_options.quantize_activations = args->quantize_activations;
     compile_options.tf32 = args->tf32;

@@ -43,6 +43,7 @@
 #include "kernels/cpu/element_access.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/patch_conv_transpose.h"
 #include "kernels/cpu/small_conv.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/cpu/window_attributes.h"
@@ -66,6 +67,9 @@ struct ConvState final : KernelState {
   bool weights_packed = false;
   dnnl::memory packed_weights;
   bool has_bias = false;
+  // A patch ConvTranspose's bias, repeated along the product's columns
+  // (patch_conv_transpose.h): the slots' bias memory points here for good.
+  std::vector<float> bias_row;
   // A channels-last ConvTranspose adds its bias itself, after the primitive
   // (see addChannelBias); `pixels` output positions of `out_channels` each.
   bool bias_after = false;
@@ -401,6 +405,67 @@ dnnl::memory::desc activationDesc(const Dims& dims, Activations layout) {
   return plainDesc(dims);
 }
 
+void checkResidual(std::string_view op, const KernelSetup& setup, const ConvState& state) {
+  if (state.residual_post_op >= 0 &&
+      (setup.inputs.size() < 4 || setup.inputs[3].dtype != DType::kF32 ||
+       setup.inputs[3].numElements() != setup.outputs[0].numElements())) {
+    throw UsageError(fmt::format("{}: the fused Add needs input 3 of the output's type {}", op,
+                                 typeString(setup.outputs[0])));
+  }
+}
+
+// A ConvTranspose whose 2-D kernel equals its stride, without pads,
+// dilation, output padding or groups: its patches do not overlap.
+bool isPatchConvTranspose(const ConvShape& s) {
+  if (!s.transposed || s.spatial != 2 || s.group != 1 || s.batch == 0) return false;
+  for (size_t d = 0; d < 2; ++d) {
+    if (s.kernel[d] != s.strides[d] || s.dilations[d] != 1 || s.pad_begin[d] != 0 || s.pad_end[d] != 0 ||
+        s.out[d] != s.in[d] * s.kernel[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// kiln.NhwcConvTranspose as one matmul (patch_conv_transpose.h) when its
+// patches do not overlap and its weights and bias are constants; nullptr
+// otherwise, for the deconvolution primitive.
+std::unique_ptr<ConvState> makePatchState(std::string_view op, const KernelSetup& setup, const ConvShape& s) {
+  const std::byte* w = constantInput(setup, 1);
+  const bool has_bias = setup.inputs.size() >= 3 && setup.inputs[2].dtype != DType::kUndefined;
+  const std::byte* bias = has_bias ? constantInput(setup, 2) : nullptr;
+  if (!isPatchConvTranspose(s) || w == nullptr || (has_bias && bias == nullptr)) return nullptr;
+  const PatchGeometry g{s.batch, s.in[0], s.in[1], s.in_channels, s.out_channels, s.kernel[0], s.kernel[1]};
+  auto state = std::make_unique<ConvState>();
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(onednn::fusedPostOps(op, setup.params, patchOutputDesc(g), state->residual_post_op));
+  checkResidual(op, setup, *state);
+  PatchConvTranspose patch;
+  try {
+    patch = preparePatchConvTranspose(g, reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(bias),
+                                      attr);
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  const dnnl::engine& engine = onednn::cpuEngine();
+  state->primitive = patch.primitive;
+  state->weights_packed = true;
+  state->packed_weights = patch.packed_weights;
+  state->has_bias = has_bias;
+  state->bias_row = std::move(patch.bias_row);
+  state->slots.create(engine, patch.scratchpad);
+  for (size_t i = 0; i < onednn::kExecutionSlots; ++i) {
+    ExecutionSlot& slot = state->slots[i];
+    slot.src = dnnl::memory(patch.src, engine, DNNL_MEMORY_NONE);
+    slot.weights = dnnl::memory(patch.weights, engine, state->packed_weights.get_data_handle());
+    slot.dst = dnnl::memory(patch.dst, engine, DNNL_MEMORY_NONE);
+    if (has_bias) slot.bias = dnnl::memory(patch.bias, engine, state->bias_row.data());
+    if (state->residual_post_op >= 0) slot.binary = dnnl::memory(patch.dst, engine, DNNL_MEMORY_NONE);
+  }
+  return state;
+}
+
 std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& setup, const ConvShape& s,
                                        Activations layout = Activations::kPlain) {
   auto state = std::make_unique<ConvState>();
@@ -443,12 +508,7 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   attr.set_post_ops(onednn::fusedPostOps(op, setup.params, dst, state->residual_post_op));
   // (In NCHW terms for kiln.NhwcConv, whose residual input stays [N, H, W, C].)
-  if (state->residual_post_op >= 0 &&
-      (setup.inputs.size() < 4 || setup.inputs[3].dtype != DType::kF32 ||
-       setup.inputs[3].numElements() != setup.outputs[0].numElements())) {
-    throw UsageError(fmt::format("{}: the fused Add needs input 3 of the output's type {}", op,
-                                 typeString(setup.outputs[0])));
-  }
+  checkResidual(op, setup, *state);
   dnnl::memory::desc pd_weights;
   dnnl::memory::desc pd_scratchpad;
   dnnl::memory::desc pd_src;
@@ -636,7 +696,7 @@ void runConv(const KernelCall& call) {
   if (!state.weights_packed) onednn::setHandle(kKernel, slot.weights, call.inputs[1].data);
   args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
   if (state.has_bias && !state.bias_after) {
-    onednn::setHandle(kKernel, slot.bias, call.inputs[2].data);
+    if (state.bias_row.empty()) onednn::setHandle(kKernel, slot.bias, call.inputs[2].data);
     args[count++] = {DNNL_ARG_BIAS, slot.bias.get()};
   }
   onednn::setHandle(kKernel, slot.dst, call.outputs[0].data);
@@ -672,7 +732,9 @@ std::unique_ptr<KernelState> prepareNhwcConv(const KernelSetup& setup) {
 // over 160x160).
 std::unique_ptr<KernelState> prepareNhwcConvTranspose(const KernelSetup& setup) {
   const NchwSetup nchw("kiln.NhwcConvTranspose", setup);
-  return makeState("kiln.NhwcConvTranspose", nchw.get(), convTransposeShape(nchw.get()), Activations::kNhwc);
+  const ConvShape shape = convTransposeShape(nchw.get());
+  if (auto patch = makePatchState("kiln.NhwcConvTranspose", nchw.get(), shape)) return patch;
+  return makeState("kiln.NhwcConvTranspose", nchw.get(), shape, Activations::kNhwc);
 }
 
 // kiln.Blocked16Conv: Conv with nChw16c activations, by Winograd where
