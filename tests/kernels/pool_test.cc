@@ -152,6 +152,63 @@ TEST(PoolKernel, TwoDimensional) {
   checkBoth({1, 16, 14, 14}, {.kernel = {2, 2}, .strides = {2, 2}}, seed += 10);
 }
 
+// [N, C, spatial...] values as [N, spatial..., C].
+std::vector<float> channelsLast(const Ints& shape, const std::vector<float>& v) {
+  const int64_t c = shape[1];
+  const int64_t plane = static_cast<int64_t>(elementCount(shape)) / (shape[0] * c);
+  std::vector<float> out(v.size());
+  for (int64_t n = 0; n < shape[0]; ++n) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t p = 0; p < plane; ++p) out[static_cast<size_t>((n * plane + p) * c + ch)] = v[static_cast<size_t>((n * c + ch) * plane + p)];
+    }
+  }
+  return out;
+}
+
+// kiln.NhwcMaxPool: windows of unit stride along W run as maxima of whole
+// shifted rows (pool.cc, runRowMaxPool); the others on oneDNN.
+void checkNhwcMaxPool(const Ints& xs, const Attrs& a, uint32_t seed) {
+  std::vector<float> x = randomValues<float>(elementCount(xs), seed, -2, 2);
+  Ints out;
+  const std::vector<double> want_nchw = poolReference(xs, x, a, true, out);
+  const std::vector<float> want = channelsLast(out, std::vector<float>(want_nchw.begin(), want_nchw.end()));
+  Ints xs_last = {xs[0]}, out_last = {out[0]};
+  xs_last.insert(xs_last.end(), xs.begin() + 2, xs.end());
+  out_last.insert(out_last.end(), out.begin() + 2, out.end());
+  xs_last.push_back(xs[1]);
+  out_last.push_back(out[1]);
+  std::vector<Operand> inputs = {operand(xs_last, channelsLast(xs, x))};
+  std::vector<Operand> outputs = {output(DType::kF32, out_last)};
+  const PreparedKernel kernel("kiln.NhwcMaxPool", inputs, outputs, params(a));
+  kernel.run(inputs, outputs);
+  EXPECT_EQ(outputs[0].values<float>(), want) << TensorInfo{DType::kF32, xs}.shapeString() << " auto_pad '"
+                                              << a.auto_pad << "' ceil_mode " << a.ceil_mode;
+}
+
+TEST(PoolKernel, ChannelsLastMaxPool) {
+  uint32_t seed = 50;
+  checkNhwcMaxPool({1, 24, 9, 8}, {.kernel = {2, 2}, .auto_pad = "SAME_UPPER"}, seed += 10);  // PP-OCRv6's detector
+  checkNhwcMaxPool({2, 16, 7, 6}, {.kernel = {5, 5}, .pads = {2, 2, 2, 2}}, seed += 10);      // YOLO's SPPF
+  checkNhwcMaxPool({1, 5, 10, 11}, {.kernel = {3, 3}, .strides = {2, 1}, .pads = {0, 2, 1, 0}}, seed += 10);
+  checkNhwcMaxPool({1, 3, 4, 3}, {.kernel = {3, 4}, .pads = {1, 2, 1, 2}}, seed += 10);  // wider than the row
+  checkNhwcMaxPool({1, 7, 1, 9}, {.kernel = {1, 3}, .pads = {0, 1, 0, 1}}, seed += 10);  // a Conv1D export
+  checkNhwcMaxPool({1, 4, 9, 9}, {.kernel = {3, 3}, .strides = {2, 2}, .ceil_mode = true}, seed += 10);  // oneDNN
+  checkNhwcMaxPool({1, 4, 9, 9}, {.kernel = {2, 2}, .dilations = {2, 1}}, seed += 10);                   // oneDNN
+  // NaN propagates.
+  std::vector<float> x(2 * 3 * 3, 1.0f);
+  x[4 * 2] = std::numeric_limits<float>::quiet_NaN();  // pixel (1, 1), channel 0
+  std::vector<Operand> inputs = {operand<float>({1, 3, 3, 2}, x)};
+  std::vector<Operand> outputs = {output(DType::kF32, {1, 3, 3, 2})};
+  const PreparedKernel kernel("kiln.NhwcMaxPool", inputs, outputs, params({.kernel = {2, 2}, .auto_pad = "SAME_UPPER"}));
+  kernel.run(inputs, outputs);
+  const std::vector<float> y = outputs[0].values<float>();
+  for (int64_t p = 0; p < 9; ++p) {
+    const bool reaches = p / 3 <= 1 && p % 3 <= 1;  // windows (oy, ox) that cover pixel (1, 1)
+    EXPECT_EQ(std::isnan(y[static_cast<size_t>(p * 2)]), reaches) << p;
+    EXPECT_EQ(y[static_cast<size_t>(p * 2 + 1)], 1.0f) << p;
+  }
+}
+
 TEST(PoolKernel, Dilations) {
   uint32_t seed = 100;
   checkBoth({1, 2, 10, 9}, {.kernel = {2, 3}, .dilations = {2, 2}}, seed += 10);
