@@ -30,6 +30,7 @@
 #include "core/elementwise_program.h"
 #include "core/math_mode.h"
 #include "passes/elementwise_fusion.h"
+#include "passes/upsample_fusion.h"
 #include "passes/integer_matmul_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
@@ -907,6 +908,11 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
               .max_immediates = kCudaMaxProgramImmediates};
   }
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
+  // A feature pyramid's nearest upsampling read by such a step, in it.
+  if (options.target == "cpu" && fuseUpsampling(graph) > 0) {
+    removeDeadNodes(graph);
+    inferTypes(graph, opsets);
+  }
   if (options.fp16 && storeInFloat16(graph, DType::kF16) > 0) inferTypes(graph, opsets);
   if (options.bf16 && storeInFloat16(graph, DType::kBF16) > 0) inferTypes(graph, opsets);
   if (options.tf32) allowTf32(graph);

@@ -93,6 +93,11 @@ inline constexpr std::string_view kProgramOperandsAttribute = "operands";
 inline constexpr std::string_view kProgramAlphaAttribute = "alpha";
 inline constexpr std::string_view kProgramBetaAttribute = "beta";
 inline constexpr std::string_view kProgramImmediatesAttribute = "immediates";
+// Optional, on the CPU target (passes/upsample_fusion.h): two factors per
+// input, (fh, fw). An input with factors other than (1, 1) is an NHWC tensor
+// [N, H / fh, W / fw, C] that the program reads nearest-upsampled to the
+// output's [N, H, W, C] (element (n, y, x, c) from (n, y / fh, x / fw, c)).
+inline constexpr std::string_view kProgramUpsampleAttribute = "upsample";
 inline constexpr int64_t kNoOperand = -1;
 
 // The kernel keeps each live result in a block buffer of its own (a

@@ -120,7 +120,31 @@ void fusedElementwise(InferenceContext& context) {
                    dtypeName(context.inputType(i).dtype));
     }
   }
-  broadcasting(context);
+  if (!node.hasAttribute(std::string(kProgramUpsampleAttribute))) return broadcasting(context);
+  // Upsampled inputs (core/elementwise_program.h): the others broadcast to
+  // the output, and each upsampled one, scaled up, is exactly its shape.
+  const std::vector<int64_t> factors = node.intsAttribute(std::string(kProgramUpsampleAttribute), {});
+  if (factors.size() != 2 * context.inputCount()) {
+    context.fail("upsample has {} factors for {} inputs; it takes two per input", factors.size(), context.inputCount());
+  }
+  std::vector<size_t> plain;
+  for (size_t i = 0; i < context.inputCount(); ++i) {
+    if (factors[2 * i] < 1 || factors[2 * i + 1] < 1) context.fail("input {}'s upsample factors must be positive", i);
+    if (factors[2 * i] == 1 && factors[2 * i + 1] == 1) plain.push_back(i);
+  }
+  if (plain.empty()) context.fail("upsample leaves no input at the output's shape");
+  const std::vector<Dim> out = broadcastInputs(context, plain);
+  for (size_t i = 0; i < context.inputCount(); ++i) {
+    if (factors[2 * i] == 1 && factors[2 * i + 1] == 1) continue;
+    const auto& shape = context.inputType(i).shape;
+    bool fits = shape && shape->size() == 4 && out.size() == 4;
+    for (size_t d = 0; fits && d < 4; ++d) {
+      const int64_t factor = d == 1 ? factors[2 * i] : d == 2 ? factors[2 * i + 1] : 1;
+      fits = (*shape)[d].isKnown() && out[d].isKnown() && (*shape)[d].size * factor == out[d].size;
+    }
+    if (!fits) context.fail("input {} upsampled by {} x {} is not the output's shape {}", i, factors[2 * i], factors[2 * i + 1], dimsText(out));
+  }
+  context.output(0) = ValueType{dtype, out};
 }
 
 void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_inputs, size_t max_inputs,

@@ -127,6 +127,29 @@ GraphPtr buildUpsamplingGraph() {
   return g.build();
 }
 
+// A feature pyramid's top-down step: x [1, 8, 6, 6] -> Conv 1x1 -> c;
+// MaxPool 2x2 (x) -> Conv 1x1 -> Resize x2 nearest -> up;
+// c * c + up -> "fpn" (not a Conv's fold or residual post-op). The Resize's
+// modes come from the test.
+std::string fpn_coordinates = "asymmetric";
+std::string fpn_rounding = "floor";
+GraphPtr buildFpnGraph() {
+  GraphBuilder g("fpn");
+  const ValueId x = g.input("x", DType::kF32, {1, 8, 6, 6});
+  const ValueId c = g.op("Conv", {x, g.constant("w1", {8, 8, 1, 1}, randomFloats(64, 31))});
+  const ValueId pooled = g.op("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                               {"strides", std::vector<int64_t>{2, 2}}});
+  const ValueId coarse = g.op("Conv", {pooled, g.constant("w2", {8, 8, 1, 1}, randomFloats(64, 32))});
+  const ValueId scales = g.constant("scales", {4}, std::vector<float>{1, 1, 2, 2});
+  const ValueId up = g.op("Resize", {coarse, kNoValue, scales},
+                          {{"mode", std::string("nearest")}, {"coordinate_transformation_mode", fpn_coordinates},
+                           {"nearest_mode", fpn_rounding}});
+  const ValueId fpn = g.op("Add", {g.op("Mul", {c, c}), up});
+  g.graph().renameValue(fpn, "fpn");
+  g.output(fpn);
+  return g.build();
+}
+
 Outputs compileAndRun(bool channels_last, const std::vector<float>& input, GraphPtr (*build)() = buildGraph) {
   GraphPtr graph = build();
   // Tests run as parallel processes: each its own files.
@@ -206,6 +229,30 @@ TEST(ChannelsLast, NonOverlappingConvTransposeTakesFoldsAndPostOps) {
   EXPECT_EQ(count("kiln.NhwcConvTranspose"), 3);
   // The Sigmoid and the overlapping ConvTranspose's Relu, each its own step.
   EXPECT_EQ(count("Sigmoid") + count("Relu") + count("kiln.FusedElementwise"), 2) << ::testing::PrintToString(nhwc.kernels);
+}
+
+// The upsampling is read by the fused step itself where its modes map output
+// row y to input row y / 2; align_corners does not, and keeps its Resize.
+TEST(ChannelsLast, NearestUpsamplingFusesIntoTheElementwiseStep) {
+  const std::vector<float> input = randomFloats(8 * 6 * 6, 34);
+  const std::pair<const char*, const char*> fused[] = {
+      {"asymmetric", "floor"}, {"half_pixel", "round_prefer_floor"}, {"pytorch_half_pixel", "round_prefer_ceil"},
+      {"tf_half_pixel_for_nearest", "floor"}};
+  for (const auto& [coordinates, rounding] : fused) {
+    fpn_coordinates = coordinates;
+    fpn_rounding = rounding;
+    const Outputs nchw = compileAndRun(false, input, buildFpnGraph);
+    const Outputs nhwc = compileAndRun(true, input, buildFpnGraph);
+    expectSameOutputs(nhwc, nchw);
+    EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), "kiln.NhwcResize"), 0) << coordinates;
+    EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), "kiln.FusedElementwise"), 1) << coordinates;
+  }
+  fpn_coordinates = "align_corners";
+  fpn_rounding = "round_prefer_floor";
+  const Outputs nchw = compileAndRun(false, input, buildFpnGraph);
+  const Outputs nhwc = compileAndRun(true, input, buildFpnGraph);
+  expectSameOutputs(nhwc, nchw);
+  EXPECT_EQ(std::count(nhwc.kernels.begin(), nhwc.kernels.end(), "kiln.NhwcResize"), 1);
 }
 
 TEST(ChannelsLast, PassKeepsTypesConsistentWithInference) {

@@ -244,6 +244,57 @@ TEST(FusedElementwiseKernel, ShortRowsRepeatedPerImageRunManyRowsPerBlock) {
   checkFused(p, {{1, 5, 3, 63}, {1, 1, 1, 63}, {63}}, "rows just short of the bound");
 }
 
+// [N, h, w, C] nearest-upsampled by (fh, fw): element (n, y, x, c) from
+// (n, y / fh, x / fw, c).
+Operand upsampled(const Operand& small, int64_t fh, int64_t fw) {
+  const std::vector<int64_t>& s = small.info.shape;
+  const std::vector<float> v = small.values<float>();
+  std::vector<float> out;
+  for (int64_t n = 0; n < s[0]; ++n) {
+    for (int64_t y = 0; y < s[1] * fh; ++y) {
+      for (int64_t x = 0; x < s[2] * fw; ++x) {
+        const auto at = v.begin() + ((n * s[1] + y / fh) * s[2] + x / fw) * s[3];
+        out.insert(out.end(), at, at + s[3]);
+      }
+    }
+  }
+  return operand<float>({s[0], s[1] * fh, s[2] * fw, s[3]}, out);
+}
+
+// Inputs read nearest-upsampled (passes/upsample_fusion.h): the same bits as
+// the program over the upsampled tensors, blocks crossing pixels, rows and
+// images.
+TEST(FusedElementwiseKernel, UpsampledInputsAreGatheredBlockByBlock) {
+  ProgramBuilder p(3);
+  p.op(Op::kAdd, p.op(Op::kMul, 0, 1), 2);  // x * scale + up(coarse)
+  struct Case {
+    std::vector<int64_t> out;
+    int64_t fh, fw;
+  };
+  for (const Case& c : {Case{{1, 8, 10, 96}, 2, 2}, Case{{2, 6, 9, 24}, 3, 1}, Case{{1, 4, 4, 5}, 1, 4},
+                        Case{{2, 40, 40, 40}, 2, 2}}) {
+    const std::vector<int64_t>& o = c.out;
+    const Operand x = operand<float>(o, values(o, 1));
+    const Operand scale = operand<float>({1, 1, 1, o[3]}, values({1, 1, 1, o[3]}, 2));
+    const std::vector<int64_t> small_shape = {o[0], o[1] / c.fh, o[2] / c.fw, o[3]};
+    const Operand small = operand<float>(small_shape, values(small_shape, 3));
+    const Operand want = runOneOpAtATime(p.program(), {x, scale, upsampled(small, c.fh, c.fw)});
+    ParamMap params = p.params();
+    params.set(std::string(kProgramUpsampleAttribute), std::vector<int64_t>{1, 1, 1, 1, c.fh, c.fw});
+    std::vector<Operand> inputs = {x, scale, small};
+    std::vector<Operand> outputs = {output(DType::kF32, o)};
+    PreparedKernel(kFused, inputs, outputs, params).run(inputs, outputs);
+    EXPECT_TRUE(sameValues(outputs[0].values<float>(), want.values<float>())) << shapeText(o) << " by " << c.fh << "x" << c.fw;
+  }
+  // Factors that do not take the input to the output's shape.
+  ParamMap params = p.params();
+  params.set(std::string(kProgramUpsampleAttribute), std::vector<int64_t>{1, 1, 1, 1, 2, 3});
+  std::vector<Operand> inputs = {operand<float>({1, 4, 4, 2}, values({1, 4, 4, 2}, 1)),
+                                 operand<float>({2}, values({2}, 2)), operand<float>({1, 2, 2, 2}, values({1, 2, 2, 2}, 3))};
+  std::vector<Operand> outputs = {output(DType::kF32, {1, 4, 4, 2})};
+  EXPECT_THAT(prepareError(kFused, inputs, outputs, params), HasSubstr("upsampled by 2 x 3 is not the output's shape"));
+}
+
 TEST(FusedElementwiseKernel, OutputMayBeAnInputOfItsShape) {
   ProgramBuilder p(2, {3.0f});
   p.op(Op::kMul, p.op(Op::kRelu, p.op(Op::kAdd, 0, 1)), p.immediate(0));

@@ -13,7 +13,11 @@
 //
 // Blocks follow the rows of a BroadcastPlan (broadcast.h): within a row every
 // input is a contiguous array or one repeated element (a scalar: the vector
-// kernels' kScalarA/kScalarB forms), and immediates are scalars too.
+// kernels' kScalarA/kScalarB forms), and immediates are scalars too. An
+// input the program reads nearest-upsampled (kProgramUpsampleAttribute: an
+// FPN's Resize fused away, passes/upsample_fusion.h) is planned as if it had
+// the output's shape, and each block of it is gathered from the small tensor
+// into a buffer on the stack.
 //
 // prepare resolves the program once: a vector-kernel function, operand
 // sources and a register per instruction; run only loops. run allocates
@@ -70,6 +74,18 @@ struct Instruction {
   uint32_t result = kOutputRegister;  // a register, or the output for the last instruction
 };
 
+// An input read nearest-upsampled: [N, H / fh, W / fw, C] for the output's
+// [N, H, W, C].
+struct Upsample {
+  int64_t fh = 1, fw = 1;
+  int64_t out_h = 0, out_w = 0, channels = 0;
+  bool active() const { return fh != 1 || fw != 1; }
+};
+
+// At most this many inputs may be upsampled (each gathers into its own
+// stack buffer of a block).
+constexpr size_t kMaxUpsampledInputs = 4;
+
 struct FusedElementwiseState final : KernelState {
   std::vector<Instruction> program;
   std::vector<float> immediates;
@@ -83,6 +99,8 @@ struct FusedElementwiseState final : KernelState {
   // rows per block, 0 when blocks follow rows.
   int64_t rows_per_block = 0;
   std::vector<int> tile_slot;  // per input: its tile in runRangeOfRows, or -1
+  std::vector<Upsample> upsample;    // per input
+  std::vector<int> upsample_slot;    // per input: its gather buffer, or -1
 };
 
 // --------------------------------------------------------------- prepare
@@ -131,7 +149,51 @@ VectorOp vectorOp(ElementwiseOp op) {
   return {};  // not reached: readElementwiseProgram admits only the ops above
 }
 
-std::vector<int64_t> checkTypes(const KernelSetup& setup) {
+// Per input, the factors of kProgramUpsampleAttribute ((1, 1) without it),
+// checked against the shapes: an upsampled input must be 4-D and its shape
+// times the factors the output's.
+std::vector<Upsample> readUpsampling(const KernelSetup& setup) {
+  std::vector<Upsample> upsample(setup.inputs.size());
+  const std::string key(kProgramUpsampleAttribute);
+  if (!setup.params.has(key)) return upsample;
+  const std::vector<int64_t> factors = setup.params.getInts(key, {});
+  if (factors.size() != 2 * setup.inputs.size()) {
+    throw UsageError(fmt::format("{}: upsample has {} factors for {} inputs; it takes two per input", kOp,
+                                 factors.size(), setup.inputs.size()));
+  }
+  size_t count = 0;
+  const std::vector<int64_t>& out = setup.outputs.empty() ? std::vector<int64_t>{} : setup.outputs[0].shape;
+  for (size_t i = 0; i < setup.inputs.size(); ++i) {
+    Upsample& u = upsample[i];
+    u.fh = factors[2 * i];
+    u.fw = factors[2 * i + 1];
+    if (!u.active()) continue;
+    const std::vector<int64_t>& in = setup.inputs[i].shape;
+    if (u.fh < 1 || u.fw < 1 || in.size() != 4 || out.size() != 4 || in[0] != out[0] || in[3] != out[3] ||
+        in[1] * u.fh != out[1] || in[2] * u.fw != out[2]) {
+      throw UsageError(fmt::format("{}: input {} {} upsampled by {} x {} is not the output's shape {}", kOp, i,
+                                   setup.inputs[i].shapeString(), u.fh, u.fw, setup.outputs[0].shapeString()));
+    }
+    if (++count > kMaxUpsampledInputs) {
+      throw UsageError(fmt::format("{}: more than {} upsampled inputs", kOp, kMaxUpsampledInputs));
+    }
+    u.out_h = out[1];
+    u.out_w = out[2];
+    u.channels = out[3];
+  }
+  return upsample;
+}
+
+// The inputs as the plan sees them: an upsampled one with the output's shape.
+std::vector<TensorInfo> plannedInputs(const KernelSetup& setup, const std::vector<Upsample>& upsample) {
+  std::vector<TensorInfo> inputs(setup.inputs.begin(), setup.inputs.end());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (upsample[i].active()) inputs[i].shape = setup.outputs[0].shape;
+  }
+  return inputs;
+}
+
+std::vector<int64_t> checkTypes(const KernelSetup& setup, const std::vector<TensorInfo>& planned) {
   if (setup.inputs.empty()) throw UsageError(fmt::format("{}: expects at least 1 input, got 0", kOp));
   if (setup.outputs.size() != 1) {
     throw UsageError(fmt::format("{}: expects 1 output, got {}", kOp, setup.outputs.size()));
@@ -143,7 +205,7 @@ std::vector<int64_t> checkTypes(const KernelSetup& setup) {
                                    dtypeName(input.dtype), input.shapeString()));
     }
   }
-  const std::vector<int64_t> out = broadcastShapes(kOp, setup.inputs);
+  const std::vector<int64_t> out = broadcastShapes(kOp, planned);
   const TensorInfo expected{DType::kF32, out};
   if (setup.outputs[0] != expected) {
     throw UsageError(fmt::format("{}: output is {}{} but the inputs give f32{}", kOp,
@@ -159,14 +221,14 @@ std::vector<int64_t> checkTypes(const KernelSetup& setup) {
 // detector: 7 ms for a 320x320 map). Such a constant, when C is short, is
 // stored repeated along the next-to-last axis ([1, 1, W, C]), so that rows
 // are W * C long. Returns the shapes the plan sees.
-std::vector<std::vector<int64_t>> tileShortRows(const KernelSetup& setup, const std::vector<int64_t>& out,
-                                                FusedElementwiseState& state) {
+std::vector<std::vector<int64_t>> tileShortRows(const KernelSetup& setup, const std::vector<TensorInfo>& planned,
+                                                const std::vector<int64_t>& out, FusedElementwiseState& state) {
   constexpr int64_t kShortRow = 64;
   std::vector<std::vector<int64_t>> shapes;
   state.tiled.resize(setup.inputs.size());
   const size_t rank = out.size();
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
-    std::vector<int64_t> shape = setup.inputs[i].shape;
+    std::vector<int64_t> shape = planned[i].shape;
     const std::byte* constant = i < setup.constants.size() ? setup.constants[i] : nullptr;
     shape.insert(shape.begin(), rank - std::min(rank, shape.size()), 1);  // right-aligned, as broadcasting reads it
     const bool short_rows = rank >= 2 && out[rank - 1] > 1 && out[rank - 1] < kShortRow && out[rank - 2] > 1;
@@ -177,7 +239,7 @@ std::vector<std::vector<int64_t>> tileShortRows(const KernelSetup& setup, const 
       for (int64_t w = 0; w < out[rank - 2]; ++w) tiled.insert(tiled.end(), values, values + out[rank - 1]);
       shape[rank - 2] = out[rank - 2];
     } else {
-      shape = setup.inputs[i].shape;
+      shape = planned[i].shape;
     }
     shapes.push_back(std::move(shape));
   }
@@ -216,7 +278,9 @@ void planRowsPerBlock(FusedElementwiseState& state) {
 }
 
 std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
-  const std::vector<int64_t> out = checkTypes(setup);
+  std::vector<Upsample> upsample = readUpsampling(setup);
+  const std::vector<TensorInfo> planned = plannedInputs(setup, upsample);
+  const std::vector<int64_t> out = checkTypes(setup, planned);
   const ElementwiseProgram program = readElementwiseProgram(setup.params, setup.inputs.size());
   const RegisterAssignment registers = assignRegisters(program);
   if (registers.count > kMaxProgramRegisters) {
@@ -226,11 +290,17 @@ std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
 
   auto state = std::make_unique<FusedElementwiseState>();
   state->immediates = program.immediates;
-  state->plan = planBroadcast(out, tileShortRows(setup, out, *state));
+  state->plan = planBroadcast(out, tileShortRows(setup, planned, out, *state));
   state->elements = static_cast<int64_t>(setup.outputs[0].numElements());
   // Registers split the scratch array evenly, in whole vectors.
   state->block = std::min(kMaxBlock, kScratchFloats / std::max<int64_t>(registers.count, 1) / 16 * 16);
-  planRowsPerBlock(*state);
+  state->upsample = std::move(upsample);
+  state->upsample_slot.assign(setup.inputs.size(), -1);
+  int slots = 0;
+  for (size_t i = 0; i < state->upsample.size(); ++i) {
+    if (state->upsample[i].active()) state->upsample_slot[i] = slots++;
+  }
+  if (slots == 0) planRowsPerBlock(*state);  // (gathered blocks follow the plain rows)
 
   const vec::VectorKernels& kernels = vec::vectorKernels();
   auto source = [&](int64_t slot) {
@@ -310,10 +380,33 @@ void runProgram(const FusedElementwiseState& state, const OperandOf& operand, fl
   }
 }
 
+// Output elements [at, at + count) of an upsampled input `x` (see Upsample)
+// into `block`: runs of a pixel's channels, each from its source pixel.
+void gatherUpsampled(const Upsample& u, const float* x, int64_t at, int64_t count, float* block) {
+  int64_t c = at % u.channels;
+  int64_t pixel = at / u.channels;
+  int64_t ox = pixel % u.out_w;
+  int64_t row = pixel / u.out_w;  // n * out_h + oy
+  const int64_t in_h = u.out_h / u.fh, in_w = u.out_w / u.fw;
+  while (count > 0) {
+    const int64_t n = row / u.out_h, oy = row % u.out_h;
+    const int64_t run = std::min(u.channels - c, count);
+    std::copy_n(x + ((n * in_h + oy / u.fh) * in_w + ox / u.fw) * u.channels + c, run, block);
+    block += run;
+    count -= run;
+    c = 0;
+    if (++ox == u.out_w) {
+      ox = 0;
+      ++row;
+    }
+  }
+}
+
 // Output elements [begin, end), block by block along the plan's rows; the
 // registers live on this thread's stack.
 void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_t begin, int64_t end) {
   alignas(64) float scratch[kScratchFloats];
+  alignas(64) float gathered[kMaxUpsampledInputs][kMaxBlock];
   float* y = call.outputs[0].as<float>();
   const BroadcastPlan& plan = state.plan;
   const int64_t row_length = plan.rowLength();
@@ -326,6 +419,12 @@ void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_
       auto operand = [&](const Source& source) -> Operand {
         switch (source.kind) {
           case Source::kInput: {
+            if (const int slot = state.upsample_slot[source.index]; slot >= 0) {
+              float* block = gathered[slot];
+              gatherUpsampled(state.upsample[source.index], call.inputs[source.index].as<const float>(), at, count,
+                              block);
+              return {block, false};
+            }
             const std::vector<float>& tiled = state.tiled[source.index];
             const float* data = (tiled.empty() ? call.inputs[source.index].as<const float>() : tiled.data()) +
                                 rows.offset(source.index);
