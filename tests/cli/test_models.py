@@ -156,3 +156,31 @@ def test_conv_batchnorm_is_folded_and_matches_onnxruntime(kiln, tmp_path):
     assert match, result.stdout
     assert int(match.group(1)) < len(nodes)
     assert int(match.group(1)) == 4  # Conv, Relu, Conv, Relu
+
+
+def test_clip_fused_into_a_conv_maps_nan_to_its_min_and_no_clip_fusion_keeps_it(kiln, tmp_path):
+    # ReLU6 after a Conv: fused by default (one step; NaN -> 0, as onnxruntime's
+    # fused Conv gives), a step of its own with --no-clip-fusion (NaN stays).
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    inits = [tensor("w", 4, 3, 1, 1), numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], inits, tmp_path / "m.onnx")
+    x = RNG.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    x[0, :, 1, 2] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    results = {}
+    for flag in ([], ["--no-clip-fusion"]):
+        out = tmp_path / ("unfused" if flag else "fused")
+        compiled = kiln("compile", tmp_path / "m.onnx", "-o", out.with_suffix(".kiln"), *flag)
+        assert compiled.returncode == 0, compiled.stderr
+        ran = kiln("run", out.with_suffix(".kiln"), "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", out)
+        assert ran.returncode == 0, ran.stderr
+        results[bool(flag)] = (np.load(out / "y.npy"), int(re.search(r"(\d+) steps", compiled.stdout).group(1)))
+    (fused, fused_steps), (unfused, unfused_steps) = results[False], results[True]
+    assert unfused_steps == fused_steps + 1
+    assert np.all(fused[0, :, 1, 2] == 0) and np.all(np.isnan(unfused[0, :, 1, 2]))
+    finite = np.ones_like(fused, dtype=bool)
+    finite[0, :, 1, 2] = False
+    np.testing.assert_allclose(fused[finite], unfused[finite], rtol=1e-6)
