@@ -136,10 +136,17 @@ void inferUnique(InferenceContext& context) {
   Dim unique, length;
   if (in) length = lengthAlong(context, *in, axis);
   if (const ConstantPtr x = context.dataConstant(0); x && in) {
-    const AxisSplit s = splitAround(x->info.shape, axis);
-    const UniqueSlices found = uniqueSlices(x->bytes.data(), x->info.dtype, s.outer, s.length, s.inner,
-                                            context.node().intAttribute("sorted", 1) != 0);
-    unique = Dim::known(static_cast<int64_t>(found.first.size()));
+    if (x->info.numElements() == 0) {
+      // Empty slices are all equal: one unique slice, or none along an empty
+      // axis (without sorting out a vast axis of them).
+      const int64_t slices = axis ? x->info.shape[*axis] : 0;
+      unique = Dim::known(slices > 0 ? 1 : 0);
+    } else {
+      const AxisSplit s = splitAround(x->info.shape, axis);
+      const UniqueSlices found = uniqueSlices(x->bytes.data(), x->info.dtype, s.outer, s.length, s.inner,
+                                              context.node().intAttribute("sorted", 1) != 0);
+      unique = Dim::known(static_cast<int64_t>(found.first.size()));
+    }
   }
   std::vector<Dim> y{unique};
   if (in && axis) {

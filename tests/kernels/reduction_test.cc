@@ -264,6 +264,20 @@ TEST(ArgKernels, MatchReference) {
   }
 }
 
+// An empty tensor whose other dimensions are vast: nothing to write, at once
+// (the loop once walked the 2^40 outer rows of an empty inner dimension;
+// found by graph_run_fuzz).
+TEST(ArgKernels, EmptyTensorWithVastDimensionsReturnsAtOnce) {
+  const int64_t vast = int64_t{1} << 40;
+  for (const bool is_max : {true, false}) {
+    std::vector<Operand> inputs = {operand<float>({vast, 3, 0}, {})};
+    std::vector<Operand> outputs = {output(DType::kI64, {vast, 0})};
+    PreparedKernel(is_max ? "ArgMax" : "ArgMin", inputs, outputs, params({{"axis", int64_t{1}}, {"keepdims", int64_t{0}}}))
+        .run(inputs, outputs);
+    EXPECT_TRUE(outputs[0].values<int64_t>().empty());
+  }
+}
+
 TEST(ArgKernels, PrepareErrors) {
   Operand x = operand<float>({2, 3}, std::vector<float>(6, 1.0f));
   EXPECT_EQ(prepareError("ArgMax", {x}, {output(DType::kI64, {1, 3})}, params({{"axis", int64_t{2}}})),

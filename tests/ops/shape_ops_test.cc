@@ -566,6 +566,21 @@ TEST(MiscOps, NonZeroTriluCumSumOneHot) {
   EXPECT_TRUE(failsWith(axis, "axis 1 is out of range for rank 1"));
 }
 
+// Unique of a constant whose slices are empty: one unique slice along a
+// vast axis (inference once sorted its 2^40 slice indices: 8 TiB asked of
+// malloc; found by graph_run_fuzz), none along an empty one.
+TEST(MiscOps, UniqueOfEmptySlicesAlongAVastAxis) {
+  const int64_t vast = int64_t{1} << 40;
+  GraphBuilder b;
+  const ValueId empty = b.constant<float>("empty", {vast, 0}, {});
+  const auto along = b.ops("Unique", {empty}, 4, {{"axis", int64_t{0}}});
+  const auto flat = b.ops("Unique", {empty}, 2);
+  const auto across = b.ops("Unique", {b.constant<float>("none", {0, vast}, {})}, 1, {{"axis", int64_t{0}}});
+  EXPECT_EQ(inferredTypes(b, {along[0], along[1], along[2], along[3], flat[0], flat[1], across[0]}),
+            (std::vector<std::string>{"f32[1, 0]", "i64[1]", "i64[1099511627776]", "i64[1]", "f32[0]", "i64[0]",
+                                      "f32[0, 1099511627776]"}));
+}
+
 TEST(ShapeOps, UnknownRankInputsGiveUnknownShapes) {
   GraphBuilder b;
   const ValueId x = b.input("x", parseType("f32[*]"));

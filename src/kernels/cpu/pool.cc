@@ -493,15 +493,8 @@ std::unique_ptr<KernelState> prepareNhwcGlobalMax(const KernelSetup& setup) {
   return prepareGlobal("kiln.NhwcGlobalMaxPool", nchw.get(), /*channels_last=*/true);
 }
 
-// Channels-last global pools: each image is `size` rows of `channels`
-// values; the output row is their mean or maximum (NaN propagates): the
-// vector kernels' column folds. Work items are (image, block of channels),
-// split across the threads; blocks of 16 channels when an image has too few
-// blocks of 64 to keep the threads even (PP-OCR's detector pools 96
-// channels of a 160x160 map, one image).
-//
 // A large image (PP-OCR's detector pools 96 channels of a 160x160 map, one
-// image) is cut instead into runs of rows of kGlobalPartBytes, each folded
+// image) is cut into runs of rows of kGlobalPartBytes, each folded
 // (all its channels) into a row of partial results on the calling thread's
 // stack, which the calling thread folds last: each run is read front to back
 // and, at that size, stays in L2 for the fold's second block of columns.
@@ -535,6 +528,12 @@ bool runNhwcGlobalByRows(const GlobalState& state, const float* x, float* y, boo
   return true;
 }
 
+// Channels-last global pools: each image is `size` rows of `channels`
+// values; the output row is their mean or maximum (NaN propagates): the
+// vector kernels' column folds. Work items are (image, block of channels),
+// split across the threads; blocks of 16 channels when an image has too few
+// blocks of 64 to keep the threads even (PP-OCR's detector pools 96
+// channels of a 160x160 map, one image), unless runNhwcGlobalByRows takes it.
 void runNhwcGlobal(const KernelCall& call, bool max) {
   const auto& state = static_cast<const GlobalState&>(*call.state);
   const float* x = call.inputs[0].as<const float>();

@@ -498,9 +498,15 @@ std::unique_ptr<KernelState> prepareArg(const KernelSetup& setup) {
                                  typeString(expected)));
   }
   auto state = std::make_unique<ArgState>();
-  for (size_t d = 0; d < a; ++d) state->outer *= x.shape[d];
   state->axis_dim = x.shape[a];
-  for (size_t d = a + 1; d < x.shape.size(); ++d) state->inner *= x.shape[d];
+  if (x.numElements() == 0) {
+    // An empty dimension beside the axis: nothing to write, however vast the
+    // others (their product could overflow, and the loop over them hang).
+    state->outer = 0;
+  } else {
+    for (size_t d = 0; d < a; ++d) state->outer *= x.shape[d];
+    for (size_t d = a + 1; d < x.shape.size(); ++d) state->inner *= x.shape[d];
+  }
   state->last_index = setup.params.getInt("select_last_index", 0) != 0;
   switch (x.dtype) {
     case DType::kF32:
