@@ -614,6 +614,14 @@ TEST(PadKernel, PrepareErrors) {
   EXPECT_NE(prepareError("Pad", {x, operand<int64_t>({4}, {0, -4, 0, 3}, true)}, {output(DType::kF32, {2, 2})})
                 .find("do not take"),
             std::string::npos);
+  // An end pad of 2^63 - 1 onto 2 elements, the output [4, 2^63 - 1, 0]
+  // empty: the sum passed int64 (UBSan; graph_run_fuzz).
+  Operand empty = operand<uint8_t>({4, 2, 0}, {});
+  empty.info.dtype = DType::kBool;
+  EXPECT_NE(prepareError("Pad", {empty, operand<int64_t>({6}, {0, 0, 0, 0, kMax, 0}, true)},
+                         {output(DType::kBool, {4, kMax, 0})})
+                .find("do not take"),
+            std::string::npos);
 }
 
 // Pads read at run time that do not fit are refused by the call, which

@@ -388,6 +388,17 @@ TEST(GlobalPoolKernel, ChannelsLastMatchesReference) {
   }
 }
 
+// No channels: nothing to write (the by-rows path once divided by the
+// row's 0 bytes; graph_run_fuzz, under UBSan).
+TEST(GlobalPoolKernel, ChannelsLastWithoutChannelsWritesNothing) {
+  for (const char* op : {"kiln.NhwcGlobalAveragePool", "kiln.NhwcGlobalMaxPool"}) {
+    std::vector<Operand> inputs = {operand<float>({3, 300, 300, 0}, {})};
+    std::vector<Operand> outputs = {output(DType::kF32, {3, 1, 1, 0})};
+    PreparedKernel(op, inputs, outputs).run(inputs, outputs);
+    EXPECT_TRUE(outputs[0].values<float>().empty()) << op;
+  }
+}
+
 TEST(GlobalPoolKernel, MaxPropagatesNaN) {
   std::vector<float> x(40, 1.0f);
   x[17] = std::numeric_limits<float>::quiet_NaN();

@@ -20,12 +20,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "core/wrapping_arithmetic.h"
+#include "kiln/tensor_info.h"
 #include "kernels/slice_positions.h"
 #include "kernels/cpu/channels_last.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -1028,7 +1030,10 @@ bool resolvePads(const PadState& state, uint64_t pad_count, bool has_axes, uint6
     // -2^63 that another sum cancels are refused, not wrapped.
     const int64_t in = state.in_dims[d], out = state.out_dims[d];
     if (begin[d] < -in || begin[d] > out || end[d] < -in || end[d] > out) return false;
-    if (in + begin[d] + end[d] != out) return false;
+    // in + begin + end, which vast pads may take past int64.
+    const std::optional<int64_t> padded = checkedAdd(in, begin[d]);
+    const std::optional<int64_t> sum = padded ? checkedAdd(*padded, end[d]) : std::nullopt;
+    if (sum != out) return false;
     // reflect and edge need an element to repeat; reflect also no more pad than it has.
     if (state.mode != PadMode::kConstant && state.out_dims[d] > 0 && state.in_dims[d] == 0) return false;
   }

@@ -506,6 +506,7 @@ constexpr int64_t kGlobalPartialFloats = 16384;  // the stack's share: 64 KiB
 // fit on the stack or the images are small.
 bool runNhwcGlobalByRows(const GlobalState& state, const float* x, float* y, bool max) {
   const int64_t c_count = state.channels;
+  if (c_count == 0) return false;  // nothing to write
   const int64_t row_bytes = c_count * static_cast<int64_t>(sizeof(float));
   const int64_t rows_per_part = std::max<int64_t>(1, kGlobalPartBytes / row_bytes);
   const int64_t parts = (state.size + rows_per_part - 1) / rows_per_part;
