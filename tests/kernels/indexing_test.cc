@@ -225,6 +225,20 @@ TEST(CumSum, EmptyTensorWithVastDimensionsReturnsAtOnce) {
   }
 }
 
+// Unique along an axis of 2^31 empty slices: one unique slice, counted
+// 2^31 times, without sorting them (the kernel once asked malloc for their
+// 16 GiB of indices while constant folding ran it; graph_run_fuzz).
+TEST(Unique, EmptySlicesAlongAVastAxisAreOneSlice) {
+  const int64_t vast = int64_t{1} << 31;
+  std::vector<Operand> inputs{operand<float>({vast, 0}, {})};
+  std::vector<Operand> outputs{output(DType::kF32, {1, 0}), output(DType::kI64, {1}), omitted(),
+                               output(DType::kI64, {1})};
+  PreparedKernel("Unique", inputs, outputs, params({{"axis", int64_t{0}}, {"sorted", int64_t{0}}}))
+      .run(inputs, outputs);
+  EXPECT_EQ(outputs[1].values<int64_t>(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(outputs[3].values<int64_t>(), (std::vector<int64_t>{vast}));
+}
+
 TEST(TopK, LargestAndSmallestKeepLowerIndicesOnTies) {
   const std::vector<float> x{3, 1, 3, 2, 0, 5, 5, 1};
   std::vector<Operand> inputs{operand<float>({2, 4}, x), operand<int64_t>({1}, {2})};

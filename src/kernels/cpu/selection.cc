@@ -10,10 +10,12 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 
 #include "core/selection.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kiln/tensor_info.h"
 
 namespace kiln {
 namespace {
@@ -179,9 +181,13 @@ std::unique_ptr<KernelState> prepareUnique(const KernelSetup& setup) {
   state->dtype = x.dtype;
   state->sorted = setup.params.getInt("sorted", 1) != 0;
   state->slice_bytes = static_cast<size_t>(state->view.inner) * dtypeSize(x.dtype);
-  const int64_t per_unique = state->view.outer * state->view.inner;
+  const std::optional<int64_t> slice_elements = checkedMultiply(state->view.outer, state->view.inner);
+  if (!slice_elements) throw UsageError(fmt::format("Unique: the slices of {} are too large", typeText(x)));
+  const int64_t per_unique = *slice_elements;
   const TensorInfo& y = setup.outputs[0];
-  state->planned = per_unique == 0 ? 0 : static_cast<int64_t>(y.numElements()) / per_unique;
+  // Empty slices are all equal: one unique slice, none along an empty axis.
+  state->planned = per_unique == 0 ? (state->view.length > 0 ? 1 : 0)
+                                   : static_cast<int64_t>(y.numElements()) / per_unique;
   if (y.dtype != x.dtype || state->planned * per_unique != static_cast<int64_t>(y.numElements())) {
     throw UsageError(fmt::format("Unique: output {} does not hold whole slices of {}", typeText(y), typeText(x)));
   }
@@ -195,10 +201,23 @@ std::unique_ptr<KernelState> prepareUnique(const KernelSetup& setup) {
   return state;
 }
 
+// Unique of empty slices (all equal): the first slice, which every slice
+// maps to, `length` times; nothing to sort, however many there are.
+UniqueSlices uniqueOfEmptySlices(int64_t length) {
+  UniqueSlices found;
+  if (length > 0) {
+    found.first = {0};
+    found.counts = {length};
+  }
+  return found;  // inverse: all 0, as the outputs are cleared
+}
+
 void runUnique(const KernelCall& call) {
   const auto& s = static_cast<const UniqueState&>(*call.state);
+  const bool empty_slices = s.view.outer == 0 || s.view.inner == 0;
   const UniqueSlices found =
-      uniqueSlices(call.inputs[0].data, s.dtype, s.view.outer, s.view.length, s.view.inner, s.sorted);
+      empty_slices ? uniqueOfEmptySlices(s.view.length)
+                   : uniqueSlices(call.inputs[0].data, s.dtype, s.view.outer, s.view.length, s.view.inner, s.sorted);
   const auto unique = std::min<int64_t>(s.planned, static_cast<int64_t>(found.first.size()));
   std::byte* y = call.outputs[0].data;
   for (int64_t o = 0; o < s.view.outer; ++o) {
