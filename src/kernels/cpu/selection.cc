@@ -220,7 +220,9 @@ void runUnique(const KernelCall& call) {
                    : uniqueSlices(call.inputs[0].data, s.dtype, s.view.outer, s.view.length, s.view.inner, s.sorted);
   const auto unique = std::min<int64_t>(s.planned, static_cast<int64_t>(found.first.size()));
   std::byte* y = call.outputs[0].data;
-  for (int64_t o = 0; o < s.view.outer; ++o) {
+  // (Empty slices copy nothing; an empty output's data may be null, which
+  // memcpy must not get.)
+  for (int64_t o = 0; s.slice_bytes > 0 && o < s.view.outer; ++o) {
     for (int64_t u = 0; u < unique; ++u) {
       std::memcpy(y + static_cast<size_t>(o * s.planned + u) * s.slice_bytes,
                   call.inputs[0].data + static_cast<size_t>(o * s.view.length + found.first[static_cast<size_t>(u)]) *
