@@ -98,6 +98,9 @@ inline constexpr std::string_view kProgramImmediatesAttribute = "immediates";
 // [N, H / fh, W / fw, C] that the program reads nearest-upsampled to the
 // output's [N, H, W, C] (element (n, y, x, c) from (n, y / fh, x / fw, c)).
 inline constexpr std::string_view kProgramUpsampleAttribute = "upsample";
+// The CPU kernel gathers each upsampled input into a stack buffer of its
+// own, and has room for this many.
+inline constexpr size_t kMaxUpsampledInputs = 4;
 inline constexpr int64_t kNoOperand = -1;
 
 // The kernel keeps each live result in a block buffer of its own (a

@@ -12,8 +12,6 @@
 namespace kiln {
 namespace {
 
-constexpr size_t kMaxUpsampledInputs = 4;  // the kernel's bound (fused_elementwise.cc)
-
 // The static shape of `id`, or nothing.
 std::optional<std::vector<int64_t>> staticShape(const Graph& graph, ValueId id) {
   const ValueType& type = graph.value(id).type;

@@ -18,6 +18,7 @@
 namespace kiln {
 namespace {
 
+using ::kiln::testing::channelsLast;
 using ::kiln::testing::elementCount;
 using ::kiln::testing::omitted;
 using ::kiln::testing::Operand;
@@ -444,19 +445,6 @@ TEST(ConvTransposeKernel, Shapes) {
   }
 }
 
-// [N, C, H, W] values as [N, H, W, C], and back.
-template <typename T>
-std::vector<T> toNhwc(const Ints& nchw, const std::vector<T>& v) {
-  std::vector<T> out(v.size());
-  const int64_t c = nchw[1], hw = nchw[2] * nchw[3];
-  for (int64_t n = 0; n < nchw[0]; ++n) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int64_t p = 0; p < hw; ++p) out[static_cast<size_t>((n * hw + p) * c + ch)] = v[static_cast<size_t>((n * c + ch) * hw + p)];
-    }
-  }
-  return out;
-}
-
 // kiln.NhwcConvTranspose whose kernel equals its strides runs as one matmul
 // (patch_conv_transpose.h), its post-ops included; with weights per call it
 // takes oneDNN's deconvolution.
@@ -469,9 +457,9 @@ void checkPatchConvTranspose(const Ints& xs, const Ints& ws, bool with_bias, con
   const Ints out{xs[0], ws[1], xs[2] * ws[2], xs[3] * ws[3]};
   const std::vector<float> residual = randomValues<float>(elementCount(out), seed + 3, -1, 1);
   Reference want = convTransposeReference(xs, x, ws, w, with_bias ? &b : nullptr, a, {0, 0}, out);
-  want.values = toNhwc(out, want.values);
-  want.magnitudes = toNhwc(out, want.magnitudes);
-  const std::vector<float> residual_nhwc = toNhwc(out, residual);
+  want.values = channelsLast(out, want.values);
+  want.magnitudes = channelsLast(out, want.magnitudes);
+  const std::vector<float> residual_nhwc = channelsLast(out, residual);
   for (size_t i = 0; i < want.values.size(); ++i) {
     if (post_ops.starts_with("Add")) want.values[i] += residual_nhwc[i];
     if (post_ops.ends_with("Relu")) want.values[i] = std::max(want.values[i], 0.0);
@@ -486,7 +474,7 @@ void checkPatchConvTranspose(const Ints& xs, const Ints& ws, bool with_bias, con
   const Ints xs_nhwc{xs[0], xs[2], xs[3], xs[1]};
   const Ints out_nhwc{out[0], out[2], out[3], out[1]};
   for (bool constant : {true, false}) {
-    std::vector<Operand> inputs = {operand(xs_nhwc, toNhwc(xs, x)), operand(ws, w, constant)};
+    std::vector<Operand> inputs = {operand(xs_nhwc, channelsLast(xs, x)), operand(ws, w, constant)};
     inputs.push_back(with_bias ? operand<float>({ws[1]}, b, constant) : omitted());
     if (post_ops.starts_with("Add")) inputs.push_back(operand(out_nhwc, residual_nhwc));
     std::vector<Operand> outputs = {output(DType::kF32, out_nhwc)};

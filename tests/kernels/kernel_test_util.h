@@ -14,6 +14,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <algorithm>
 #include <vector>
 
 #include "kernels/kernel.h"
@@ -59,6 +60,23 @@ Operand operand(std::vector<int64_t> shape, const std::vector<T>& values, bool c
   if (!values.empty()) std::memcpy(op.bytes.data(), values.data(), op.bytes.size());
   op.constant = constant;
   return op;
+}
+
+// [N, C, spatial...] values as [N, spatial..., C] (the kiln.Nhwc* kernels'
+// layout), for references written in NCHW.
+template <typename T>
+std::vector<T> channelsLast(const std::vector<int64_t>& shape, const std::vector<T>& v) {
+  const int64_t c = shape[1];
+  const int64_t plane = static_cast<int64_t>(elementCount(shape)) / std::max<int64_t>(shape[0] * c, 1);
+  std::vector<T> out(v.size());
+  for (int64_t n = 0; n < shape[0]; ++n) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t p = 0; p < plane; ++p) {
+        out[static_cast<size_t>((n * plane + p) * c + ch)] = v[static_cast<size_t>((n * c + ch) * plane + p)];
+      }
+    }
+  }
+  return out;
 }
 
 inline Operand omitted() { return Operand{}; }

@@ -16,6 +16,7 @@
 namespace kiln {
 namespace {
 
+using ::kiln::testing::channelsLast;
 using ::kiln::testing::elementCount;
 using ::kiln::testing::Operand;
 using ::kiln::testing::operand;
@@ -150,19 +151,6 @@ TEST(PoolKernel, TwoDimensional) {
   checkBoth({1, 4, 10, 11}, {.kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1}}, seed += 10);
   checkBoth({1, 4, 10, 11}, {.kernel = {3, 3}, .strides = {2, 1}, .pads = {0, 2, 1, 0}}, seed += 10);  // asymmetric
   checkBoth({1, 16, 14, 14}, {.kernel = {2, 2}, .strides = {2, 2}}, seed += 10);
-}
-
-// [N, C, spatial...] values as [N, spatial..., C].
-std::vector<float> channelsLast(const Ints& shape, const std::vector<float>& v) {
-  const int64_t c = shape[1];
-  const int64_t plane = static_cast<int64_t>(elementCount(shape)) / (shape[0] * c);
-  std::vector<float> out(v.size());
-  for (int64_t n = 0; n < shape[0]; ++n) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int64_t p = 0; p < plane; ++p) out[static_cast<size_t>((n * plane + p) * c + ch)] = v[static_cast<size_t>((n * c + ch) * plane + p)];
-    }
-  }
-  return out;
 }
 
 // kiln.NhwcMaxPool: windows of unit stride along W run as maxima of whole

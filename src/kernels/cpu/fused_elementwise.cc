@@ -82,10 +82,6 @@ struct Upsample {
   bool active() const { return fh != 1 || fw != 1; }
 };
 
-// At most this many inputs may be upsampled (each gathers into its own
-// stack buffer of a block).
-constexpr size_t kMaxUpsampledInputs = 4;
-
 struct FusedElementwiseState final : KernelState {
   std::vector<Instruction> program;
   std::vector<float> immediates;
@@ -388,16 +384,19 @@ void gatherUpsampled(const Upsample& u, const float* x, int64_t at, int64_t coun
   int64_t ox = pixel % u.out_w;
   int64_t row = pixel / u.out_w;  // n * out_h + oy
   const int64_t in_h = u.out_h / u.fh, in_w = u.out_w / u.fw;
+  // The source row of output row `row` (divisions once per row, not per pixel).
+  auto sourceRow = [&] { return x + ((row / u.out_h) * in_h + (row % u.out_h) / u.fh) * in_w * u.channels; };
+  const float* source = sourceRow();
   while (count > 0) {
-    const int64_t n = row / u.out_h, oy = row % u.out_h;
     const int64_t run = std::min(u.channels - c, count);
-    std::copy_n(x + ((n * in_h + oy / u.fh) * in_w + ox / u.fw) * u.channels + c, run, block);
+    std::copy_n(source + (ox / u.fw) * u.channels + c, run, block);
     block += run;
     count -= run;
     c = 0;
     if (++ox == u.out_w) {
       ox = 0;
       ++row;
+      if (count > 0) source = sourceRow();
     }
   }
 }
