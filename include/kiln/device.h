@@ -170,9 +170,11 @@ enum class FaultKind : uint8_t {
   kRecoverableReset,  // RecoverableDeviceError, kDeviceReset; needs a reset
   kRecoverableRerun,  // RecoverableDeviceError, kRerun; only this job fails
   kUnknown,           // UnknownDeviceError; the device needs a reset
+  kRecoverableRestart,  // RecoverableDeviceError, kRestartProcess: the device
+                        // fails every later job, and reset() fails too
 };
-inline constexpr size_t kFaultKinds = 4;
-const char* faultKindName(FaultKind kind);  // "app", "reset", "rerun", "unknown"
+inline constexpr size_t kFaultKinds = 5;
+const char* faultKindName(FaultKind kind);  // "app", "reset", "rerun", "unknown", "restart"
 
 // Makes compute job number `at_job` (0-based, counting every compute job
 // the device has run since it was created) fail with `kind`.
@@ -184,11 +186,13 @@ struct ScriptedFault {
 // Faults injected into a device's compute jobs (sim always; cuda when the
 // test configuration asks). Until reset(), a device that failed with
 // kApplicationError, kRecoverableReset or kUnknown fails every later compute
-// job with the same error class ("sim:0 needs a reset after: ...").
+// job with the same error class ("sim:0 needs a reset after: ..."); after
+// kRecoverableRestart, reset() throws it again and the device stays failed
+// (as a GPU whose CUDA context an illegal address corrupted).
 struct FaultConfig {
   // Probability that a compute job fails, per fault kind, drawn from a
   // generator seeded with fault_seed (so runs repeat).
-  double fault_rates[kFaultKinds] = {0, 0, 0, 0};
+  double fault_rates[kFaultKinds] = {};
   uint64_t fault_seed = 1;
   std::vector<ScriptedFault> fault_script;
 };
@@ -205,6 +209,10 @@ struct CudaDeviceConfig : FaultConfig {
   // Replay the main program as one CUDA graph (captured on the first run
   // with a given set of buffers) instead of launching its kernels one by one.
   bool graphs = true;
+  // Compute jobs (numbered as ScriptedFault::at_job) after whose kernels
+  // the device launches one that writes through a wild pointer: a real
+  // illegal address, which corrupts the CUDA context, to test what follows.
+  std::vector<uint64_t> illegal_address_at_jobs;
 };
 
 struct DeviceManagerOptions {
@@ -223,12 +231,13 @@ struct DeviceManagerOptions {
   //   KILN_SIM_LATENCY_US=50        per-transfer latency
   //   KILN_SIM_BANDWIDTH_GBPS=10    transfer bandwidth, GB/s (0: unlimited)
   //   KILN_SIM_THREADS=1            kernel threads
-  //   KILN_SIM_FAULTS=app@3,reset@10,rerun@12,unknown@20   scripted faults
+  //   KILN_SIM_FAULTS=app@3,reset@10,rerun@12,unknown@20,restart@30   scripted faults
   //   KILN_SIM_FAULT_RATE=reset=0.01,app=0.001             fault rates
   //   KILN_SIM_FAULT_SEED=1
   //   KILN_DEVICE_LOCK_DIR=/path    (default /tmp/kiln-devices-<uid>)
   //   KILN_CUDA_GRAPHS=0            launch kernels one by one (default 1)
   //   KILN_CUDA_FAULTS=...          scripted faults on cuda devices, as KILN_SIM_FAULTS
+  //   KILN_CUDA_ILLEGAL_ADDRESS=3,7 real illegal addresses after those compute jobs
   // Throws UsageError naming the variable on a malformed value.
   static DeviceManagerOptions fromEnvironment();
 };

@@ -97,6 +97,9 @@ enum class RecoveryAction : uint8_t {
   kDeviceReset,  // reset the device and reload the executable (IPU_RESET)
   kRerun,        // nothing to reset: running the program again may succeed
   kPowerCycle,   // the device needs a power cycle: an operator must act
+  // This process cannot use the device again: it must exit, and a new one
+  // can (CUDA's errors that corrupt a context; see docs/cuda.md, "Errors").
+  kRestartProcess,
 };
 
 const char* recoveryActionName(RecoveryAction action);

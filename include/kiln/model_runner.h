@@ -25,10 +25,13 @@
 //     errors whose action is a device reset reset the device and reload the
 //     model before the next request when auto_reset is on; every request
 //     already enqueued when the error happened completes with that error.
-//     A recoverable error with another action fails the enqueued requests
-//     and the device keeps serving. Otherwise (unknown errors, other
-//     errors, auto_reset off) the runner stops: enqueued and later requests
-//     fail with the error until reset() is called.
+//     A recoverable error whose action is a rerun fails the enqueued
+//     requests and the device keeps serving. Otherwise (unknown errors,
+//     the actions power cycle and restart the process, auto_reset off) the
+//     runner stops: enqueued and later requests fail with the error until
+//     reset() is called. After a restart-the-process error (a CUDA error
+//     that corrupted the context) reset() fails with it too: only a new
+//     process can use the device.
 //   - Replicas: replication_factor N runs N copies on N devices (sim
 //     devices, or the CPU cores split N ways). Anchors marked per-replica
 //     in the package get a leading dimension N and each replica runs its

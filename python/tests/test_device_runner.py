@@ -6,7 +6,11 @@ executor (itself checked against onnxruntime by the other tests). Needs no
 onnxruntime, so that scripts/cuda-check can run it on a GPU machine with
 the Python runtime scripts/cuda-bundle --python packs."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -85,6 +89,67 @@ def test_a_cuda_package_runs_on_cuda(devices, block_onnx, tmp_path):
     theirs = kiln.Runner(tmp_path / "host.kiln").run({"x": x})["y"]
     for _ in range(3):  # the same buffers again: the captured CUDA graph replays
         np.testing.assert_allclose(runner.run({"x": x})["y"], theirs, rtol=1e-4, atol=1e-6)
+
+
+_FAULTING_RUNS = """
+import json, sys
+import numpy as np
+import kiln
+runner = kiln.Runner(sys.argv[1])
+x = np.load(sys.argv[2])
+outcomes = []
+for run in range(4):
+    try:
+        outcomes.append(runner.run({"x": x})["y"].tolist())
+    except kiln.Error as error:
+        outcomes.append(str(error))
+print(json.dumps(outcomes))
+"""
+
+
+def test_an_illegal_address_leaves_the_gpu_to_a_new_process(devices, tmp_path):
+    """A real illegal address (a kernel writing through a wild pointer after
+    the third run's kernels: KILN_CUDA_ILLEGAL_ADDRESS) corrupts the CUDA
+    context, which no reset in the process can bring back: that run and
+    every later one fail with the restart-the-process action. A new process
+    runs the model on the GPU at once (this one: the runs that fault are in
+    a child, so that the later tests keep the GPU)."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "c"),
+             numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "m")]
+    nodes = [helper.make_node("Conv", ["x", "w", "c"], ["h"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["h"], ["s"]), helper.make_node("Mul", ["h", "s"], ["a"]),
+             helper.make_node("GlobalAveragePool", ["a"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("MatMul", ["f", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "convnet.onnx")
+    kiln.compile(tmp_path / "convnet.onnx", tmp_path / "convnet.kiln", target="cuda")
+    kiln.compile(tmp_path / "convnet.onnx", tmp_path / "host.kiln")
+    try:
+        runner = kiln.Runner(tmp_path / "convnet.kiln")
+    except kiln.Error as error:
+        assert re.search(r"no cuda device on this machine|this build of kiln has no CUDA device", str(error)), error
+        pytest.skip(f"no GPU on this machine: {error}")
+    del runner  # the child attaches the GPU
+    x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    theirs = kiln.Runner(tmp_path / "host.kiln").run({"x": x})["y"]
+    child = subprocess.run([sys.executable, "-c", _FAULTING_RUNS, str(tmp_path / "convnet.kiln"), str(tmp_path / "x.npy")],
+                           env=dict(os.environ, KILN_CUDA_ILLEGAL_ADDRESS="2"), capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 0, child.stderr
+    outcomes = json.loads(child.stdout.strip().splitlines()[-1])
+    for run in (0, 1):
+        np.testing.assert_allclose(np.array(outcomes[run], np.float32), theirs, rtol=1e-4, atol=1e-5)
+    # The stopped runner answers the later run with the same error.
+    for run in (2, 3):
+        assert "illegal memory access" in outcomes[run] and "restart the process" in outcomes[run], outcomes[run]
+    # A new process (this one) uses the GPU at once.
+    np.testing.assert_allclose(kiln.Runner(tmp_path / "convnet.kiln").run({"x": x})["y"], theirs, rtol=1e-4, atol=1e-5)
 
 
 def test_a_cuda_package_with_run_time_shapes_runs_on_cuda(devices, block_onnx, tmp_path):

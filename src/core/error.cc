@@ -24,6 +24,7 @@ const char* recoveryActionName(RecoveryAction action) {
     case RecoveryAction::kDeviceReset: return "device reset";
     case RecoveryAction::kRerun: return "rerun";
     case RecoveryAction::kPowerCycle: return "power cycle";
+    case RecoveryAction::kRestartProcess: return "restart the process";
   }
   return "unknown";
 }

@@ -4,10 +4,13 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
+#include "core/elementwise_program.h"
 #include "kernels/cuda/cuda_queue.h"
+#include "kernels/cuda/elementwise_launch.h"
 #include "kiln/error.h"
 #include "runtime/cuda_errors.h"
 #include "runtime/cuda_staging.h"
@@ -36,6 +39,22 @@ static_assert(ce::kMisalignedAddress == cudaErrorMisalignedAddress);
 static_assert(ce::kInvalidAddressSpace == cudaErrorInvalidAddressSpace);
 static_assert(ce::kInvalidPc == cudaErrorInvalidPc);
 static_assert(ce::kLaunchFailure == cudaErrorLaunchFailure);
+
+// A kernel that writes through a wild pointer (an elementwise negation from
+// address 16 to 64): the real illegal address of
+// CudaDeviceConfig::illegal_address_at_jobs.
+void launchWildWrite(cudaStream_t stream) {
+  cuda::DeviceProgram program;
+  program.ops = 1;
+  program.inputs = 1;
+  program.op[0] = static_cast<uint8_t>(ElementwiseOp::kNeg);
+  program.a[0] = 0;
+  program.b[0] = -1;
+  cuda::Pointers pointers;
+  pointers.in[0] = reinterpret_cast<const float*>(16);
+  pointers.out = reinterpret_cast<float*>(64);
+  cuda::launchElementwise(program, cuda::Indexing{}, pointers, 1024, stream);
+}
 
 DeviceInfo describeGpu(int index, const cudaDeviceProp& properties) {
   DeviceInfo info;
@@ -99,11 +118,16 @@ void* CudaDevice::kernelQueue() const { return queue_.get(); }
 void CudaDevice::onWorkerStart(bool /*compute*/) { cudaSetDevice(static_cast<int>(index_)); }
 
 DeviceBuffer CudaDevice::allocate(uint64_t bytes) {
+  if (std::exception_ptr unusable = permanentFailure()) std::rethrow_exception(unusable);
   const uint64_t size = bytes == 0 ? 1 : bytes;
   std::lock_guard lock(memory_mutex_);
   cudaSetDevice(static_cast<int>(index_));
   void* data = nullptr;
   const cudaError_t status = cudaMalloc(&data, size);
+  if (status != cudaSuccess && status != cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    std::rethrow_exception(failure(status, "cudaMalloc"));
+  }
   if (status != cudaSuccess) {
     cudaGetLastError();  // out of memory is not sticky
     size_t free_bytes = 0, total = 0;
@@ -137,10 +161,12 @@ void CudaDevice::release(std::byte* data, uint64_t bytes) noexcept {
 
 std::exception_ptr CudaDevice::failure(int status, const char* during) {
   const FaultKind kind = cuda_errors::classify(status);
-  const std::string message =
-      fmt::format("{} failed: {} ({})", during, cudaGetErrorString(static_cast<cudaError_t>(status)),
-                  cudaGetErrorName(static_cast<cudaError_t>(status)));
-  if (cuda_errors::corruptsContext(status)) context_lost_ = true;
+  std::string message = fmt::format("{} failed: {} ({})", during, cudaGetErrorString(static_cast<cudaError_t>(status)),
+                                    cudaGetErrorName(static_cast<cudaError_t>(status)));
+  if (cuda_errors::corruptsContext(status)) {
+    message += "; the CUDA context is corrupted and CUDA gives this process no other on this GPU: only a new "
+               "process can use it";
+  }
   markFailed(kind, message);
   return failureOf(kind, message);
 }
@@ -160,6 +186,8 @@ std::exception_ptr CudaDevice::runCopy(const DeviceJob& job) {
 
 std::exception_ptr CudaDevice::runCompute(const DeviceJob& job) {
   std::exception_ptr error = QueuedDevice::runCompute(job);
+  const auto& wild = config_.illegal_address_at_jobs;
+  if (std::find(wild.begin(), wild.end(), runningComputeJob()) != wild.end()) launchWildWrite(queue_->stream);
   // Wait for what the job launched, also when it threw after launching.
   cudaError_t status = cudaStreamSynchronize(queue_->stream);
   if (status == cudaSuccess) status = cudaGetLastError();
@@ -172,16 +200,6 @@ void CudaDevice::loseMemory() {
   cudaSetDevice(static_cast<int>(index_));
   for (const auto& [data, size] : allocations_) cudaMemset(data, 0xCD, size);
   cudaDeviceSynchronize();
-}
-
-void CudaDevice::reset() {
-  if (context_lost_) {
-    synchronize();
-    throw UnknownDeviceError(id(), "the CUDA context was lost after an error that corrupts it; kiln cannot restore "
-                                   "device memory in place: release the device (and every buffer on it) and "
-                                   "attach it again");
-  }
-  QueuedDevice::reset();
 }
 
 }  // namespace kiln

@@ -11,14 +11,15 @@
 //   compute   the compute worker runs the job (which launches kernels on
 //             the device's CudaQueue stream, kernels/cuda/cuda_queue.h),
 //             then waits for the stream; a CUDA error is reported in the
-//             class cuda_errors.h gives, and errors that corrupt the
-//             context leave the device failed until reset().
-//   reset()   clears the failed state and overwrites memory with 0xCD. A
-//             context-corrupting error cannot be undone in place (CUDA
-//             frees every allocation with the context): reset() then
-//             throws UnknownDeviceError telling the caller to attach the
-//             device again.
-//   faults    CudaDeviceConfig's injected faults, as sim's.
+//             class cuda_errors.h gives, and leaves the device failed
+//             until reset() unless it is out of memory.
+//   reset()   clears the failed state and overwrites memory with 0xCD.
+//             After an error that corrupts the CUDA context (an illegal
+//             address) nothing in the process can use the GPU again, so
+//             reset() throws that error's class again (RecoveryAction
+//             kRestartProcess): the process must exit.
+//   faults    CudaDeviceConfig's injected faults, as sim's, and real
+//             illegal addresses (illegal_address_at_jobs).
 //
 // Thread safety: as Device; the queues are QueuedDevice's.
 #pragma once
@@ -54,7 +55,6 @@ class CudaDevice final : public QueuedDevice {
   DeviceBuffer allocate(uint64_t bytes) override;
   uint64_t memoryInUse() const override;
   void* kernelQueue() const override;
-  void reset() override;
 
   const CudaDeviceConfig& config() const { return config_; }
 
@@ -66,8 +66,8 @@ class CudaDevice final : public QueuedDevice {
   void loseMemory() override;
 
  private:
-  // The error of failed CUDA call `status` (a cudaError_t), in its class;
-  // context-corrupting ones also mark the device failed.
+  // The error of failed CUDA call `status` (a cudaError_t), in its class,
+  // which also marks the device failed (QueuedDevice::markFailed).
   std::exception_ptr failure(int status, const char* during);
 
   const uint32_t index_;
@@ -76,7 +76,6 @@ class CudaDevice final : public QueuedDevice {
   std::unique_ptr<cuda::CudaQueue> queue_;
   void* copy_stream_ = nullptr;  // cudaStream_t
   std::unique_ptr<PinnedStaging> staging_;  // null: KILN_CUDA_STAGING=0
-  std::atomic<bool> context_lost_{false};
 
   mutable std::mutex memory_mutex_;
   std::unordered_map<std::byte*, uint64_t> allocations_;

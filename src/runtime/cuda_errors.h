@@ -5,7 +5,12 @@
 //       this job failed; running it again (after freeing memory) may work
 //   errors that corrupt the CUDA context: an illegal or misaligned address,
 //       an illegal instruction, a device-side assert, a launch failure or
-//       timeout, an uncorrectable ECC error       kRecoverableReset
+//       timeout, an uncorrectable ECC error       kRecoverableRestart: CUDA
+//       fails every later call of the process on that GPU, and refuses it
+//       a new context even after cudaDeviceReset (measured: still refused
+//       after 10 s, "devices unavailable", on an H200 with driver 580);
+//       "the process must be terminated and relaunched" (CUDA's own
+//       documentation of these errors). Another process can use the GPU.
 //   a bad launch (invalid value or configuration, no kernel image for this
 //       GPU, too many resources requested)         kApplicationError
 //   anything else (no device, devices unavailable, unknown)   kUnknown
@@ -48,7 +53,7 @@ constexpr FaultKind classify(int code) {
     case kMisalignedAddress:
     case kInvalidAddressSpace:
     case kInvalidPc:
-    case kLaunchFailure: return FaultKind::kRecoverableReset;
+    case kLaunchFailure: return FaultKind::kRecoverableRestart;
     case kInvalidValue:
     case kInvalidConfiguration:
     case kInvalidDeviceFunction:
@@ -58,9 +63,8 @@ constexpr FaultKind classify(int code) {
   }
 }
 
-// Whether the error leaves the CUDA context unusable: every later call
-// fails until the process resets the device (cudaDeviceReset), which
-// frees all of its memory.
-constexpr bool corruptsContext(int code) { return classify(code) == FaultKind::kRecoverableReset; }
+// Whether the error leaves the CUDA context unusable for the rest of the
+// process.
+constexpr bool corruptsContext(int code) { return classify(code) == FaultKind::kRecoverableRestart; }
 
 }  // namespace kiln::cuda_errors

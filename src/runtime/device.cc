@@ -63,6 +63,7 @@ const char* faultKindName(FaultKind kind) {
     case FaultKind::kRecoverableReset: return "reset";
     case FaultKind::kRecoverableRerun: return "rerun";
     case FaultKind::kUnknown: return "unknown";
+    case FaultKind::kRecoverableRestart: return "restart";
   }
   return "invalid";
 }

@@ -127,7 +127,7 @@ std::vector<ScriptedFault> faultScriptVariable(const char* variable, std::string
     ScriptedFault fault;
     if (at == std::string_view::npos || !parseFaultKind(trim(item.substr(0, at)), &fault.kind) ||
         !parseUnsigned(item.substr(at + 1), &fault.at_job)) {
-      badValue(variable, "kind@job like 'reset@10' (kinds: app, reset, rerun, unknown)", item);
+      badValue(variable, "kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart)", item);
     }
     script.push_back(fault);
   }
@@ -142,7 +142,7 @@ void faultRateVariable(const char* variable, std::string_view value, double* rat
     double rate = 0;
     if (equals == std::string_view::npos || !parseFaultKind(trim(item.substr(0, equals)), &kind) ||
         !parseDouble(item.substr(equals + 1), &rate) || rate < 0 || rate > 1) {
-      badValue(variable, "kind=rate with a rate from 0 to 1, like 'reset=0.01' (kinds: app, reset, rerun, unknown)",
+      badValue(variable, "kind=rate with a rate from 0 to 1, like 'reset=0.01' (kinds: app, reset, rerun, unknown, restart)",
                item);
     }
     rates[static_cast<size_t>(kind)] = rate;
@@ -219,6 +219,13 @@ DeviceManagerOptions DeviceManagerOptions::fromEnvironment() {
   }
   if (const char* v = get("KILN_CUDA_GRAPHS")) options.cuda.graphs = unsignedVariable("KILN_CUDA_GRAPHS", v, 1) == 1;
   if (const char* v = get("KILN_CUDA_FAULTS")) options.cuda.fault_script = faultScriptVariable("KILN_CUDA_FAULTS", v);
+  if (const char* v = get("KILN_CUDA_ILLEGAL_ADDRESS")) {
+    for (std::string_view item : splitList(v)) {
+      uint64_t job = 0;
+      if (!parseUnsigned(item, &job)) badValue("KILN_CUDA_ILLEGAL_ADDRESS", "compute job numbers like '3,7'", item);
+      options.cuda.illegal_address_at_jobs.push_back(job);
+    }
+  }
   options.lock_dir = DeviceLock::defaultDirectory();  // reads KILN_DEVICE_LOCK_DIR
   return options;
 }

@@ -94,6 +94,8 @@ struct ModelRunner::Impl {
   // or the error to answer it with when none can take it.
   std::exception_ptr pickReplica(uint32_t& target);
   void start(uint32_t r);
+  // Resets a stopped replica's device and reloads its model.
+  void resetReplica(Replica& replica);
   void shutdown();
   void serve(uint32_t r);
   uint64_t validate(const InputMemoryView& in, const OutputMemoryView* out) const;
@@ -120,6 +122,16 @@ struct ModelRunner::Impl {
 void ModelRunner::Impl::start(uint32_t r) {
   replicas[r].thread = std::thread([this, r] { serve(r); });
   replicas[r].running = true;
+}
+
+void ModelRunner::Impl::resetReplica(Replica& replica) {
+  // What the executable made for the device (kernels' state, CUDA graphs)
+  // goes before the reset, which may replace a lost CUDA context.
+  replica.device->synchronize();
+  replica.session->executable().invalidate();
+  replica.device->reset();
+  resets.fetch_add(1, std::memory_order_relaxed);
+  replica.session->runLoadPrograms();
 }
 
 // The main-loop thread of replica `r`: runs the main programs and, after
@@ -158,10 +170,7 @@ void ModelRunner::Impl::serve(uint32_t r) {
     }
     if (action == ErrorAction::kResetDevice) {
       try {
-        replica.device->reset();
-        resets.fetch_add(1, std::memory_order_relaxed);
-        replica.session->executable().invalidate();
-        replica.session->runLoadPrograms();
+        resetReplica(replica);
       } catch (...) {
         std::lock_guard lock(submit_mutex);
         replica.session->failQueuedEntries(std::current_exception());
@@ -719,10 +728,7 @@ void ModelRunner::reset() {
     }
     if (replica.thread.joinable()) replica.thread.join();
     try {
-      replica.device->reset();
-      m.resets.fetch_add(1, std::memory_order_relaxed);
-      replica.session->executable().invalidate();
-      replica.session->runLoadPrograms();
+      m.resetReplica(replica);
     } catch (...) {
       std::lock_guard lock(m.submit_mutex);
       replica.failure = std::current_exception();

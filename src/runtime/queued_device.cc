@@ -100,6 +100,13 @@ void QueuedDevice::synchronize() {
 void QueuedDevice::reset() {
   refuseOnWorker("reset");
   synchronize();
+  {
+    // A failure of the restart class outlives resets (see FaultKind).
+    std::lock_guard lock(mutex_);
+    if (failed_ && failure_kind_ == FaultKind::kRecoverableRestart) {
+      std::rethrow_exception(failureOf(failure_kind_, "cannot be reset in this process after: " + failure_message_));
+    }
+  }
   loseMemory();
   {
     std::lock_guard lock(mutex_);
@@ -116,6 +123,12 @@ std::exception_ptr QueuedDevice::runCompute(const DeviceJob& job) {
     return device_internal::asDeviceError(id(), std::current_exception());
   }
   return nullptr;
+}
+
+std::exception_ptr QueuedDevice::permanentFailure() const {
+  std::lock_guard lock(mutex_);
+  if (!failed_ || failure_kind_ != FaultKind::kRecoverableRestart) return nullptr;
+  return failureOf(failure_kind_, "unusable in this process after: " + failure_message_);
 }
 
 void QueuedDevice::markFailed(FaultKind kind, std::string message) {
@@ -138,7 +151,11 @@ void QueuedDevice::serve(Queue& queue, bool compute) {
       job = queue.ring.pop();
       // The failed state as of this job's start: jobs queued before a fault
       // but started after it fail too, as the reference runtime's do.
-      if (failed_) error = failureOf(failure_kind_, "needs a reset after: " + failure_message_);
+      if (failed_) {
+        const bool for_good = failure_kind_ == FaultKind::kRecoverableRestart;
+        error = failureOf(failure_kind_, (for_good ? "unusable in this process after: " : "needs a reset after: ") +
+                                             failure_message_);
+      }
     }
     queue.has_room.notify_one();
 
@@ -200,6 +217,8 @@ std::exception_ptr QueuedDevice::failureOf(FaultKind kind, const std::string& me
     case FaultKind::kRecoverableRerun:
       return std::make_exception_ptr(RecoverableDeviceError(id(), message, RecoveryAction::kRerun));
     case FaultKind::kUnknown: return std::make_exception_ptr(UnknownDeviceError(id(), message));
+    case FaultKind::kRecoverableRestart:
+      return std::make_exception_ptr(RecoverableDeviceError(id(), message, RecoveryAction::kRestartProcess));
   }
   return std::make_exception_ptr(UnknownDeviceError(id(), message));
 }

@@ -13,7 +13,8 @@
 //   - the sticky failed state: after an injected fault of a reset class, or
 //     a device error the derived device reports with markFailed(), every
 //     later job fails with the same class ("<id>: needs a reset after: ...")
-//     until reset();
+//     until reset() (for ever after kRecoverableRestart, which reset()
+//     throws again);
 //   - fault injection on compute jobs (FaultConfig), scripted by job number
 //     or random with a seeded generator, so that every error class can be
 //     tested on any device.
@@ -67,11 +68,18 @@ class QueuedDevice : public Device {
   // reset(): what happens to the contents of device memory.
   virtual void loseMemory() = 0;
 
+  // Inside runCompute: the number of the job being run (0-based, as
+  // ScriptedFault::at_job counts).
+  uint64_t runningComputeJob() const { return next_compute_job_ - 1; }
+
   // The exception of error class `kind` for this device.
   std::exception_ptr failureOf(FaultKind kind, const std::string& message) const;
   // Enters the sticky failed state (a no-op for kRecoverableRerun, or when
   // the device has already failed). Any thread.
   void markFailed(FaultKind kind, std::string message);
+  // The error of a failure that outlives resets (kRecoverableRestart), or
+  // null. Any thread.
+  std::exception_ptr permanentFailure() const;
 
  private:
   // A FIFO of job pointers with a fixed capacity. Guarded by mutex_.
@@ -115,7 +123,7 @@ class QueuedDevice : public Device {
 
   // Work. Invariant: submitted_ - completed_ jobs are queued or running;
   // synchronize() waits for them to be equal.
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   Queue copies_{"copy"};
   Queue computes_{"compute"};
   std::condition_variable idle_;  // signalled when completed_ reaches submitted_

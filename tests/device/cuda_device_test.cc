@@ -2,7 +2,7 @@
 // since cuda_errors.h needs no CUDA), and on a machine with a GPU: what it
 // reports, out-of-memory as a clear error, injected faults of every class,
 // and a real context-corrupting fault (an illegal address), after which
-// reset() tells the caller to attach the device again. Tests that need a
+// only another process can use the GPU. Tests that need a
 // GPU skip with the reason where there is none.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,9 +14,6 @@
 #include "runtime/cuda_errors.h"
 #include "tests/device/device_test_util.h"
 #if KILN_HAVE_CUDA
-#include "core/elementwise_program.h"
-#include "kernels/cuda/cuda_queue.h"
-#include "kernels/cuda/elementwise_launch.h"
 #include "runtime/cuda_device.h"
 #endif
 
@@ -31,7 +28,7 @@ TEST(CudaErrors, MapOntoTheReferenceErrorClasses) {
   for (int code : {ce::kIllegalAddress, ce::kLaunchFailure, ce::kAssert, ce::kMisalignedAddress,
                    ce::kIllegalInstruction, ce::kHardwareStackError, ce::kInvalidPc, ce::kLaunchTimeout,
                    ce::kEccUncorrectable, ce::kInvalidAddressSpace}) {
-    EXPECT_EQ(ce::classify(code), FaultKind::kRecoverableReset) << code;
+    EXPECT_EQ(ce::classify(code), FaultKind::kRecoverableRestart) << code;
     EXPECT_TRUE(ce::corruptsContext(code)) << code;
   }
   for (int code : {ce::kInvalidValue, ce::kInvalidConfiguration, ce::kInvalidDeviceFunction,
@@ -99,10 +96,10 @@ TEST(CudaDevice, AllocationBeyondTheGpuIsAClearErrorAndChangesNothing) {
   EXPECT_EQ(in, out);
 }
 
-TEST(CudaDevice, InjectedFaultsHaveTheirClassAndResetClearsThem) {
+TEST(CudaDevice, InjectedFaultsHaveTheirClassAndResetClearsThemButRestart) {
   REQUIRE_GPU();
   for (FaultKind kind : {FaultKind::kApplicationError, FaultKind::kRecoverableReset, FaultKind::kRecoverableRerun,
-                         FaultKind::kUnknown}) {
+                         FaultKind::kUnknown, FaultKind::kRecoverableRestart}) {
     SCOPED_TRACE(faultKindName(kind));
     CudaDeviceConfig config;
     config.fault_script = {{1, kind}};
@@ -112,60 +109,67 @@ TEST(CudaDevice, InjectedFaultsHaveTheirClassAndResetClearsThem) {
     ASSERT_NE(failure, nullptr);
     const std::exception_ptr after = testing::runNothing(device);
     EXPECT_EQ(after == nullptr, kind == FaultKind::kRecoverableRerun);
+    if (kind == FaultKind::kRecoverableRestart) {
+      EXPECT_THROW(device.reset(), RecoverableDeviceError);
+      EXPECT_NE(testing::runNothing(device), nullptr);
+      continue;
+    }
     device.reset();
     EXPECT_EQ(testing::runNothing(device), nullptr);
   }
 }
 
-// A kernel that writes through a wild pointer corrupts the CUDA context:
-// the job fails as a device-reset error, later jobs fail with it, and
-// reset() says the device must be attached again (CUDA frees all memory
-// with the context). In a child process: the lost context would fail every
-// later test of this one.
-void writeThroughAWildPointer(void* context) {
-  auto& device = *static_cast<CudaDevice*>(context);
-  cuda::DeviceProgram program;
-  program.ops = 1;
-  program.inputs = 1;
-  program.op[0] = static_cast<uint8_t>(ElementwiseOp::kNeg);
-  program.a[0] = 0;
-  program.b[0] = -1;
-  cuda::Pointers pointers;
-  pointers.in[0] = reinterpret_cast<const float*>(16);
-  pointers.out = reinterpret_cast<float*>(64);
-  cuda::launchElementwise(program, cuda::Indexing{}, pointers, 1024, cuda::queueOf(device.kernelQueue()).stream);
-}
-
+// A kernel that writes through a wild pointer (after compute job 1, as
+// CudaDeviceConfig::illegal_address_at_jobs asks) corrupts the CUDA
+// context: the job fails with RecoverableDeviceError, action "restart the
+// process"; later jobs and copies fail with it, reset() throws it, and no
+// other device on the GPU can be made in this process. Runs in a child
+// process; returns the number of the check that failed.
 int illegalAddressScenario() {
-  CudaDevice device(0, CudaDeviceConfig{});
-  DeviceJob job;
-  job.kind = DeviceJob::Kind::kCompute;
-  job.compute = &writeThroughAWildPointer;
-  job.context = &device;
-  const std::exception_ptr error = testing::runJob(device, job);
-  try {
-    if (error) std::rethrow_exception(error);
-    return 1;  // no error at all
-  } catch (const RecoverableDeviceError& e) {
-    if (e.recoveryAction() != RecoveryAction::kDeviceReset) return 2;
-    if (std::string(e.what()).find("illegal") == std::string::npos) return 3;
-  } catch (...) {
-    return 4;
-  }
-  if (testing::runNothing(device) == nullptr) return 5;  // sticky until reset
+  CudaDeviceConfig config;
+  config.illegal_address_at_jobs = {1};
+  CudaDevice device(0, config);
+  std::vector<unsigned char> in(1 << 20, 7), out(1 << 20, 0);
+  DeviceBuffer buffer = device.allocate(in.size());
+  if (testing::copyToDevice(device, buffer, in.data(), in.size()) != nullptr) return 1;
+  if (testing::runNothing(device) != nullptr) return 2;
+  auto restartClass = [](const std::exception_ptr& error, const char* text) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const RecoverableDeviceError& e) {
+      return e.recoveryAction() == RecoveryAction::kRestartProcess && std::string(e.what()).find(text) != std::string::npos;
+    } catch (...) {
+    }
+    return false;
+  };
+  if (!restartClass(testing::runNothing(device), "illegal memory access")) return 3;
+  if (!restartClass(testing::runNothing(device), "unusable in this process after")) return 4;
+  if (!restartClass(testing::copyToHost(device, out.data(), buffer, out.size()), "unusable in this process")) return 5;
+  std::exception_ptr reset_error;
   try {
     device.reset();
-    return 6;
-  } catch (const UnknownDeviceError& e) {
-    if (std::string(e.what()).find("attach it again") == std::string::npos) return 7;
+  } catch (...) {
+    reset_error = std::current_exception();
+  }
+  if (!restartClass(reset_error, "cannot be reset in this process")) return 6;
+  if (device.resetCount() != 0) return 7;
+  if (testing::runNothing(device) == nullptr) return 8;
+  try {
+    CudaDevice another(0, CudaDeviceConfig{});
+    if (testing::runNothing(another) == nullptr) return 9;  // CUDA gave this process the GPU again
+  } catch (const Error&) {
+    // CUDA refuses the process the GPU: what the error class says.
   }
   return 0;
 }
 
-TEST(CudaDevice, AnIllegalAddressIsADeviceResetError) {
+TEST(CudaDevice, AnIllegalAddressLeavesTheGpuToOtherProcessesOnly) {
   REQUIRE_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(std::exit(illegalAddressScenario()), ::testing::ExitedWithCode(0), "");
+  // This process (a new one as far as CUDA is concerned) uses the GPU.
+  CudaDevice device(0, CudaDeviceConfig{});
+  EXPECT_EQ(testing::runNothing(device), nullptr);
 }
 
 #endif  // KILN_HAVE_CUDA

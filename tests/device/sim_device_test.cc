@@ -144,6 +144,7 @@ TEST(SimDevice, SynchronizeAndResetFromDoneAreRefused) {
 struct FaultCase {
   FaultKind kind;
   bool sticky;
+  bool resettable = true;  // reset() brings the device back
 };
 
 class SimFault : public ::testing::TestWithParam<FaultCase> {};
@@ -158,9 +159,13 @@ void expectFaultClass(FaultKind kind, const std::exception_ptr& error, const std
     EXPECT_THAT(e.what(), HasSubstr(expected_text));
     EXPECT_EQ(e.device(), "sim:0");
   } catch (const RecoverableDeviceError& e) {
-    EXPECT_TRUE(kind == FaultKind::kRecoverableReset || kind == FaultKind::kRecoverableRerun) << e.what();
-    EXPECT_EQ(e.recoveryAction(),
-              kind == FaultKind::kRecoverableReset ? RecoveryAction::kDeviceReset : RecoveryAction::kRerun);
+    const RecoveryAction want = kind == FaultKind::kRecoverableReset     ? RecoveryAction::kDeviceReset
+                                : kind == FaultKind::kRecoverableRestart ? RecoveryAction::kRestartProcess
+                                                                         : RecoveryAction::kRerun;
+    EXPECT_TRUE(kind == FaultKind::kRecoverableReset || kind == FaultKind::kRecoverableRerun ||
+                kind == FaultKind::kRecoverableRestart)
+        << e.what();
+    EXPECT_EQ(e.recoveryAction(), want);
     EXPECT_THAT(e.what(), HasSubstr(expected_text));
     EXPECT_EQ(e.device(), "sim:0");
   } catch (const UnknownDeviceError& e) {
@@ -192,9 +197,10 @@ TEST_P(SimFault, ScriptedFaultFailsThatJobAndStickyOnesLastUntilReset) {
 
   const std::exception_ptr after = testing::runCompute(device, count);  // job 3
   const std::exception_ptr copy_after = testing::copyToHost(device, back.data(), buffer, back.size());
+  const std::string sticky = fault.resettable ? "needs a reset after" : "unusable in this process after";
   if (fault.sticky) {
-    expectFaultClass(fault.kind, after, "sim:0: needs a reset after: compute job 2 failed: injected fault");
-    expectFaultClass(fault.kind, copy_after, "sim:0: needs a reset after: compute job 2 failed");
+    expectFaultClass(fault.kind, after, "sim:0: " + sticky + ": compute job 2 failed: injected fault");
+    expectFaultClass(fault.kind, copy_after, "sim:0: " + sticky + ": compute job 2 failed");
     EXPECT_EQ(ran, 2);
   } else {
     EXPECT_EQ(after, nullptr);
@@ -204,6 +210,20 @@ TEST_P(SimFault, ScriptedFaultFailsThatJobAndStickyOnesLastUntilReset) {
   }
   EXPECT_EQ(device.computeJobs(), 4u);  // failed jobs count too
 
+  if (!fault.resettable) {
+    // Reset fails with the fault's class, and the device stays failed.
+    std::exception_ptr reset_error;
+    try {
+      device.reset();
+    } catch (...) {
+      reset_error = std::current_exception();
+    }
+    expectFaultClass(fault.kind, reset_error, "sim:0: cannot be reset in this process after: compute job 2 failed");
+    EXPECT_EQ(device.resetCount(), 0u);
+    expectFaultClass(fault.kind, testing::runCompute(device, count), "sim:0: " + sticky);
+    EXPECT_EQ(ran, 2);
+    return;
+  }
   device.reset();
   EXPECT_EQ(device.resetCount(), 1u);
   EXPECT_EQ(testing::runCompute(device, count), nullptr);  // job 4
@@ -215,7 +235,8 @@ INSTANTIATE_TEST_SUITE_P(Kinds, SimFault,
                          ::testing::Values(FaultCase{FaultKind::kApplicationError, true},
                                            FaultCase{FaultKind::kRecoverableReset, true},
                                            FaultCase{FaultKind::kRecoverableRerun, false},
-                                           FaultCase{FaultKind::kUnknown, true}),
+                                           FaultCase{FaultKind::kUnknown, true},
+                                           FaultCase{FaultKind::kRecoverableRestart, true, false}),
                          [](const ::testing::TestParamInfo<FaultCase>& param) {
                            return std::string(faultKindName(param.param.kind));
                          });
@@ -286,7 +307,7 @@ class SimEnvironment : public ::testing::Test {
   static constexpr const char* kVariables[] = {
       "KILN_SIM_DEVICES",    "KILN_SIM_MEMORY",     "KILN_SIM_LATENCY_US",  "KILN_SIM_BANDWIDTH_GBPS",
       "KILN_SIM_THREADS",    "KILN_SIM_FAULTS",     "KILN_SIM_FAULT_RATE", "KILN_SIM_FAULT_SEED",
-      "KILN_DEVICE_LOCK_DIR"};
+      "KILN_DEVICE_LOCK_DIR", "KILN_CUDA_FAULTS",  "KILN_CUDA_ILLEGAL_ADDRESS"};
   void SetUp() override {
     for (const char* name : kVariables) ::unsetenv(name);
   }
@@ -318,7 +339,7 @@ TEST_F(SimEnvironment, ParsesEveryVariable) {
   ::setenv("KILN_SIM_LATENCY_US", "50", 1);
   ::setenv("KILN_SIM_BANDWIDTH_GBPS", "12.5", 1);
   ::setenv("KILN_SIM_THREADS", "4", 1);
-  ::setenv("KILN_SIM_FAULTS", "app@3,reset@10, rerun@12,unknown@20", 1);
+  ::setenv("KILN_SIM_FAULTS", "app@3,reset@10, rerun@12,unknown@20,restart@30", 1);
   ::setenv("KILN_SIM_FAULT_RATE", "reset=0.01,app=0.001", 1);
   ::setenv("KILN_SIM_FAULT_SEED", "99", 1);
   ::setenv("KILN_DEVICE_LOCK_DIR", "/var/tmp/kiln-locks", 1);
@@ -328,7 +349,7 @@ TEST_F(SimEnvironment, ParsesEveryVariable) {
   EXPECT_EQ(options.sim.transfer_latency_ns, 50'000u);
   EXPECT_EQ(options.sim.transfer_bytes_per_second, 12.5e9);
   EXPECT_EQ(options.sim.compute_threads, 4u);
-  ASSERT_EQ(options.sim.fault_script.size(), 4u);
+  ASSERT_EQ(options.sim.fault_script.size(), 5u);
   EXPECT_EQ(options.sim.fault_script[0].kind, FaultKind::kApplicationError);
   EXPECT_EQ(options.sim.fault_script[0].at_job, 3u);
   EXPECT_EQ(options.sim.fault_script[1].kind, FaultKind::kRecoverableReset);
@@ -337,6 +358,8 @@ TEST_F(SimEnvironment, ParsesEveryVariable) {
   EXPECT_EQ(options.sim.fault_script[2].at_job, 12u);
   EXPECT_EQ(options.sim.fault_script[3].kind, FaultKind::kUnknown);
   EXPECT_EQ(options.sim.fault_script[3].at_job, 20u);
+  EXPECT_EQ(options.sim.fault_script[4].kind, FaultKind::kRecoverableRestart);
+  EXPECT_EQ(options.sim.fault_script[4].at_job, 30u);
   EXPECT_EQ(options.sim.fault_rates[static_cast<size_t>(FaultKind::kRecoverableReset)], 0.01);
   EXPECT_EQ(options.sim.fault_rates[static_cast<size_t>(FaultKind::kApplicationError)], 0.001);
   EXPECT_EQ(options.sim.fault_rates[static_cast<size_t>(FaultKind::kRecoverableRerun)], 0);
@@ -353,9 +376,9 @@ TEST_F(SimEnvironment, ParsesEveryVariable) {
 
 TEST_F(SimEnvironment, BadValuesNameTheVariableAndTheValue) {
   EXPECT_EQ(errorFor("KILN_SIM_FAULTS", "reset10"),
-            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown), got 'reset10'");
+            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart), got 'reset10'");
   EXPECT_EQ(errorFor("KILN_SIM_FAULTS", "reset@10,crash@3"),
-            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown), got 'crash@3'");
+            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart), got 'crash@3'");
   EXPECT_EQ(errorFor("KILN_SIM_DEVICES", "two"), "KILN_SIM_DEVICES: expected a whole number from 0 to 1024, got 'two'");
   EXPECT_EQ(errorFor("KILN_SIM_DEVICES", "-1"), "KILN_SIM_DEVICES: expected a whole number from 0 to 1024, got '-1'");
   EXPECT_EQ(errorFor("KILN_SIM_MEMORY", "12X"),
@@ -368,6 +391,19 @@ TEST_F(SimEnvironment, BadValuesNameTheVariableAndTheValue) {
               HasSubstr("KILN_SIM_FAULT_RATE: expected kind=rate with a rate from 0 to 1"));
   EXPECT_THAT(errorFor("KILN_SIM_FAULT_RATE", "reset"), HasSubstr("got 'reset'"));
   EXPECT_THAT(errorFor("KILN_SIM_FAULT_SEED", "1.5"), HasSubstr("KILN_SIM_FAULT_SEED: expected a whole number"));
+  EXPECT_EQ(errorFor("KILN_CUDA_ILLEGAL_ADDRESS", "3,x"),
+            "KILN_CUDA_ILLEGAL_ADDRESS: expected compute job numbers like '3,7', got 'x'");
+}
+
+// The cuda devices' variables parse without a GPU.
+TEST_F(SimEnvironment, ParsesTheCudaFaultVariables) {
+  ::setenv("KILN_CUDA_FAULTS", "reset@2", 1);
+  ::setenv("KILN_CUDA_ILLEGAL_ADDRESS", "3, 7", 1);
+  const DeviceManagerOptions options = DeviceManagerOptions::fromEnvironment();
+  ASSERT_EQ(options.cuda.fault_script.size(), 1u);
+  EXPECT_EQ(options.cuda.fault_script[0].kind, FaultKind::kRecoverableReset);
+  EXPECT_EQ(options.cuda.illegal_address_at_jobs, (std::vector<uint64_t>{3, 7}));
+  EXPECT_TRUE(options.sim.fault_script.empty());
 }
 
 }  // namespace

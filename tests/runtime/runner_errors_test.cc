@@ -43,6 +43,7 @@ struct ErrorCase {
   bool auto_reset;
   bool serves_on;    // the next request succeeds without a manual reset
   bool resets;       // the runner resets the device itself
+  bool resettable = true;  // a manual reset() brings the runner back
 };
 
 std::string caseName(const ::testing::TestParamInfo<ErrorCase>& info) {
@@ -77,9 +78,11 @@ void followTheReferenceTable(const ErrorCase& c, DeviceKind kind) {
   } catch (const ApplicationRuntimeError&) {
     EXPECT_EQ(c.kind, FaultKind::kApplicationError);
   } catch (const RecoverableDeviceError& e) {
-    EXPECT_TRUE(c.kind == FaultKind::kRecoverableReset || c.kind == FaultKind::kRecoverableRerun);
-    EXPECT_EQ(e.recoveryAction(),
-              c.kind == FaultKind::kRecoverableReset ? RecoveryAction::kDeviceReset : RecoveryAction::kRerun);
+    EXPECT_TRUE(c.kind == FaultKind::kRecoverableReset || c.kind == FaultKind::kRecoverableRerun ||
+                c.kind == FaultKind::kRecoverableRestart);
+    EXPECT_EQ(e.recoveryAction(), c.kind == FaultKind::kRecoverableReset     ? RecoveryAction::kDeviceReset
+                                  : c.kind == FaultKind::kRecoverableRestart ? RecoveryAction::kRestartProcess
+                                                                             : RecoveryAction::kRerun);
   } catch (const UnknownDeviceError&) {
     EXPECT_EQ(c.kind, FaultKind::kUnknown);
   }
@@ -93,6 +96,15 @@ void followTheReferenceTable(const ErrorCase& c, DeviceKind kind) {
     EXPECT_THROW(runner.execute(inputOf(x)), DeviceError);
     EXPECT_THROW(runner.executeAsync(inputOf(x)).get(), DeviceError);
     EXPECT_EQ(runner.resets(), 0u);
+    if (!c.resettable) {
+      // Only a new process helps: reset() fails with the error's class,
+      // and the runner keeps answering every request with it.
+      EXPECT_THROW(runner.reset(), RecoverableDeviceError);
+      EXPECT_THROW(runner.execute(inputOf(x)), RecoverableDeviceError);
+      EXPECT_EQ(runner.replicasServing(), 0u);
+      EXPECT_EQ(runner.resets(), 0u);
+      return;
+    }
     runner.reset();  // the manual intervention
     EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
     EXPECT_EQ(runner.resets(), 1u);
@@ -117,7 +129,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ErrorCase{FaultKind::kRecoverableRerun, true, true, false},
                       ErrorCase{FaultKind::kRecoverableRerun, false, true, false},
                       ErrorCase{FaultKind::kUnknown, true, false, false},
-                      ErrorCase{FaultKind::kUnknown, false, false, false}),
+                      ErrorCase{FaultKind::kUnknown, false, false, false},
+                      ErrorCase{FaultKind::kRecoverableRestart, true, false, false, false},
+                      ErrorCase{FaultKind::kRecoverableRestart, false, false, false, false}),
     caseName);
 INSTANTIATE_TEST_SUITE_P(
     Classes, CudaRunnerErrorTest,
@@ -125,8 +139,53 @@ INSTANTIATE_TEST_SUITE_P(
                       ErrorCase{FaultKind::kRecoverableReset, true, true, true},
                       ErrorCase{FaultKind::kRecoverableReset, false, false, false},
                       ErrorCase{FaultKind::kRecoverableRerun, true, true, false},
-                      ErrorCase{FaultKind::kUnknown, true, false, false}),
+                      ErrorCase{FaultKind::kUnknown, true, false, false},
+                      ErrorCase{FaultKind::kRecoverableRestart, true, false, false, false}),
     caseName);
+
+// A real illegal address on the GPU (a kernel writing through a wild
+// pointer after the second request's kernels) corrupts the CUDA context,
+// which no reset in this process can bring back: that request fails with
+// the restart-the-process action, the runner does not try auto_reset, and
+// every later request and reset() fail with that class. In a child
+// process (CUDA gives it no GPU after the fault); returns the number of
+// the check that failed.
+int illegalAddressInARunner() {
+  TempPackage package("illegal");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures, "cuda");
+  DeviceManagerOptions options = simOptions(0);
+  options.cuda.illegal_address_at_jobs = {1};
+  DeviceManager manager(options);
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kCuda;
+  config.device_manager = &manager;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> x = rows(kBatch, 1.0f);
+  if (!matches(runner.execute(inputOf(x)), x)) return 1;
+  auto restartClass = [&](auto&& call) {
+    try {
+      call();
+    } catch (const RecoverableDeviceError& e) {
+      return e.recoveryAction() == RecoveryAction::kRestartProcess;
+    } catch (...) {
+    }
+    return false;
+  };
+  if (!restartClass([&] { runner.execute(inputOf(x)); })) return 2;
+  if (!restartClass([&] { runner.execute(inputOf(x)); })) return 3;
+  if (!restartClass([&] { runner.reset(); })) return 4;
+  if (!restartClass([&] { runner.executeAsync(inputOf(x)).get(); })) return 5;
+  if (runner.resets() != 0 || runner.replicasServing() != 0) return 6;
+  return 0;
+}
+
+TEST(CudaRunnerErrors, AnIllegalAddressStopsTheRunnerForGood) {
+  bool gpu = false;
+  for (const DeviceInfo& info : DeviceManager(DeviceManagerOptions{}).devices()) gpu |= info.kind == DeviceKind::kCuda;
+  if (!gpu) GTEST_SKIP() << "no GPU on this machine (or kiln built without CUDA)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(illegalAddressInARunner()), ::testing::ExitedWithCode(0), "");
+}
 
 // One request runs; then ten are queued behind slow transfers and the
 // first of their batches fails. All ten were enqueued before the error, so

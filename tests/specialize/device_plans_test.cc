@@ -106,6 +106,15 @@ TEST(DevicePlans, EachSignatureRunsOnTheGpuAsOnTheHost) {
   std::filesystem::remove(cuda_path);
 }
 
+// Options that run a DynamicExecutor on a GPU the manager attaches.
+DynamicExecutorOptions onTheGpu(DeviceManager& manager) {
+  DynamicExecutorOptions options;
+  Target target;
+  target.device_kind = "cuda";
+  options.device = manager.getDevice(target);
+  return options;
+}
+
 TEST(DevicePlans, AResetErrorReachesTheCallerAndTheNextCallWorks) {
   if (!gpuPresent()) GTEST_SKIP() << "no GPU on this machine (or kiln built without CUDA)";
   const auto cpu_path = writeModel("cpu", "host_reset");
@@ -113,10 +122,7 @@ TEST(DevicePlans, AResetErrorReachesTheCallerAndTheNextCallWorks) {
   DeviceManagerOptions options;
   options.cuda.fault_script = {ScriptedFault{1, FaultKind::kRecoverableReset}};  // the second compute job
   DeviceManager manager(options);
-  DynamicExecutorOptions executor_options;
-  Target target;
-  target.device_kind = "cuda";
-  executor_options.device = manager.getDevice(target);
+  DynamicExecutorOptions executor_options = onTheGpu(manager);
   DynamicExecutor gpu(cuda_path, "", executor_options);
   DynamicExecutor host(cpu_path);
   expectNear(runOnce(gpu, 4), runOnce(host, 4), "before the fault");
@@ -131,6 +137,35 @@ TEST(DevicePlans, AResetErrorReachesTheCallerAndTheNextCallWorks) {
   EXPECT_EQ(executor_options.device->resetCount(), 1u);
   std::filesystem::remove(cpu_path);
   std::filesystem::remove(cuda_path);
+}
+
+// A real illegal address corrupts the CUDA context: the call gets the
+// restart-the-process error, and so does every later one (no reset can
+// help in this process). In a child process; returns the failed check.
+int illegalAddressInADynamicExecutor() {
+  const auto cuda_path = writeModel("cuda", "gpu_illegal");
+  DeviceManagerOptions options;
+  options.cuda.illegal_address_at_jobs = {1};  // after the second compute job
+  DeviceManager manager(options);
+  DynamicExecutorOptions executor_options = onTheGpu(manager);
+  DynamicExecutor gpu(cuda_path, "", executor_options);
+  runOnce(gpu, 4);
+  for (int call = 0; call < 2; ++call) {
+    try {
+      runOnce(gpu, 4);
+      return 1 + call;
+    } catch (const RecoverableDeviceError& e) {
+      if (e.recoveryAction() != RecoveryAction::kRestartProcess) return 3;
+    }
+  }
+  std::filesystem::remove(cuda_path);
+  return 0;
+}
+
+TEST(DevicePlans, AnIllegalAddressFailsEveryLaterCall) {
+  if (!gpuPresent()) GTEST_SKIP() << "no GPU on this machine (or kiln built without CUDA)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(illegalAddressInADynamicExecutor()), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
