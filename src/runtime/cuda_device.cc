@@ -164,7 +164,7 @@ std::exception_ptr CudaDevice::failure(int status, const char* during) {
   std::string message = fmt::format("{} failed: {} ({})", during, cudaGetErrorString(static_cast<cudaError_t>(status)),
                                     cudaGetErrorName(static_cast<cudaError_t>(status)));
   if (cuda_errors::corruptsContext(status)) {
-    message += "; the CUDA context is corrupted and CUDA gives this process no other on this GPU: only a new "
+    message += "; the CUDA context is corrupted and CUDA gives this process no new one on this GPU: only a new "
                "process can use it";
   }
   markFailed(kind, message);

@@ -126,7 +126,7 @@ void ModelRunner::Impl::start(uint32_t r) {
 
 void ModelRunner::Impl::resetReplica(Replica& replica) {
   // What the executable made for the device (kernels' state, CUDA graphs)
-  // goes before the reset, which may replace a lost CUDA context.
+  // goes before the device's memory is reset under it.
   replica.device->synchronize();
   replica.session->executable().invalidate();
   replica.device->reset();
