@@ -239,6 +239,18 @@ TEST(Unique, EmptySlicesAlongAVastAxisAreOneSlice) {
   EXPECT_EQ(outputs[3].values<int64_t>(), (std::vector<int64_t>{vast}));
 }
 
+// Unique along an empty axis under 2^40 outer rows: nothing unique, and no
+// loop over the rows (constant folding once spun there; graph_run_fuzz).
+TEST(Unique, AnEmptyAxisUnderVastOuterRowsReturnsAtOnce) {
+  const int64_t vast = int64_t{1} << 40;
+  std::vector<Operand> inputs{operand<int64_t>({vast, 0, 1}, {})};
+  std::vector<Operand> outputs{output(DType::kI64, {vast, 0, 1}), output(DType::kI64, {0}),
+                               output(DType::kI64, {0}), output(DType::kI64, {0})};
+  PreparedKernel("Unique", inputs, outputs, params({{"axis", int64_t{-2}}, {"sorted", int64_t{0}}}))
+      .run(inputs, outputs);
+  EXPECT_TRUE(outputs[1].values<int64_t>().empty());
+}
+
 TEST(TopK, LargestAndSmallestKeepLowerIndicesOnTies) {
   const std::vector<float> x{3, 1, 3, 2, 0, 5, 5, 1};
   std::vector<Operand> inputs{operand<float>({2, 4}, x), operand<int64_t>({1}, {2})};

@@ -221,8 +221,8 @@ void runUnique(const KernelCall& call) {
   const auto unique = std::min<int64_t>(s.planned, static_cast<int64_t>(found.first.size()));
   std::byte* y = call.outputs[0].data;
   // (Empty slices copy nothing; an empty output's data may be null, which
-  // memcpy must not get.)
-  for (int64_t o = 0; s.slice_bytes > 0 && o < s.view.outer; ++o) {
+  // memcpy must not get. Nothing to copy, no loop over a vast outer axis.)
+  for (int64_t o = 0; s.slice_bytes > 0 && unique > 0 && o < s.view.outer; ++o) {
     for (int64_t u = 0; u < unique; ++u) {
       std::memcpy(y + static_cast<size_t>(o * s.planned + u) * s.slice_bytes,
                   call.inputs[0].data + static_cast<size_t>(o * s.view.length + found.first[static_cast<size_t>(u)]) *
