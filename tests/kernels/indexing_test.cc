@@ -251,6 +251,26 @@ TEST(Unique, AnEmptyAxisUnderVastOuterRowsReturnsAtOnce) {
   EXPECT_TRUE(outputs[1].values<int64_t>().empty());
 }
 
+// Gather of no indices and Compress of an empty axis under 2^40 outer
+// rows: empty outputs, and no loop over the rows (as Unique's above).
+TEST(Gather, NoIndicesUnderVastOuterRowsReturnsAtOnce) {
+  const int64_t vast = int64_t{1} << 40;
+  std::vector<Operand> inputs{operand<float>({vast, 0, 1}, {}), operand<int64_t>({0}, {})};
+  std::vector<Operand> outputs{output(DType::kF32, {vast, 0, 1})};
+  PreparedKernel("Gather", inputs, outputs, params({{"axis", int64_t{1}}})).run(inputs, outputs);
+  EXPECT_TRUE(outputs[0].values<float>().empty());
+}
+
+TEST(Compress, AnEmptyAxisUnderVastOuterRowsReturnsAtOnce) {
+  const int64_t vast = int64_t{1} << 40;
+  Operand none = operand<uint8_t>({0}, {});
+  none.info.dtype = DType::kBool;
+  std::vector<Operand> inputs{operand<float>({vast, 0, 1}, {}), none};
+  std::vector<Operand> outputs{output(DType::kF32, {vast, 0, 1})};
+  PreparedKernel("Compress", inputs, outputs, params({{"axis", int64_t{1}}})).run(inputs, outputs);
+  EXPECT_TRUE(outputs[0].values<float>().empty());
+}
+
 TEST(TopK, LargestAndSmallestKeepLowerIndicesOnTies) {
   const std::vector<float> x{3, 1, 3, 2, 0, 5, 5, 1};
   std::vector<Operand> inputs{operand<float>({2, 4}, x), operand<int64_t>({1}, {2})};

@@ -723,7 +723,9 @@ void gatherLoop(const GatherState& state, const std::byte* x_bytes, const std::b
   T* y = reinterpret_cast<T*>(y_bytes);
   const int64_t inner = state.inner;
   const int64_t dim = state.axis_dim;
-  if (inner == 0) return;  // an empty output (and maybe null buffers): nothing to copy
+  // An empty output (and maybe null buffers): nothing to copy, and no walk
+  // over a vast outer axis.
+  if (inner == 0 || state.count == 0) return;
   for (int64_t o = 0; o < state.outer; ++o) {
     const T* block = x + o * dim * inner;
     for (int64_t j = 0; j < state.count; ++j) {

@@ -153,6 +153,8 @@ void runCompress(const KernelCall& call) {
   const std::byte* x = call.inputs[0].data;
   std::byte* y = call.outputs[0].data;
   const uint64_t limit = std::min<uint64_t>(s.conditions, static_cast<uint64_t>(s.view.length));
+  // Nothing selected: an empty output, and no walk over a vast outer axis.
+  if (limit == 0 || s.selected == 0 || s.slice_bytes == 0) return;
   for (int64_t o = 0; o < s.view.outer; ++o) {
     uint64_t written = 0;
     for (uint64_t i = 0; i < limit && written < s.selected; ++i) {
