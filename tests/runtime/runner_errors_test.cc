@@ -102,6 +102,7 @@ void followTheReferenceTable(const ErrorCase& c, DeviceKind kind) {
       EXPECT_THROW(runner.reset(), RecoverableDeviceError);
       EXPECT_THROW(runner.execute(inputOf(x)), RecoverableDeviceError);
       EXPECT_EQ(runner.replicasServing(), 0u);
+      EXPECT_FALSE(runner.isReady());  // a health check sees it
       EXPECT_EQ(runner.resets(), 0u);
       return;
     }
