@@ -120,6 +120,9 @@ std::vector<std::string_view> splitList(std::string_view text) {
 }
 
 // "app@3,reset@10"
+// What a fault variable's error message lists; faultKindName's names.
+constexpr const char* kFaultKindList = "(kinds: app, reset, rerun, unknown, restart)";
+
 std::vector<ScriptedFault> faultScriptVariable(const char* variable, std::string_view value) {
   std::vector<ScriptedFault> script;
   for (std::string_view item : splitList(value)) {
@@ -127,7 +130,7 @@ std::vector<ScriptedFault> faultScriptVariable(const char* variable, std::string
     ScriptedFault fault;
     if (at == std::string_view::npos || !parseFaultKind(trim(item.substr(0, at)), &fault.kind) ||
         !parseUnsigned(item.substr(at + 1), &fault.at_job)) {
-      badValue(variable, "kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart)", item);
+      badValue(variable, fmt::format("kind@job like 'reset@10' {}", kFaultKindList), item);
     }
     script.push_back(fault);
   }
@@ -142,8 +145,7 @@ void faultRateVariable(const char* variable, std::string_view value, double* rat
     double rate = 0;
     if (equals == std::string_view::npos || !parseFaultKind(trim(item.substr(0, equals)), &kind) ||
         !parseDouble(item.substr(equals + 1), &rate) || rate < 0 || rate > 1) {
-      badValue(variable, "kind=rate with a rate from 0 to 1, like 'reset=0.01' (kinds: app, reset, rerun, unknown, restart)",
-               item);
+      badValue(variable, fmt::format("kind=rate with a rate from 0 to 1, like 'reset=0.01' {}", kFaultKindList), item);
     }
     rates[static_cast<size_t>(kind)] = rate;
   }

@@ -137,7 +137,8 @@ int illegalAddressScenario() {
     try {
       if (error) std::rethrow_exception(error);
     } catch (const RecoverableDeviceError& e) {
-      return e.recoveryAction() == RecoveryAction::kRestartProcess && std::string(e.what()).find(text) != std::string::npos;
+      return e.recoveryAction() == RecoveryAction::kRestartProcess &&
+             std::string(e.what()).find(text) != std::string::npos;
     } catch (...) {
     }
     return false;

@@ -376,9 +376,11 @@ TEST_F(SimEnvironment, ParsesEveryVariable) {
 
 TEST_F(SimEnvironment, BadValuesNameTheVariableAndTheValue) {
   EXPECT_EQ(errorFor("KILN_SIM_FAULTS", "reset10"),
-            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart), got 'reset10'");
+            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart), "
+            "got 'reset10'");
   EXPECT_EQ(errorFor("KILN_SIM_FAULTS", "reset@10,crash@3"),
-            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart), got 'crash@3'");
+            "KILN_SIM_FAULTS: expected kind@job like 'reset@10' (kinds: app, reset, rerun, unknown, restart), "
+            "got 'crash@3'");
   EXPECT_EQ(errorFor("KILN_SIM_DEVICES", "two"), "KILN_SIM_DEVICES: expected a whole number from 0 to 1024, got 'two'");
   EXPECT_EQ(errorFor("KILN_SIM_DEVICES", "-1"), "KILN_SIM_DEVICES: expected a whole number from 0 to 1024, got '-1'");
   EXPECT_EQ(errorFor("KILN_SIM_MEMORY", "12X"),
