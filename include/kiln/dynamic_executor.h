@@ -51,6 +51,7 @@ struct DynamicExecutorOptions {
   size_t plan_cache_capacity = 16;  // specializations kept; at least 1
   bool channels_last = true;        // as CompileOptions::channels_last (cpu packages)
   bool flush_denormals = true;      // as ExecutorOptions::flush_denormals
+  bool check_plugin_hash = true;    // as ExecutorOptions::check_plugin_hash
   // A cuda package's GPU (a cuda Device from DeviceManager, held for this
   // executor alone); null: the executor attaches a free one itself.
   std::shared_ptr<Device> device = nullptr;

@@ -38,6 +38,9 @@ struct ExecutableOptions {
   bool flush_denormals = true;
   // cuda: replay the main program as CUDA graphs (ExecutorOptions).
   bool cuda_graphs = true;
+  // Refuse a plugin library whose bytes differ from the hash the package
+  // recorded (docs/plugins.md); the reference runtime's check_package_hash.
+  bool check_plugin_hash = true;
 };
 
 // The host bytes a load anchor takes its value from; they must outlive the

@@ -48,6 +48,9 @@ struct ExecutorOptions {
   // (Ceil of 1e-40 is 0; kernels/cpu/denormals.h). Off: the run keeps the
   // caller's floating-point mode (IEEE denormals by default).
   bool flush_denormals = true;
+  // Refuse a plugin library whose bytes differ from the hash the package
+  // recorded (docs/plugins.md).
+  bool check_plugin_hash = true;
   // The caller owns the arena and hands it over with setArena() before the
   // first run (several executors that never run at the same time can then
   // share one arena; see DynamicExecutor). Off: the executor allocates its

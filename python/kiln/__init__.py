@@ -18,8 +18,19 @@ import numpy as np
 
 from ._kiln import DeviceRunner, DynamicExecutor, Error, Executor, StepTrace, is_graph_package, package_target
 from ._kiln import compile as _compile
+from ._kiln import load_plugin as _load_plugin
 
-__all__ = ["Error", "Runner", "compile"]
+__all__ = ["Error", "Runner", "compile", "load_plugin"]
+
+
+def load_plugin(path) -> dict:
+    """Loads a plugin library of custom operators (docs/plugins.md) into this
+    process: compile() knows its ops from then on, and packages that use them
+    record it. Returns {"name", "path", "api_level", "hash", "ops"}. Loading
+    the same library again returns it; kiln.Error when the library is
+    missing, not a kiln plugin, needs a newer plugin API level, or registers
+    an op kiln refuses."""
+    return _load_plugin(str(path))
 
 # kiln's dtype names and the numpy types that hold them; the narrow float
 # and sub-byte integer types are ml_dtypes', which keep one element per byte
@@ -46,7 +57,7 @@ def _as_bits(array: np.ndarray) -> np.ndarray:
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             batch: Optional[int] = None, dynamic: bool = False, target: str = "cpu",
             quantize_activations: bool = False, tf32: bool = False, fp16: bool = False,
-            bf16: bool = False) -> dict:
+            bf16: bool = False, plugins: Sequence = ()) -> dict:
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
@@ -68,7 +79,10 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     on f16 tensor cores, summing in f32; inputs and outputs stay f32): faster,
     with errors of 2e-4 to 6e-2 of an output's magnitude on real models, and
     f16's range (docs/cuda.md). bf16=True does the same in bf16: f32's
-    range, coarser rounding."""
+    range, coarser rounding. plugins: plugin libraries to load first
+    (load_plugin), whose custom operators the model uses."""
+    for plugin in plugins:
+        _load_plugin(str(plugin))
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
                     str(target), bool(quantize_activations), bool(tf32), bool(fp16), bool(bf16))

@@ -21,6 +21,7 @@
 #include "kiln/executor.h"
 #include "kiln/model_runner.h"
 #include "kiln/package_reader.h"
+#include "kiln/plugins.h"
 #include "kiln/onnx_import.h"
 #include "kiln/step_trace.h"
 
@@ -246,6 +247,17 @@ std::string packageTarget(const std::string& path, const std::string& model) {
   return chosen->metadata().target.device_kind;
 }
 
+// A loaded plugin library as a dict (kiln.load_plugin).
+nb::dict pluginDict(const kiln::LoadedPlugin& plugin) {
+  nb::dict d;
+  d["name"] = plugin.name;
+  d["path"] = plugin.path.string();
+  d["api_level"] = plugin.api_level;
+  d["hash"] = plugin.hash;
+  d["ops"] = plugin.ops;
+  return d;
+}
+
 }  // namespace
 
 NB_MODULE(_kiln, m) {
@@ -255,6 +267,7 @@ NB_MODULE(_kiln, m) {
         nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false,
         nb::arg("tf32") = false, nb::arg("fp16") = false, nb::arg("bf16") = false);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
+  m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
   nb::class_<DeviceRunner>(m, "DeviceRunner")
       .def(nb::init<const std::string&, const std::string&, const std::string&, bool>(), nb::arg("path"),
            nb::arg("model"), nb::arg("device"), nb::arg("flush_denormals") = true)

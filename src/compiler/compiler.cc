@@ -35,6 +35,9 @@
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
 #include "passes/one_hot_lookup.h"
+#include "passes/plugin_binding.h"
+#include "plugins/package_plugins.h"
+#include "plugins/plugin_instance.h"
 #include "passes/transpose_composition.h"
 #include "passes/unit_axis_cancellation.h"
 
@@ -454,8 +457,53 @@ class Lowering {
     for (size_t i = 0; i < input_count; ++i) {
       step.inputs.push_back(node.inputs[i] == kNoValue ? kNoValueIndex : indexOf(node.inputs[i]));
     }
-    for (ValueId output : node.outputs) step.outputs.push_back(define(output, ValueStorage::kArena, 0));
+    if (isPluginOp(node)) {
+      lowerPluginOutputs(node, step);
+    } else {
+      for (ValueId output : node.outputs) step.outputs.push_back(define(output, ValueStorage::kArena, 0));
+    }
     steps.push_back(std::move(step));
+  }
+
+  // A plugin op's outputs: an in-place output takes its input's memory when
+  // nothing else reads that input (else the kernel copies the input into the
+  // output first), and a workspace the plugin asks for is one more output,
+  // planned like any other arena value.
+  void lowerPluginOutputs(const Node& node, StepSpec& step) {
+    const auto inplace = static_cast<size_t>(node.intAttribute("plugin_inplace", 0));
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const ValueId input = o < inplace && o < node.inputs.size() ? node.inputs[o] : kNoValue;
+      if (input != kNoValue && mayWriteOver(node, input) && !isGraphOutput(node.outputs[o])) {
+        step.outputs.push_back(define(node.outputs[o], ValueStorage::kAlias, indexOf(input)));
+      } else {
+        step.outputs.push_back(define(node.outputs[o], ValueStorage::kArena, 0));
+      }
+    }
+    const PluginOp* op = PluginRegistry::global().findOp(node.stringAttribute("plugin_domain", ""),
+                                                         node.stringAttribute("plugin_op", ""),
+                                                         node.intAttribute("plugin_version", 1));
+    if (op == nullptr) throw GraphError(fmt::format("node '{}': its plugin op is not loaded", node.name));
+    std::vector<TensorInfo> inputs, outputs;
+    for (uint32_t index : step.inputs) inputs.push_back(index == kNoValueIndex ? TensorInfo{} : spec_.values[index].info);
+    for (uint32_t index : step.outputs) outputs.push_back(spec_.values[index].info);
+    const uint64_t workspace =
+        PluginInstance(*op, node.stringAttribute("attributes", "{}")).workspaceBytes(inputs, outputs);
+    if (workspace > 0) {
+      step.params.set("plugin_workspace", int64_t{1});
+      step.outputs.push_back(defineRaw(fmt::format("{}:workspace", node.name),
+                                       TensorInfo{DType::kU8, {static_cast<int64_t>(workspace)}}));
+    }
+  }
+
+  // Whether `node` may overwrite `input`: an arena value of its own (not a
+  // view, constant or model input) that no other node or subgraph reads.
+  bool mayWriteOver(const Node& node, ValueId input) const {
+    const Value& value = graph().value(input);
+    if (value.kind != ValueKind::kNodeOutput || isGraphOutput(input) || captured_.contains(value.name)) return false;
+    if (spec_.values[indexOf(input)].storage != ValueStorage::kArena) return false;
+    return std::count(node.inputs.begin(), node.inputs.end(), input) == 1 &&
+           std::all_of(value.users.begin(), value.users.end(),
+                       [&](const Use& use) { return &graph().node(use.node) == &node; });
   }
 
   // An If, Loop or Scan step: its subgraphs become sub-programs, planned
@@ -790,6 +838,7 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
   if (options.fp16) metadata.options[std::string(kCudaFp16Option)] = "1";
   if (options.bf16) metadata.options[std::string(kCudaBf16Option)] = "1";
   for (const auto& [domain, version] : opsets) metadata.options[opsetOptionKey(domain)] = std::to_string(version);
+  recordPlugins(metadata.options, usedPluginLibraries(graph));
   auto anchor = [&](const Value& value, AnchorDirection direction) {
     Anchor a;
     a.name = value.name;
@@ -936,6 +985,9 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // model's outputs keep their names.
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
+  // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
+  // infers types (ops/plugin_ops.cc infers them through the plugin).
+  bindPluginOps(graph, opsets);
   if (options.float16_in_float32) computeFloat16InFloat32(graph);
   size_t int8_matmuls = 0;
   if (options.quantize_activations) {
@@ -981,6 +1033,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   metadata.options = {{"memory.arena_bytes", std::to_string(report.arena_bytes)},
                       {"memory.lower_bound_bytes", std::to_string(report.lower_bound_bytes)},
                       {"memory.naive_bytes", std::to_string(report.naive_bytes)}};
+  recordPlugins(metadata.options, usedPluginLibraries(graph));
   for (uint32_t value : spec.inputs) {
     metadata.anchors.push_back(anchorFor(spec.values[value], AnchorDirection::kInput, kMainProgram));
   }

@@ -218,8 +218,11 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
   }
   // Kernels read their inputs while they write their outputs (and memcpy
   // them): the compiler never places an output over an input or another
-  // output of the same step, and a package that does is refused.
+  // output of the same step, and a package that does is refused. The one
+  // exception: a plugin op's in-place output o may be exactly its input o
+  // (the kernel checks the op really is in place).
   auto checkDisjoint = [&](const StepSpec& step) {
+    const int64_t inplace = step.kernel == "kiln.Plugin" ? step.params.getInt("plugin_inplace", 0) : 0;
     for (size_t o = 0; o < step.outputs.size(); ++o) {
       const Extent out = extentOf(step.outputs[o]);
       if (out.begin == out.end) continue;
@@ -227,6 +230,12 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
         for (size_t k = 0; k < list->size(); ++k) {
           const uint32_t other = (*list)[k];
           if (other == kNoValueIndex || (list == &step.outputs && k <= o)) continue;
+          if (list == &step.inputs && k == o && static_cast<int64_t>(o) < inplace) {
+            const Extent read = extentOf(other);
+            const bool same = read.storage == out.storage && read.index == out.index && read.begin == out.begin &&
+                              read.end == out.end;
+            if (same) continue;
+          }
           if (overlap(out, extentOf(other))) {
             fail(fmt::format("step '{}' writes value '{}' over value '{}', which it also {}", step.kernel,
                              spec.values[step.outputs[o]].name, spec.values[other].name,

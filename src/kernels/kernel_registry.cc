@@ -47,6 +47,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerFlexAttentionKernels(r);
     registerSelectionKernels(r);
     registerMlKernels(r);
+    registerPluginKernels(r);
     return r;
   }();
   return registry;

@@ -24,5 +24,6 @@ void registerLinearAttentionOps(OpRegistry& registry);  // linear_attention_ops.
 void registerFlexAttentionOps(OpRegistry& registry);  // flex_attention_ops.cc: FlexAttention (ai.onnx.preview)
 void registerSelectionOps(OpRegistry& registry);    // selection_ops.cc: NonZero, NonMaxSuppression, Compress, Unique
 void registerMlOps(OpRegistry& registry);           // ml_ops.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
+void registerPluginOps(OpRegistry& registry);       // plugin_ops.cc: kiln.Plugin, ops from plugin libraries
 
 }  // namespace kiln

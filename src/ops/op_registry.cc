@@ -108,6 +108,7 @@ OpRegistry& OpRegistry::global() {
     registerFlexAttentionOps(r);
     registerSelectionOps(r);
     registerMlOps(r);
+    registerPluginOps(r);
     return r;
   }();
   return registry;

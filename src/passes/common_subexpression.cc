@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "passes/plugin_binding.h"
 #include "passes/pass_helpers.h"
 
 namespace kiln {
@@ -59,6 +60,7 @@ bool mayMerge(const Node& node) {
       "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
   if (!node.domain.empty() && node.domain != "kiln") return false;
   if (node.domain.empty() && kNondeterministic.contains(node.op_type)) return false;
+  if (isPluginOp(node) && !isStatelessPluginOp(node)) return false;  // plugin ops are stateful unless they say not
   return !node.outputs.empty() && !hasSubgraph(node);
 }
 

@@ -2,6 +2,7 @@
 #include "passes/if_inlining.h"
 #include "passes/loop_invariants.h"
 #include "passes/loop_placeholders.h"
+#include "passes/plugin_binding.h"
 
 #include <set>
 
@@ -242,7 +243,8 @@ std::optional<std::vector<ConstantPtr>> evaluateWith(const Graph& graph, const N
   static const std::set<std::string> kNeverFolded = {"RandomNormal", "RandomUniform", "RandomNormalLike",
                                                      "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout",
                                                      "If", "Loop", "Scan"};
-  if (!evaluate || node.inputs.empty() || kNeverFolded.contains(node.op_type) || !node.subgraphs().empty()) {
+  if (!evaluate || node.inputs.empty() || kNeverFolded.contains(node.op_type) || !node.subgraphs().empty() ||
+      (isPluginOp(node) && !isStatelessPluginOp(node))) {
     return std::nullopt;
   }
   std::vector<ConstantPtr> inputs;

@@ -9,6 +9,7 @@
 #include "kiln/error.h"
 #include "kiln/executor.h"
 #include "kiln/package_reader.h"
+#include "plugins/package_plugins.h"
 #include "runtime/device_sync.h"
 #if KILN_HAVE_CUDA
 #include "runtime/cuda_device.h"
@@ -73,6 +74,7 @@ Executable::Executable(std::shared_ptr<const PackageReader> package, const std::
                                  "--target {})",
                                  m.name, kind, m.device->id(), deviceKindName(m.device->info().kind)));
   }
+  loadPackagePlugins(m.metadata.options, m.package->sources().front(), options.check_plugin_hash);
   m.threads = options.threads > 0 ? options.threads : static_cast<int>(m.device->info().compute_threads);
   m.cuda_graphs = options.cuda_graphs;
   m.flush_denormals = options.flush_denormals;

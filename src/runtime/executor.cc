@@ -18,6 +18,7 @@
 #include "format/graph_package.h"
 #include "kernels/cpu/denormals.h"
 #include "runtime/device_internal.h"
+#include "plugins/package_plugins.h"
 #include "runtime/program.h"
 #if KILN_HAVE_CUDA
 #include "kernels/cuda/cuda_steps.h"
@@ -346,6 +347,8 @@ Executor::Executor(const std::filesystem::path& package, const std::string& mode
                                  "kiln::DynamicExecutor (kiln.Runner in Python does)",
                                  chosen->name(), package.string()));
   }
+  // The plugin libraries its steps call, before any step is prepared.
+  loadPackagePlugins(chosen->metadata().options, package, options.check_plugin_hash);
   const ExecutableBlob* executable = m.reader->findExecutable(chosen->metadata().executable);
   // The checks of verifyModels (`kiln dump --verify`), in the same words.
   const std::string where = package.string() + " (executable '" + executable->name() + "')";

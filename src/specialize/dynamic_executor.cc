@@ -12,6 +12,7 @@
 #include "ir/graph_codec.h"
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "plugins/package_plugins.h"
 #include "specialize/executor_impl.h"
 
 namespace kiln {
@@ -107,6 +108,7 @@ DynamicExecutor::DynamicExecutor(const std::filesystem::path& package, const std
     throw UsageError(fmt::format("model '{}' in {} has static shapes: run it with kiln::Executor", chosen->name(),
                                  m.source));
   }
+  loadPackagePlugins(meta.options, package, options.check_plugin_hash);
   m.model_name = chosen->name();
   m.target = meta.target.device_kind;
   if (m.target != "cpu" && m.target != "cuda") {

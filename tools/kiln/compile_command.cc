@@ -10,6 +10,7 @@
 #include "kernels/kernel.h"
 #include "kiln/compiler.h"
 #include "kiln/onnx_import.h"
+#include "kiln/plugins.h"
 #include "runtime/program.h"
 #include "tools/kiln/commands.h"
 
@@ -55,6 +56,7 @@ Command addCompileCommand(CLI::App& app) {
     bool bf16 = false;
     bool dynamic = false;
     std::string target = "cpu";
+    std::vector<std::string> plugins;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
@@ -90,11 +92,16 @@ Command addCompileCommand(CLI::App& app) {
                 "cuda target: as --fp16 with bf16 (f32's range, 8 bits of mantissa: larger rounding errors, no "
                 "overflow)")
       ->excludes("--fp16");
+  cmd->add_option("--plugin", args->plugins,
+                  "Load a plugin library of custom operators first (repeatable; docs/plugins.md); the package "
+                  "records it, and loading the package finds it again in KILN_PLUGIN_PATH or beside the package")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--dynamic", args->dynamic,
                 "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
   return [args]() {
     const auto start = std::chrono::steady_clock::now();
+    for (const std::string& plugin : args->plugins) loadPlugin(plugin);
     OnnxImportOptions options;
     for (const std::string& shape : args->shapes) {
       const size_t colon = shape.rfind(':');

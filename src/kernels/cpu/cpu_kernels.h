@@ -30,5 +30,6 @@ void registerLinearAttentionKernels(KernelRegistry& registry);  // linear_attent
 void registerFlexAttentionKernels(KernelRegistry& registry);  // flex_attention.cc: ai.onnx.preview.FlexAttention
 void registerSelectionKernels(KernelRegistry& registry);   // selection.cc: NonZero, NonMaxSuppression, Compress, Unique
 void registerMlKernels(KernelRegistry& registry);          // ml.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, TreeEnsemble
+void registerPluginKernels(KernelRegistry& registry);      // plugin_kernel.cc: kiln.Plugin, ops from plugin libraries
 
 }  // namespace kiln

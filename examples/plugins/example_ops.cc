@@ -1,0 +1,151 @@
+// Example kiln plugin: three ops in the domain "com.example", after the
+// reference's custom-op examples (docs/plugins.md walks through it).
+//
+//   Rotate(x, y, angle) -> (x', y')      x' = x cos a - y sin a,
+//                                        y' = x sin a + y cos a
+//       three inputs, two outputs, elementwise and stateless: kiln may run
+//       it in slices on several threads, fold it and merge equal nodes.
+//   AddInPlace(a, b) -> a + b            written over a (num_inplace = 1).
+//   SerializedMatMul(lhs, rhs) -> lhs @ rhs, attribute
+//       serialization_factor: the product is computed in that many slices
+//       of the inner dimension, each accumulated into the output through a
+//       workspace the op asks kiln for (the reference's serialized matmul,
+//       attributes as JSON).
+//
+// Build: c++ -std=c++20 -O2 -fPIC -shared -I<kiln>/include example_ops.cc -o libkiln_example_ops.so
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kiln/plugin.hpp"
+
+namespace {
+
+using kiln::plugin::Attributes;
+using kiln::plugin::Error;
+
+// Every input a float tensor of the first input's shape.
+void requireSameFloatShapes(std::span<const KilnTensorType> inputs, const char* op) {
+  for (const KilnTensorType& input : inputs) {
+    if (input.dtype != KILN_DTYPE_FLOAT) throw Error(std::string(op) + ": inputs must be float32");
+    if (input.rank != inputs[0].rank) throw Error(std::string(op) + ": inputs must have one shape");
+    for (int32_t d = 0; d < input.rank; ++d) {
+      const int64_t a = input.dims[d], b = inputs[0].dims[d];
+      if (a >= 0 && b >= 0 && a != b) throw Error(std::string(op) + ": inputs must have one shape");
+    }
+  }
+}
+
+class Rotate {
+ public:
+  explicit Rotate(const Attributes&) {}
+
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const {
+    requireSameFloatShapes(inputs, "Rotate");
+    outputs[0] = inputs[0];
+    outputs[1] = inputs[0];
+  }
+
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    const uint64_t n = kiln::plugin::elementCount(outputs[0]);
+    const float* x = kiln::plugin::data<const float>(inputs[0]);
+    const float* y = kiln::plugin::data<const float>(inputs[1]);
+    const float* angle = kiln::plugin::data<const float>(inputs[2]);
+    float* x_out = kiln::plugin::data<float>(outputs[0]);
+    float* y_out = kiln::plugin::data<float>(outputs[1]);
+    for (uint64_t i = 0; i < n; ++i) {
+      const float c = std::cos(angle[i]), s = std::sin(angle[i]);
+      x_out[i] = x[i] * c - y[i] * s;
+      y_out[i] = x[i] * s + y[i] * c;
+    }
+  }
+};
+
+class AddInPlace {
+ public:
+  explicit AddInPlace(const Attributes&) {}
+
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const {
+    requireSameFloatShapes(inputs, "AddInPlace");
+    outputs[0] = inputs[0];
+  }
+
+  // outputs[0].data is inputs[0].data: the op updates it.
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    float* a = kiln::plugin::data<float>(outputs[0]);
+    const float* b = kiln::plugin::data<const float>(inputs[1]);
+    const uint64_t n = kiln::plugin::elementCount(outputs[0]);
+    for (uint64_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+};
+
+class SerializedMatMul {
+ public:
+  explicit SerializedMatMul(const Attributes& attributes)
+      : factor_(attributes.getInt("serialization_factor", 1)) {
+    if (factor_ < 1) throw Error("serialization_factor must be 1 or more");
+  }
+
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const {
+    const KilnTensorType& lhs = inputs[0];
+    const KilnTensorType& rhs = inputs[1];
+    if (lhs.dtype != KILN_DTYPE_FLOAT || rhs.dtype != KILN_DTYPE_FLOAT || lhs.rank != 2 || rhs.rank != 2) {
+      throw Error("SerializedMatMul takes two float32 matrices");
+    }
+    if (lhs.dims[1] >= 0 && rhs.dims[0] >= 0 && lhs.dims[1] != rhs.dims[0]) {
+      throw Error("SerializedMatMul: inner dimensions " + std::to_string(lhs.dims[1]) + " and " +
+                  std::to_string(rhs.dims[0]) + " differ");
+    }
+    if (lhs.dims[1] >= 0 && lhs.dims[1] % factor_ != 0) {
+      throw Error("serialization_factor " + std::to_string(factor_) + " does not divide the inner dimension " +
+                  std::to_string(lhs.dims[1]));
+    }
+    outputs[0] = KilnTensorType{};
+    outputs[0].dtype = KILN_DTYPE_FLOAT;
+    outputs[0].rank = 2;
+    outputs[0].dims[0] = lhs.dims[0];
+    outputs[0].dims[1] = rhs.dims[1];
+  }
+
+  // One slice's partial product.
+  uint64_t workspaceBytes(std::span<const KilnTensorType>, std::span<const KilnTensorType> outputs) const {
+    return static_cast<uint64_t>(outputs[0].dims[0] * outputs[0].dims[1]) * sizeof(float);
+  }
+
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs,
+               std::span<std::byte> workspace) const {
+    const int64_t m = inputs[0].dims[0], k = inputs[0].dims[1], n = inputs[1].dims[1];
+    const float* lhs = kiln::plugin::data<const float>(inputs[0]);
+    const float* rhs = kiln::plugin::data<const float>(inputs[1]);
+    float* out = kiln::plugin::data<float>(outputs[0]);
+    auto* partial = reinterpret_cast<float*>(workspace.data());
+    std::memset(out, 0, static_cast<size_t>(m * n) * sizeof(float));
+    const int64_t slice = k / factor_;
+    for (int64_t s = 0; s < factor_; ++s) {
+      std::memset(partial, 0, static_cast<size_t>(m * n) * sizeof(float));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = s * slice; p < (s + 1) * slice; ++p) {
+          const float a = lhs[i * k + p];
+          for (int64_t j = 0; j < n; ++j) partial[i * n + j] += a * rhs[p * n + j];
+        }
+      }
+      for (int64_t i = 0; i < m * n; ++i) out[i] += partial[i];
+    }
+  }
+
+ private:
+  int64_t factor_;
+};
+
+}  // namespace
+
+KILN_PLUGIN_API_LEVEL_NEEDED(1);
+
+KILN_PLUGIN_REGISTER(host) {
+  kiln::plugin::addOp<Rotate>(host, {.domain = "com.example", .name = "Rotate", .min_inputs = 3, .max_inputs = 3,
+                                     .min_outputs = 2, .max_outputs = 2, .elementwise = true, .stateless = true});
+  kiln::plugin::addOp<AddInPlace>(host, {.domain = "com.example", .name = "AddInPlace", .min_inputs = 2,
+                                         .max_inputs = 2, .num_inplace = 1});
+  kiln::plugin::addOp<SerializedMatMul>(host, {.domain = "com.example", .name = "SerializedMatMul", .min_inputs = 2,
+                                               .max_inputs = 2, .stateless = true});
+}
