@@ -117,14 +117,19 @@ class Attributes {
 
   bool has(const std::string& key) const { return values_.count(key) != 0; }
 
+  // The keys present, sorted (to refuse ones the op does not know).
+  std::vector<std::string> keys() const {
+    std::vector<std::string> result;
+    for (const auto& entry : values_) result.push_back(entry.first);
+    return result;
+  }
+
   int64_t getInt(const std::string& key, int64_t fallback) const {
     const Value* value = find(key);
     if (value == nullptr) return fallback;
     const double* number = std::get_if<double>(value);
-    if (number == nullptr || *number != static_cast<double>(static_cast<int64_t>(*number))) {
-      throw Error("attribute '" + key + "' is not an integer");
-    }
-    return static_cast<int64_t>(*number);
+    if (number == nullptr) throw Error("attribute '" + key + "' is not an integer");
+    return toInt(*number, key);
   }
   double getFloat(const std::string& key, double fallback) const {
     const Value* value = find(key);
@@ -147,12 +152,7 @@ class Attributes {
   std::vector<int64_t> getInts(const std::string& key, const std::vector<int64_t>& fallback) const {
     if (find(key) == nullptr) return fallback;
     std::vector<int64_t> result;
-    for (double number : getFloats(key, {})) {
-      if (number != static_cast<double>(static_cast<int64_t>(number))) {
-        throw Error("attribute '" + key + "' is not a list of integers");
-      }
-      result.push_back(static_cast<int64_t>(number));
-    }
+    for (double number : getFloats(key, {})) result.push_back(toInt(number, key));
     return result;
   }
   std::vector<std::string> getStrings(const std::string& key, const std::vector<std::string>& fallback) const {
@@ -163,6 +163,14 @@ class Attributes {
   }
 
  private:
+  // A whole number in int64's range (JSON numbers arrive as doubles).
+  static int64_t toInt(double number, const std::string& key) {
+    if (!(number >= -9007199254740992.0 && number <= 9007199254740992.0) ||
+        number != static_cast<double>(static_cast<int64_t>(number))) {
+      throw Error("attribute '" + key + "' is not an integer (of at most 2^53 in magnitude)");
+    }
+    return static_cast<int64_t>(number);
+  }
   const Value* find(const std::string& key) const {
     const auto it = values_.find(key);
     return it == values_.end() ? nullptr : &it->second;

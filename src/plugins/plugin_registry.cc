@@ -114,6 +114,11 @@ int registerOp(void* context, const KilnOp* op, char* error, size_t capacity) {
 
 }  // namespace
 
+std::string refusalOf(const KilnOp* op) {
+  PluginOp scratch;
+  return acceptOp(op, scratch);
+}
+
 std::string PluginOp::describe() const {
   return fmt::format("{}.{} (plugin {})", domain, name, library == nullptr ? "?" : library->name);
 }

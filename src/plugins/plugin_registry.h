@@ -79,6 +79,12 @@ class PluginRegistry {
   std::vector<std::unique_ptr<PluginOp>> ops_;
 };
 
+// Why registration would refuse `op` ("" when it would accept it): the
+// checks register_op makes of one op, without registering it. Reads no
+// byte of *op past op->struct_size, and no string unless the struct holds
+// it. (For the fuzz target and tests.)
+std::string refusalOf(const KilnOp* op);
+
 // XXH3-64 of a file's bytes; throws UsageError when it cannot be read.
 uint64_t hashFile(const std::filesystem::path& path);
 

@@ -137,5 +137,14 @@ TEST_F(MisbehavingPluginTest, AWrongNumberOfInputsIsRefusedAtCompileTime) {
               AllOf(HasSubstr("com.test.Double"), HasSubstr("takes 1 to 1 inputs")));
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// kiln cannot stop native code from writing where it should not; what it
+// promises is that its sanitizer builds catch it (docs/plugins.md).
+TEST_F(MisbehavingPluginTest, WritingPastAnOutputIsCaughtUnderAddressSanitizer) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(runOne("com.test", "WritesPastEnd"), "heap-buffer-overflow");
+}
+#endif
+
 }  // namespace
 }  // namespace kiln

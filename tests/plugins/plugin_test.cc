@@ -19,6 +19,7 @@
 #include "kiln/package_reader.h"
 #include "kiln/plugins.h"
 #include "tests/runtime/runtime_test_models.h"
+#include "tests/support/allocation_counter.h"
 
 namespace kiln {
 namespace {
@@ -189,6 +190,30 @@ TEST_F(PluginTest, ExampleOpsRunWithRunTimeShapes) {
     expectNear(out, d.out);
     expectNear(yr, d.yr);
   }
+}
+
+// Running plugin steps allocates nothing: the operands are built on the
+// stack and the workspace is planned with the model's memory.
+TEST_F(PluginTest, RunningPluginStepsDoesNotAllocate) {
+  TempPackage package("plugins_alloc");
+  writeExampleModel(package.path());
+  const ExampleData d = exampleData(kRows, 5);
+  Executor executor(package.path());
+  std::vector<float> out(d.out.size()), yr(d.yr.size());
+  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(d.x.data()),
+                               reinterpret_cast<const std::byte*>(d.y.data()),
+                               reinterpret_cast<const std::byte*>(d.a.data()),
+                               reinterpret_cast<const std::byte*>(d.w.data())};
+  std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
+  executor.run(inputs, outputs);
+  testing::startCountingAllocations();
+  for (int i = 0; i < 100; ++i) executor.run(inputs, outputs);
+  const testing::AllocationCount count = testing::stopCountingAllocations();
+  EXPECT_EQ(count.news, 0u);
+  if (testing::countsMallocs()) {
+    EXPECT_EQ(count.mallocs, 0u);
+  }
+  expectNear(out, d.out);
 }
 
 // In place: the sum is written over relu(x) when nothing else reads it

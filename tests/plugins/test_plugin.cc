@@ -19,6 +19,8 @@
 //   Fails(x) -> compute returns an error
 //   Throws(x) -> compute throws (the wrapper reports it)
 //   NeedsPositiveScale(x), attribute scale > 0 (create refuses others) -> x * scale
+//   WritesPastEnd(x) -> writes one element past its output (a plugin bug
+//                       that AddressSanitizer builds must catch)
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -121,6 +123,17 @@ class Throws {
   }
 };
 
+class WritesPastEnd {
+ public:
+  explicit WritesPastEnd(const Attributes&) {}
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const { outputs[0] = inputs[0]; }
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    const uint64_t n = kiln::plugin::elementCount(outputs[0]);
+    volatile float* y = kiln::plugin::data<float>(outputs[0]);
+    for (uint64_t i = 0; i <= n; ++i) y[i] = kiln::plugin::data<const float>(inputs[0])[0];
+  }
+};
+
 class NeedsPositiveScale {
  public:
   explicit NeedsPositiveScale(const Attributes& attributes) : scale_(static_cast<float>(attributes.getFloat("scale", 1))) {
@@ -182,6 +195,7 @@ KILN_PLUGIN_REGISTER(host) {
   kiln::plugin::addOp<BadDType>(host, {.domain = "com.test", .name = "BadDType"});
   kiln::plugin::addOp<Throws>(host, {.domain = "com.test", .name = "Throws"});
   kiln::plugin::addOp<NeedsPositiveScale>(host, {.domain = "com.test", .name = "NeedsPositiveScale"});
+  kiln::plugin::addOp<WritesPastEnd>(host, {.domain = "com.test", .name = "WritesPastEnd"});
 #endif
 }
 #endif
