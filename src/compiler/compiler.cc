@@ -23,6 +23,7 @@
 #include "passes/conv_fusion.h"
 #include "passes/common_subexpression.h"
 #include "passes/constant_folding.h"
+#include "passes/expression_expansion.h"
 #include "passes/float16_in_float32.h"
 #include "passes/activation_quantization.h"
 #include "passes/global_pool_rewrite.h"
@@ -988,6 +989,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
   // infers types (ops/plugin_ops.cc infers them through the plugin).
   bindPluginOps(graph, opsets);
+  // kiln.Expression nodes become the ONNX operators they are written with.
+  expandExpressions(graph, opsets.contains("") ? opsets.at("") : 1);
   if (options.float16_in_float32) computeFloat16InFloat32(graph);
   size_t int8_matmuls = 0;
   if (options.quantize_activations) {
