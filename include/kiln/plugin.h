@@ -124,7 +124,7 @@ typedef struct KilnOp {
   /* Optional: builds the per-node state from the node's attributes, given
    * as one JSON object ({"axis": 1, "scale": 0.5, "mode": "x", "sizes":
    * [1, 2]}), once per node when a model is compiled or loaded, never per
-   * call. Without it the state is NULL. */
+   * call. Without it the state is op_data (below). */
   int (*create)(const char* attributes_json, void** state, char* error, size_t error_capacity);
   /* Optional: frees what create made. */
   void (*destroy)(void* state);
@@ -146,6 +146,11 @@ typedef struct KilnOp {
   int32_t is_stateless;   /* outputs depend only on inputs and attributes:
                              only then may kiln fold it on constants or merge
                              two equal nodes (ops are stateful by default) */
+
+  /* Optional: the state of every node of the op when it has no `create`
+   * (one function serving several ops, a host callback's closure). kiln
+   * never frees it. */
+  void* op_data;
 } KilnOp;
 
 /* The size of a KilnOp with the required fields only. */

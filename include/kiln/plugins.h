@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/plugin.h"
+
 namespace kiln {
 
 struct LoadedPlugin {
@@ -32,5 +34,14 @@ LoadedPlugin loadPlugin(const std::filesystem::path& path);
 
 // The libraries loaded so far.
 std::vector<LoadedPlugin> loadedPlugins();
+
+// Registers a host function as an op of this process: a node of
+// `op.domain`.`op.name` in a model then calls `op.compute` on the host in
+// the middle of the program (on a device with its own memory, on the
+// step's tensors in host memory). `op.op_data` is the function's state when
+// it has no create(). The same checks as a library's ops (UsageError). A
+// package that uses it records it; loading the package in a process that
+// has not registered it fails when its step is prepared.
+void registerHostOp(const KilnOp& op);
 
 }  // namespace kiln

@@ -19,8 +19,45 @@ import numpy as np
 from ._kiln import DeviceRunner, DynamicExecutor, Error, Executor, StepTrace, is_graph_package, package_target
 from ._kiln import compile as _compile
 from ._kiln import load_plugin as _load_plugin
+from ._kiln import register_host_op as _register_host_op
 
-__all__ = ["Error", "Runner", "compile", "load_plugin"]
+__all__ = ["Error", "Runner", "compile", "load_plugin", "register_host_op"]
+
+
+def register_host_op(domain: str, name: str, function, *, inputs=1, outputs: int = 1, infer=None) -> None:
+    """Registers a Python function as the op `domain`.`name` of this process
+    (docs/plugins.md, "Host callback ops"): a node of that op in a model
+    calls `function(*input_arrays)` on the host in the middle of the program
+    and writes what it returns (one array, or a tuple of `outputs` arrays)
+    into the step's outputs, converted to their dtype; the shapes must be the
+    inferred ones. `inputs`: a count, or (min, max). `infer(types)` gets
+    [(numpy dtype, shape)] (-1 for unknown dimensions) and returns one
+    (dtype, shape) per output; without it, every output has the first
+    input's type. The input arrays are read-only views valid during the call
+    only. Register before compiling and before loading a package that uses
+    the op; kiln.Error when the name is taken or refused."""
+    low, high = (inputs, inputs) if isinstance(inputs, int) else inputs
+
+    def call(input_views, output_views):
+        arrays = [view.view(_NUMPY_DTYPES[dtype]).reshape(tuple(shape)) for view, shape, dtype in input_views]
+        results = function(*arrays)
+        if not isinstance(results, (tuple, list)):
+            results = (results,)
+        if len(results) != len(output_views):
+            raise Error(f"{domain}.{name} returned {len(results)} arrays for {len(output_views)} outputs")
+        for i, (result, (view, shape, dtype)) in enumerate(zip(results, output_views)):
+            result = np.asarray(result)
+            if tuple(result.shape) != tuple(shape):
+                raise Error(f"{domain}.{name} returned shape {tuple(result.shape)} for output {i}, "
+                            f"expected {tuple(shape)}")
+            view.view(_NUMPY_DTYPES[dtype]).reshape(tuple(shape))[...] = result
+
+    def infer_types(types, count):
+        named = [(np.dtype(_NUMPY_DTYPES[dtype]), tuple(shape)) for dtype, shape in types]
+        result = infer(named) if infer is not None else [named[0]] * count
+        return [(_DTYPE_NAMES[np.dtype(dtype)], [int(d) for d in shape]) for dtype, shape in result]
+
+    _register_host_op(domain, name, int(low), int(high), int(outputs), call, infer_types)
 
 
 def load_plugin(path) -> dict:
@@ -45,6 +82,7 @@ _NUMPY_DTYPES = {
 }
 # The ml_dtypes types, which the bindings (numpy's own types only) receive
 # as views of their bits.
+_DTYPE_NAMES = {np.dtype(t): name for name, t in _NUMPY_DTYPES.items()}
 _BIT_VIEWS = {np.dtype(t) for t in _NUMPY_DTYPES.values() if np.dtype(t).type.__module__.startswith("ml_dtypes")}
 
 

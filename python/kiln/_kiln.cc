@@ -4,6 +4,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -258,6 +259,120 @@ nb::dict pluginDict(const kiln::LoadedPlugin& plugin) {
   return d;
 }
 
+// A Python host function as an op (kiln.register_host_op): its KilnOp's
+// op_data. `call(inputs, outputs)` gets each tensor as (uint8 view, shape,
+// dtype name), the views valid during the call only; `infer(types)` gets
+// and returns [(dtype name, shape)], with -1 for unknown dimensions.
+struct HostFunction {
+  nb::object call;
+  nb::object infer;
+  std::string domain, name;  // kept alive: the KilnOp points at them
+};
+
+void writeError(char* error, size_t capacity, const std::string& message) {
+  if (error != nullptr && capacity > 0) std::snprintf(error, capacity, "%s", message.c_str());
+}
+
+nb::list pythonTensors(const KilnTensor* tensors, int32_t count, bool writable) {
+  nb::list list;
+  for (int32_t i = 0; i < count; ++i) {
+    const KilnTensor& t = tensors[i];
+    const auto dtype = static_cast<kiln::DType>(t.dtype);
+    std::vector<int64_t> shape(t.dims, t.dims + t.rank);
+    uint64_t elements = 1;
+    for (int64_t d : shape) elements *= static_cast<uint64_t>(d);
+    const size_t bytes = static_cast<size_t>(elements * kiln::dtypeSize(dtype));
+    nb::object array;
+    if (writable) {
+      // By reference: without an owner nanobind would hand Python a copy.
+      array = nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(t.data, {bytes}, nb::handle()),
+                       nb::rv_policy::reference);
+    } else {
+      array = nb::cast(nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(t.data, {bytes}, nb::handle()),
+                       nb::rv_policy::reference);
+    }
+    list.append(nb::make_tuple(array, shape, std::string(kiln::dtypeName(dtype))));
+  }
+  return list;
+}
+
+int hostInfer(const void* state, const KilnTensorType* inputs, int32_t input_count, KilnTensorType* outputs,
+              int32_t output_count, char* error, size_t capacity) {
+  const auto* function = static_cast<const HostFunction*>(state);
+  nb::gil_scoped_acquire gil;
+  try {
+    nb::list types;
+    for (int32_t i = 0; i < input_count; ++i) {
+      std::vector<int64_t> dims(inputs[i].dims, inputs[i].dims + std::max(inputs[i].rank, 0));
+      types.append(nb::make_tuple(std::string(kiln::dtypeName(static_cast<kiln::DType>(inputs[i].dtype))), dims));
+    }
+    const nb::object result = function->infer(types, output_count);
+    const auto inferred = nb::cast<std::vector<std::pair<std::string, std::vector<int64_t>>>>(result);
+    if (inferred.size() != static_cast<size_t>(output_count)) {
+      writeError(error, capacity, fmt::format("infer returned {} types for {} outputs", inferred.size(), output_count));
+      return 1;
+    }
+    for (int32_t i = 0; i < output_count; ++i) {
+      const auto dtype = kiln::dtypeFromName(inferred[i].first);
+      if (!dtype || inferred[i].second.size() > KILN_PLUGIN_MAX_RANK) {
+        writeError(error, capacity, fmt::format("infer returned the type ({}, rank {})", inferred[i].first,
+                                                inferred[i].second.size()));
+        return 1;
+      }
+      outputs[i].dtype = static_cast<int32_t>(*dtype);
+      outputs[i].rank = static_cast<int32_t>(inferred[i].second.size());
+      for (size_t d = 0; d < inferred[i].second.size(); ++d) outputs[i].dims[d] = inferred[i].second[d];
+    }
+    return 0;
+  } catch (const nb::python_error& e) {
+    writeError(error, capacity, nb::cast<std::string>(nb::str("{}: {}").format(e.type().attr("__name__"), e.value())));
+    return 1;
+  } catch (const std::exception& e) {
+    writeError(error, capacity, e.what());
+    return 1;
+  }
+}
+
+int hostCompute(const void* state, const KilnTensor* inputs, int32_t input_count, KilnTensor* outputs,
+                int32_t output_count, void*, uint64_t, char* error, size_t capacity) {
+  const auto* function = static_cast<const HostFunction*>(state);
+  nb::gil_scoped_acquire gil;
+  try {
+    function->call(pythonTensors(inputs, input_count, false), pythonTensors(outputs, output_count, true));
+    return 0;
+  } catch (const nb::python_error& e) {
+    // The exception's type and message, not the whole traceback.
+    writeError(error, capacity, nb::cast<std::string>(nb::str("{}: {}").format(e.type().attr("__name__"), e.value())));
+    return 1;
+  } catch (const std::exception& e) {
+    writeError(error, capacity, e.what());
+    return 1;
+  }
+}
+
+void registerPythonHostOp(const std::string& domain, const std::string& name, int32_t min_inputs, int32_t max_inputs,
+                          int32_t outputs, nb::object call, nb::object infer) {
+  // Registered ops live as long as the process: so does their function.
+  auto* function = new HostFunction{std::move(call), std::move(infer), domain, name};
+  KilnOp op{};
+  op.struct_size = sizeof(KilnOp);
+  op.domain = function->domain.c_str();
+  op.name = function->name.c_str();
+  op.since_version = 1;
+  op.min_inputs = min_inputs;
+  op.max_inputs = max_inputs;
+  op.min_outputs = op.max_outputs = outputs;
+  op.infer = &hostInfer;
+  op.compute = &hostCompute;
+  op.op_data = function;
+  try {
+    kiln::registerHostOp(op);
+  } catch (...) {
+    delete function;
+    throw;
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_kiln, m) {
@@ -268,6 +383,8 @@ NB_MODULE(_kiln, m) {
         nb::arg("tf32") = false, nb::arg("fp16") = false, nb::arg("bf16") = false);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
+  m.def("register_host_op", &registerPythonHostOp, nb::arg("domain"), nb::arg("name"), nb::arg("min_inputs"),
+        nb::arg("max_inputs"), nb::arg("outputs"), nb::arg("call"), nb::arg("infer"));
   nb::class_<DeviceRunner>(m, "DeviceRunner")
       .def(nb::init<const std::string&, const std::string&, const std::string&, bool>(), nb::arg("path"),
            nb::arg("model"), nb::arg("device"), nb::arg("flush_denormals") = true)

@@ -58,6 +58,7 @@ std::vector<PackagePlugin> packagePlugins(const std::map<std::string, std::strin
 void loadPackagePlugins(const std::map<std::string, std::string>& options, const std::filesystem::path& package,
                         bool check_hash) {
   for (const PackagePlugin& plugin : packagePlugins(options)) {
+    if (plugin.name == kHostLibrary) continue;  // registered by the application, checked per step
     const PluginLibrary* library = PluginRegistry::global().findLibrary(plugin.name);
     if (library == nullptr) {
       const auto folders = searchPath(package);

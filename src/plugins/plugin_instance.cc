@@ -37,7 +37,10 @@ TensorInfo tensorInfoOf(const KilnTensorType& type) {
 }
 
 PluginInstance::PluginInstance(const PluginOp& op, const std::string& attributes_json) : op_(op) {
-  if (op.abi.create == nullptr) return;
+  if (op.abi.create == nullptr) {
+    state_ = op.abi.op_data;  // not owned: destroy() is for what create made
+    return;
+  }
   char error[512] = {0};
   void* state = nullptr;
   if (op.abi.create(attributes_json.c_str(), &state, error, sizeof error) != 0) {
@@ -47,7 +50,7 @@ PluginInstance::PluginInstance(const PluginOp& op, const std::string& attributes
 }
 
 PluginInstance::~PluginInstance() {
-  if (op_.abi.destroy != nullptr && state_ != nullptr) op_.abi.destroy(state_);
+  if (op_.abi.create != nullptr && op_.abi.destroy != nullptr && state_ != nullptr) op_.abi.destroy(state_);
 }
 
 void PluginInstance::fail(const std::string& what) const { throw UsageError(op_.describe() + ": " + what); }

@@ -33,7 +33,7 @@ std::string messageOf(char* buffer, size_t capacity) {
 
 // What one registration collects before it is committed.
 struct Registration {
-  PluginLibrary* library = nullptr;
+  const PluginLibrary* library = nullptr;
   const PluginRegistry* registry = nullptr;
   std::vector<std::unique_ptr<PluginOp>> ops;
   std::string error;  // the first refused op's reason
@@ -243,6 +243,29 @@ std::vector<std::string> PluginRegistry::opsOf(const PluginLibrary& library) con
   }
   return names;
 }
+
+const PluginOp& PluginRegistry::registerHostOp(const KilnOp& op) {
+  std::lock_guard serial(load_mutex_);
+  const PluginLibrary* host = findLibrary(kHostLibrary);
+  if (host == nullptr) {
+    auto library = std::make_unique<PluginLibrary>();
+    library->name = kHostLibrary;
+    library->api_level = KILN_PLUGIN_API_LEVEL;
+    std::unique_lock lock(mutex_);
+    libraries_.push_back(std::move(library));
+    host = libraries_.back().get();
+  }
+  Registration registration{.library = host, .registry = this, .ops = {}, .error = {}};
+  char error[512] = {0};
+  if (registerOp(&registration, &op, error, sizeof error) != 0) {
+    throw UsageError("host function refused: " + registration.error);
+  }
+  std::unique_lock lock(mutex_);
+  ops_.push_back(std::move(registration.ops.front()));
+  return *ops_.back();
+}
+
+void registerHostOp(const KilnOp& op) { PluginRegistry::global().registerHostOp(op); }
 
 LoadedPlugin loadPlugin(const std::filesystem::path& path) {
   const PluginLibrary& library = PluginRegistry::global().load(path);

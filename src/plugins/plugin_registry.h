@@ -28,6 +28,10 @@
 
 namespace kiln {
 
+// The "library" of host functions, registered by the application itself
+// (kiln::registerHostOp, kiln.register_host_op) rather than loaded.
+inline constexpr const char* kHostLibrary = "<host>";
+
 struct PluginLibrary {
   std::string name;  // the file name, which packages refer to
   std::filesystem::path path;
@@ -68,6 +72,11 @@ class PluginRegistry {
   const PluginLibrary* findLibrary(std::string_view name) const;
 
   std::vector<const PluginLibrary*> libraries() const;
+
+  // Registers `op` as a host function of this process (no library): its
+  // library is kHostLibrary. The same checks as a library's ops; UsageError
+  // naming the reason when refused.
+  const PluginOp& registerHostOp(const KilnOp& op);
 
   // "domain.name" of each op `library` registered.
   std::vector<std::string> opsOf(const PluginLibrary& library) const;

@@ -192,6 +192,53 @@ TEST_F(PluginTest, ExampleOpsRunWithRunTimeShapes) {
   }
 }
 
+// A host function registered by the application in C++: its op_data is
+// the state compute sees; the package records it as the host's.
+struct HostScale {
+  float factor;
+};
+int hostScaleInfer(const void*, const KilnTensorType* inputs, int32_t, KilnTensorType* outputs, int32_t, char*, size_t) {
+  outputs[0] = inputs[0];
+  return 0;
+}
+int hostScaleCompute(const void* state, const KilnTensor* inputs, int32_t, KilnTensor* outputs, int32_t, void*, uint64_t,
+                     char*, size_t) {
+  const float factor = static_cast<const HostScale*>(state)->factor;
+  const auto* x = static_cast<const float*>(inputs[0].data);
+  auto* y = static_cast<float*>(outputs[0].data);
+  for (int64_t i = 0; i < inputs[0].dims[0]; ++i) y[i] = x[i] * factor;
+  return 0;
+}
+
+TEST_F(PluginTest, HostFunctionsRegisteredInCppRunWithTheirOpData) {
+  static HostScale three{3.0f};
+  KilnOp op{};
+  op.struct_size = sizeof op;
+  op.domain = "com.host";
+  op.name = "Scale";
+  op.since_version = 1;
+  op.min_inputs = op.max_inputs = op.min_outputs = op.max_outputs = 1;
+  op.infer = &hostScaleInfer;
+  op.compute = &hostScaleCompute;
+  op.op_data = &three;
+  registerHostOp(op);
+  EXPECT_THROW(registerHostOp(op), UsageError);  // the name is taken
+
+  Graph g;
+  const ValueId x = g.addInput("x", ValueType::tensor(DType::kF32, {4}));
+  g.addOutput(g.node(g.addNode("Scale", {x}, {"y"}, {}, "com.host")).outputs[0]);
+  TempPackage package("host_op");
+  compile(g, {{"", 17}, {"com.host", 1}}, package.path());
+  EXPECT_TRUE(PackageReader(package.path()).metadata().front()->metadata().options.contains("plugin.<host>"));
+  Executor executor(package.path());
+  const std::vector<float> in = {1, 2, -3, 0.5f};
+  std::vector<float> y(4);
+  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(in.data())};
+  std::byte* outputs[] = {reinterpret_cast<std::byte*>(y.data())};
+  executor.run(inputs, outputs);
+  EXPECT_EQ(y, (std::vector<float>{3, 6, -9, 1.5f}));
+}
+
 // Running plugin steps allocates nothing: the operands are built on the
 // stack and the workspace is planned with the model's memory.
 TEST_F(PluginTest, RunningPluginStepsDoesNotAllocate) {

@@ -42,6 +42,11 @@ std::unique_ptr<KernelState> preparePlugin(const KernelSetup& setup) {
   const int64_t version = setup.params.getInt("plugin_version", 1);
   const std::string library = setup.params.getString("plugin_library", "");
   const PluginOp* op = PluginRegistry::global().findOp(domain, name, version);
+  if (op == nullptr && library == kHostLibrary) {
+    throw UsageError(fmt::format("the model calls host function {}.{}, which this process has not registered "
+                                 "(kiln::registerHostOp, kiln.register_host_op)",
+                                 domain, name));
+  }
   if (op == nullptr) {
     throw UsageError(fmt::format("the model uses op {}.{} from plugin library '{}', which is not loaded (kiln loads "
                                  "the libraries a package names from KILN_PLUGIN_PATH or the package's folder)",
