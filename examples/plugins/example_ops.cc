@@ -11,6 +11,10 @@
 //       of the inner dimension, each accumulated into the output through a
 //       workspace the op asks kiln for (the reference's serialized matmul,
 //       attributes as JSON).
+//   Swish(x) -> x * sigmoid(beta * x), attribute beta (default 1): a
+//       composite op, built from ONNX's Mul and Sigmoid; kiln fuses the body
+//       with its neighbours into one elementwise step, and the package needs
+//       no plugin at run time. It declares SwishGrad as its gradient op.
 //
 // Build: c++ -std=c++20 -O2 -fPIC -shared -I<kiln>/include example_ops.cc -o libkiln_example_ops.so
 #include <cmath>
@@ -137,6 +141,20 @@ class SerializedMatMul {
   int64_t factor_;
 };
 
+class Swish {
+ public:
+  explicit Swish(const Attributes& attributes) : beta_(attributes.getFloat("beta", 1.0)) {}
+
+  std::vector<int32_t> build(kiln::plugin::Builder& body, std::span<const int32_t> inputs) const {
+    const int32_t x = inputs[0];
+    const int32_t scaled = beta_ == 1.0 ? x : body.add("Mul", {x, body.constant(static_cast<float>(beta_))});
+    return {body.add("Mul", {x, body.add("Sigmoid", {scaled})})};
+  }
+
+ private:
+  double beta_;
+};
+
 }  // namespace
 
 KILN_PLUGIN_API_LEVEL_NEEDED(1);
@@ -148,4 +166,6 @@ KILN_PLUGIN_REGISTER(host) {
                                          .max_inputs = 2, .num_inplace = 1});
   kiln::plugin::addOp<SerializedMatMul>(host, {.domain = "com.example", .name = "SerializedMatMul", .min_inputs = 2,
                                                .max_inputs = 2, .stateless = true});
+  kiln::plugin::addOp<Swish>(host, {.domain = "com.example", .name = "Swish", .stateless = true,
+                                    .gradient_op = "SwishGrad"});
 }

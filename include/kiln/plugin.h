@@ -95,7 +95,46 @@ typedef struct KilnTensor {
   const int64_t* dims;
 } KilnTensor;
 
-/* One operator. The fields up to `compute` are required; the ones after it
+/* One attribute of a node a composite op builds. `kind` says which member
+ * holds the value; `count` is the length of a list. */
+enum {
+  KILN_ATTRIBUTE_INT = 1,
+  KILN_ATTRIBUTE_FLOAT = 2,
+  KILN_ATTRIBUTE_STRING = 3,
+  KILN_ATTRIBUTE_INTS = 4,
+  KILN_ATTRIBUTE_FLOATS = 5
+};
+typedef struct KilnAttribute {
+  const char* name;
+  int32_t kind;
+  int32_t count;
+  int64_t i;
+  double f;
+  const char* s;
+  const int64_t* ints;
+  const double* floats;
+} KilnAttribute;
+
+/* What a composite op's build() adds its body with. Values are ids: the
+ * op's inputs are 0..input_count-1; every node and constant added gets the
+ * next ones. */
+typedef struct KilnGraphBuilder {
+  uint32_t struct_size; /* sizeof(KilnGraphBuilder) in kiln's header */
+  void* context;
+  /* Adds a node of an operator kiln knows (`domain` "" for ONNX's, at the
+   * model's opset) reading `inputs`; writes the ids of its `output_count`
+   * outputs into `outputs`. */
+  int (*add_node)(void* context, const char* domain, const char* op_type, const int32_t* inputs, int32_t input_count,
+                  const KilnAttribute* attributes, int32_t attribute_count, int32_t* outputs, int32_t output_count,
+                  char* error, size_t error_capacity);
+  /* Adds a constant tensor of `type` (static) from `data` (its bytes, copied);
+   * writes its id into `value`. */
+  int (*add_constant)(void* context, const KilnTensorType* type, const void* data, int32_t* value, char* error,
+                      size_t error_capacity);
+} KilnGraphBuilder;
+
+/* One operator. The fields up to `compute` are required (infer and compute
+ * may be NULL for a composite op, which sets `build`); the ones after it
  * are optional (0 / NULL when absent), and a struct_size that stops before
  * any of them means the plugin's header did not have it: kiln takes the
  * default. */
@@ -151,9 +190,28 @@ typedef struct KilnOp {
    * (one function serving several ops, a host callback's closure). kiln
    * never frees it. */
   void* op_data;
+
+  /* Optional, instead of infer and compute (which may then be NULL): a
+   * composite op. kiln calls build once per node, before type inference,
+   * and the node becomes the body it builds from operators kiln knows;
+   * the compiler infers, fuses and plans through it like through the
+   * model's own nodes, and the package needs no library at run time.
+   * Writes the ids of the op's outputs into `outputs`. */
+  int (*build)(const void* state, const KilnGraphBuilder* builder, const int32_t* inputs, int32_t input_count,
+               int32_t* outputs, int32_t output_count, char* error, size_t error_capacity);
+
+  /* Optional: the op that computes this one's gradients (the reference's
+   * <op>_grad), in the same domain, and the reference's
+   * separate_gradients: 0, one gradient op computes the partial
+   * derivatives for every input; 1, it computes one, for the input index
+   * given as its attribute input_grad_index. Declared and kept with the
+   * op (training is not built yet). */
+  const char* gradient_op;
+  int32_t separate_gradients;
 } KilnOp;
 
-/* The size of a KilnOp with the required fields only. */
+/* The size of a KilnOp with the required fields only (a composite op
+ * also needs `build`). */
 #define KILN_OP_MIN_SIZE (offsetof(KilnOp, compute) + sizeof(void*))
 
 /* What kiln hands kiln_plugin_register. */

@@ -13,6 +13,10 @@
 // Any of them may throw: the wrapper turns the exception into the ABI's
 // error message, which kiln reports with the plugin's and op's names.
 //
+// A composite op instead has
+//   std::vector<int32_t> build(kiln::plugin::Builder& body, std::span<const int32_t> inputs) const;
+// which builds the op from operators kiln knows and returns its outputs' ids.
+//
 // A library registers its ops in one function:
 //
 //   KILN_PLUGIN_API_LEVEL_NEEDED(1);
@@ -277,6 +281,77 @@ T* data(const KilnTensor& tensor) {
   return static_cast<T*>(tensor.data);
 }
 
+// Attributes of the nodes a composite op builds.
+inline KilnAttribute intAttribute(const char* name, int64_t value) {
+  KilnAttribute a{};
+  a.name = name;
+  a.kind = KILN_ATTRIBUTE_INT;
+  a.i = value;
+  return a;
+}
+inline KilnAttribute floatAttribute(const char* name, double value) {
+  KilnAttribute a{};
+  a.name = name;
+  a.kind = KILN_ATTRIBUTE_FLOAT;
+  a.f = value;
+  return a;
+}
+inline KilnAttribute stringAttribute(const char* name, const char* value) {
+  KilnAttribute a{};
+  a.name = name;
+  a.kind = KILN_ATTRIBUTE_STRING;
+  a.s = value;
+  return a;
+}
+inline KilnAttribute intsAttribute(const char* name, const std::vector<int64_t>& values) {
+  KilnAttribute a{};
+  a.name = name;
+  a.kind = KILN_ATTRIBUTE_INTS;
+  a.count = static_cast<int32_t>(values.size());
+  a.ints = values.data();  // `values` must outlive the add() call
+  return a;
+}
+
+// A composite op's body, built through kiln's KilnGraphBuilder: values are
+// ids, the op's inputs first.
+class Builder {
+ public:
+  explicit Builder(const KilnGraphBuilder* builder) : builder_(builder) {}
+
+  // A node of an operator kiln knows (domain "" for ONNX's); its outputs.
+  std::vector<int32_t> node(const std::string& op_type, const std::vector<int32_t>& inputs,
+                            const std::vector<KilnAttribute>& attributes = {}, size_t outputs = 1,
+                            const std::string& domain = "") {
+    std::vector<int32_t> ids(outputs, -1);
+    char error[512] = {0};
+    if (builder_->add_node(builder_->context, domain.c_str(), op_type.c_str(), inputs.data(),
+                           static_cast<int32_t>(inputs.size()), attributes.data(),
+                           static_cast<int32_t>(attributes.size()), ids.data(), static_cast<int32_t>(outputs), error,
+                           sizeof error) != 0) {
+      throw Error(error);
+    }
+    return ids;
+  }
+  // The one output of a node.
+  int32_t add(const std::string& op_type, const std::vector<int32_t>& inputs,
+              const std::vector<KilnAttribute>& attributes = {}) {
+    return node(op_type, inputs, attributes).front();
+  }
+  // A float32 scalar constant.
+  int32_t constant(float value) {
+    KilnTensorType type{};
+    type.dtype = KILN_DTYPE_FLOAT;
+    type.rank = 0;
+    int32_t id = -1;
+    char error[512] = {0};
+    if (builder_->add_constant(builder_->context, &type, &value, &id, error, sizeof error) != 0) throw Error(error);
+    return id;
+  }
+
+ private:
+  const KilnGraphBuilder* builder_;
+};
+
 // What addOp registers besides the op's class.
 struct OpSpec {
   const char* domain = nullptr;
@@ -288,6 +363,9 @@ struct OpSpec {
   uint32_t num_inplace = 0;
   bool elementwise = false;
   bool stateless = false;
+  // The gradient op (the reference's <op>_grad) and separate_gradients.
+  const char* gradient_op = nullptr;
+  bool separate_gradients = false;
 };
 
 namespace detail {
@@ -320,6 +398,20 @@ uint64_t workspaceBytes(const void* state, const KilnTensorType* inputs, int32_t
   }
 }
 template <typename Op>
+int build(const void* state, const KilnGraphBuilder* builder, const int32_t* inputs, int32_t input_count,
+          int32_t* outputs, int32_t output_count, char* error, size_t capacity) {
+  return guarded(error, capacity, [&] {
+    Builder body(builder);
+    const std::vector<int32_t> results = static_cast<const Op*>(state)->build(
+        body, std::span<const int32_t>(inputs, static_cast<size_t>(input_count)));
+    if (results.size() != static_cast<size_t>(output_count)) {
+      throw Error("build returned " + std::to_string(results.size()) + " outputs for " + std::to_string(output_count));
+    }
+    for (size_t i = 0; i < results.size(); ++i) outputs[i] = results[i];
+  });
+}
+
+template <typename Op>
 int compute(const void* state, const KilnTensor* inputs, int32_t input_count, KilnTensor* outputs,
             int32_t output_count, void* workspace, uint64_t workspace_bytes, char* error, size_t capacity) {
   return guarded(error, capacity, [&] {
@@ -348,13 +440,20 @@ void addOp(const KilnPluginHost* host, const OpSpec& spec) {
   op.num_inplace = spec.num_inplace;
   op.is_elementwise = spec.elementwise ? 1 : 0;
   op.is_stateless = spec.stateless ? 1 : 0;
+  op.gradient_op = spec.gradient_op;
+  op.separate_gradients = spec.separate_gradients ? 1 : 0;
   op.create = &detail::create<Op>;
   op.destroy = &detail::destroy<Op>;
-  op.infer = &detail::infer<Op>;
+  // A composite op has build(); a kernel op infer() and compute().
+  if constexpr (requires(const Op& o, Builder& b, std::span<const int32_t> ids) { o.build(b, ids); }) {
+    op.build = &detail::build<Op>;
+  } else {
+    op.infer = &detail::infer<Op>;
+    op.compute = &detail::compute<Op>;
+  }
   if constexpr (requires(const Op& o, std::span<const KilnTensorType> t) { o.workspaceBytes(t, t); }) {
     op.workspace_bytes = &detail::workspaceBytes<Op>;
   }
-  op.compute = &detail::compute<Op>;
   char error[512] = {0};
   if (host->register_op(host->context, &op, error, sizeof error) != 0) throw Error(error);
 }

@@ -75,13 +75,17 @@ std::string acceptOp(const KilnOp* op, PluginOp& out) {
     return fmt::format("op {}: outputs {} to {} (1 <= min <= max <= {})", op_name, abi.min_outputs,
                        abi.max_outputs, kMaxOperands);
   }
-  if (abi.infer == nullptr || abi.compute == nullptr) return fmt::format("op {}: infer and compute are required", op_name);
+  if (abi.build == nullptr && (abi.infer == nullptr || abi.compute == nullptr)) {
+    return fmt::format("op {}: infer and compute are required (or build, for a composite op)", op_name);
+  }
   if (abi.num_inplace > static_cast<uint32_t>(std::min(abi.min_inputs, abi.min_outputs))) {
     return fmt::format("op {}: num_inplace {} is more than its fewest inputs ({}) or outputs ({})", op_name,
                        abi.num_inplace, abi.min_inputs, abi.min_outputs);
   }
+  if (abi.gradient_op != nullptr) out.gradient_op = abi.gradient_op;
   abi.domain = out.domain.c_str();
   abi.name = out.name.c_str();
+  abi.gradient_op = out.gradient_op.empty() ? nullptr : out.gradient_op.c_str();
   return "";
 }
 

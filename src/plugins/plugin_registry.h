@@ -47,7 +47,8 @@ struct PluginOp {
   const PluginLibrary* library = nullptr;
   std::string domain;
   std::string name;
-  KilnOp abi{};  // abi.domain and abi.name point into the strings above
+  std::string gradient_op;  // "" when it declares none
+  KilnOp abi{};  // abi.domain, abi.name and abi.gradient_op point into the strings above
 
   // "com.example.Rotate (plugin libmy_ops.so)", for messages.
   std::string describe() const;

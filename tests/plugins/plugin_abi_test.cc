@@ -128,6 +128,16 @@ TEST_F(MisbehavingPluginTest, AttributesReachTheOpAsJsonAndRefusedOnesFailTheCom
               HasSubstr("attribute 'scale' is a tensor or a graph"));
 }
 
+TEST_F(MisbehavingPluginTest, ACompositeNamingAMissingValueFailsTheCompile) {
+  EXPECT_THAT(errorOf([] { runOne("com.test", "BadComposite"); }),
+              AllOf(HasSubstr("com.test.BadComposite (plugin libkiln_test_plugin.so): build failed"),
+                    HasSubstr("value 41, which does not exist")));
+}
+
+TEST_F(MisbehavingPluginTest, ACompositeThatBuildsItselfStops) {
+  EXPECT_THAT(errorOf([] { runOne("com.test", "Recursive"); }), HasSubstr("still expand after 16 rounds"));
+}
+
 TEST_F(MisbehavingPluginTest, AWrongNumberOfInputsIsRefusedAtCompileTime) {
   Graph g;
   const ValueId x = g.addInput("x", ValueType::tensor(DType::kF32, {3}));

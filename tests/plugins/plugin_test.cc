@@ -117,7 +117,7 @@ TEST_F(PluginTest, LoadingListsTheOpsAndIsIdempotent) {
   EXPECT_EQ(plugin.api_level, 1u);
   EXPECT_EQ(plugin.hash.size(), 16u);
   EXPECT_EQ(plugin.ops, (std::vector<std::string>{"com.example.Rotate", "com.example.AddInPlace",
-                                                  "com.example.SerializedMatMul"}));
+                                                  "com.example.SerializedMatMul", "com.example.Swish"}));
   EXPECT_EQ(loadPlugin(KILN_EXAMPLE_PLUGIN).hash, plugin.hash);
 }
 
@@ -237,6 +237,33 @@ TEST_F(PluginTest, HostFunctionsRegisteredInCppRunWithTheirOpData) {
   std::byte* outputs[] = {reinterpret_cast<std::byte*>(y.data())};
   executor.run(inputs, outputs);
   EXPECT_EQ(y, (std::vector<float>{3, 6, -9, 1.5f}));
+}
+
+// A composite op becomes the body it builds: Swish (Mul, Sigmoid, Mul) and
+// the Add after it are one fused elementwise step, and the package needs no
+// plugin library (it records none).
+TEST_F(PluginTest, CompositeOpsBecomeTheirBodyAndFuseWithTheirNeighbours) {
+  Graph g;
+  const ValueId x = g.addInput("x", ValueType::tensor(DType::kF32, {5}));
+  const ValueId s = g.node(g.addNode("Swish", {x}, {"s"}, {{"beta", 1.5f}}, "com.example")).outputs[0];
+  g.addOutput(g.node(g.addNode("Add", {s, x}, {"y"})).outputs[0]);
+  TempPackage package("composite");
+  const CompileReport report = compile(g, kOpsets, package.path());
+  EXPECT_EQ(report.step_kernels, (std::map<std::string, size_t>{{"kiln.FusedElementwise", 1}}));
+  const PackageReader reader(package.path());
+  for (const auto& [key, value] : reader.metadata().front()->metadata().options) {
+    EXPECT_FALSE(key.starts_with("plugin.")) << key;
+  }
+  Executor executor(package.path());
+  const std::vector<float> in = {-2, -0.5f, 0, 1, 3};
+  std::vector<float> y(5);
+  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(in.data())};
+  std::byte* outputs[] = {reinterpret_cast<std::byte*>(y.data())};
+  executor.run(inputs, outputs);
+  for (size_t i = 0; i < 5; ++i) {
+    const float want = in[i] / (1 + std::exp(-1.5f * in[i])) + in[i];
+    EXPECT_NEAR(y[i], want, 1e-6f * std::max(1.0f, std::abs(want)));
+  }
 }
 
 // Running plugin steps allocates nothing: the operands are built on the

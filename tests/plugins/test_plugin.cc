@@ -21,6 +21,8 @@
 //   NeedsPositiveScale(x), attribute scale > 0 (create refuses others) -> x * scale
 //   WritesPastEnd(x) -> writes one element past its output (a plugin bug
 //                       that AddressSanitizer builds must catch)
+//   BadComposite(x)  -> a composite whose build names a value that does not exist
+//   Recursive(x)     -> a composite whose body is itself
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -134,6 +136,22 @@ class WritesPastEnd {
   }
 };
 
+class BadComposite {
+ public:
+  explicit BadComposite(const Attributes&) {}
+  std::vector<int32_t> build(kiln::plugin::Builder& body, std::span<const int32_t> inputs) const {
+    return {body.add("Relu", {inputs[0] + 41})};
+  }
+};
+
+class Recursive {
+ public:
+  explicit Recursive(const Attributes&) {}
+  std::vector<int32_t> build(kiln::plugin::Builder& body, std::span<const int32_t> inputs) const {
+    return body.node("Recursive", {inputs[0]}, {}, 1, "com.test");
+  }
+};
+
 class NeedsPositiveScale {
  public:
   explicit NeedsPositiveScale(const Attributes& attributes) : scale_(static_cast<float>(attributes.getFloat("scale", 1))) {
@@ -196,6 +214,8 @@ KILN_PLUGIN_REGISTER(host) {
   kiln::plugin::addOp<Throws>(host, {.domain = "com.test", .name = "Throws"});
   kiln::plugin::addOp<NeedsPositiveScale>(host, {.domain = "com.test", .name = "NeedsPositiveScale"});
   kiln::plugin::addOp<WritesPastEnd>(host, {.domain = "com.test", .name = "WritesPastEnd"});
+  kiln::plugin::addOp<BadComposite>(host, {.domain = "com.test", .name = "BadComposite"});
+  kiln::plugin::addOp<Recursive>(host, {.domain = "com.test", .name = "Recursive"});
 #endif
 }
 #endif
