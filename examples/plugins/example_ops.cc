@@ -4,7 +4,9 @@
 //   Rotate(x, y, angle) -> (x', y')      x' = x cos a - y sin a,
 //                                        y' = x sin a + y cos a
 //       three inputs, two outputs, elementwise and stateless: kiln may run
-//       it in slices on several threads, fold it and merge equal nodes.
+//       it in slices on several threads, fold it and merge equal nodes. It
+//       declares RotateGrad as its gradient op (the reference's
+//       Build_grad), kept for training.
 //   AddInPlace(a, b) -> a + b            written over a (num_inplace = 1).
 //   SerializedMatMul(lhs, rhs) -> lhs @ rhs, attribute
 //       serialization_factor: the product is computed in that many slices
@@ -161,7 +163,8 @@ KILN_PLUGIN_API_LEVEL_NEEDED(1);
 
 KILN_PLUGIN_REGISTER(host) {
   kiln::plugin::addOp<Rotate>(host, {.domain = "com.example", .name = "Rotate", .min_inputs = 3, .max_inputs = 3,
-                                     .min_outputs = 2, .max_outputs = 2, .elementwise = true, .stateless = true});
+                                     .min_outputs = 2, .max_outputs = 2, .elementwise = true, .stateless = true,
+                                     .gradient_op = "RotateGrad"});
   kiln::plugin::addOp<AddInPlace>(host, {.domain = "com.example", .name = "AddInPlace", .min_inputs = 2,
                                          .max_inputs = 2, .num_inplace = 1});
   kiln::plugin::addOp<SerializedMatMul>(host, {.domain = "com.example", .name = "SerializedMatMul", .min_inputs = 2,

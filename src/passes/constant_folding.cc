@@ -2,6 +2,7 @@
 #include "passes/if_inlining.h"
 #include "passes/loop_invariants.h"
 #include "passes/loop_placeholders.h"
+#include "passes/pass_helpers.h"
 #include "passes/plugin_binding.h"
 
 #include <set>
@@ -303,9 +304,37 @@ void replaceWithConstant(Graph& graph, ValueId output, ConstantPtr data) {
   graph.renameValue(constant, name);
 }
 
+// A CastLike of a constant to a value whose type is known is a Cast of it
+// (the second input gives only its type): rewritten so that it folds, as
+// kiln.Expression's constants need when their type was not known yet.
+bool castLikeAsCast(Graph& graph, NodeId id) {
+  const Node& node = graph.node(id);
+  if (!node.domain.empty() || node.op_type != "CastLike" || node.inputs.size() != 2 || node.outputs.size() != 1 ||
+      node.inputs[0] == kNoValue || node.inputs[1] == kNoValue || !graph.value(node.inputs[0]).initializer) {
+    return false;
+  }
+  const DType to = graph.value(node.inputs[1]).type.dtype;
+  if (to == DType::kUndefined) return false;
+  Attributes attributes = node.attributes;
+  attributes["to"] = static_cast<int64_t>(to);
+  const ValueId input = node.inputs[0];
+  const ValueId output = node.outputs[0];
+  const std::string name = node.name;
+  const NodeId cast = graph.addNode("Cast", {input}, {uniqueName(graph, graph.value(output).name + ":cast")},
+                                    std::move(attributes));
+  graph.node(cast).name = name;
+  replaceKeepingName(graph, output, graph.node(cast).outputs[0], ":castlike");
+  graph.removeNode(id);
+  return true;
+}
+
 size_t foldConstants(Graph& graph, const ConstantEvaluator& evaluate_node) {
   size_t folded = 0;
   for (NodeId id : graph.topologicalOrder()) {
+    if (castLikeAsCast(graph, id)) {
+      ++folded;  // the Cast folds in the next round
+      continue;
+    }
     Node& node = graph.node(id);
     if (const auto result = evaluate(graph, node)) {
       replaceWithConstant(graph, node.outputs[0], toConstant(result->first, result->second));
