@@ -17,10 +17,11 @@ FUTURE = BUILD / "tests" / "plugins" / "libkiln_test_plugin_future.so"
 
 
 def model(path, rows):
-    """out = SerializedMatMul(relu(x') + y', w) with (x', y') = Rotate(x, y, a)."""
+    """out = SerializedMatMul(swish(relu(x')) + y', w) with (x', y') = Rotate(x, y, a)."""
     f = TensorProto.FLOAT
     nodes = [helper.make_node("Rotate", ["x", "y", "a"], ["xr", "yr"], domain="com.example"),
-             helper.make_node("Relu", ["xr"], ["relu"]),
+             helper.make_node("Relu", ["xr"], ["relu0"]),
+             helper.make_node("Swish", ["relu0"], ["relu"], domain="com.example", beta=2.0),
              helper.make_node("AddInPlace", ["relu", "yr"], ["sum"], domain="com.example"),
              helper.make_node("SerializedMatMul", ["sum", "w"], ["out"], domain="com.example",
                               serialization_factor=3)]
@@ -42,7 +43,8 @@ def feeds(rows, seed):
 def reference(f):
     c, s = np.cos(f["a"]), np.sin(f["a"])
     xr, yr = f["x"] * c - f["y"] * s, f["x"] * s + f["y"] * c
-    return (np.maximum(xr, 0) + yr) @ f["w"]
+    relu = np.maximum(xr, 0)
+    return (relu / (1 + np.exp(-2.0 * relu)) + yr) @ f["w"]
 
 
 def test_load_plugin_describes_the_library():

@@ -17,10 +17,12 @@ def example_plugin(build_dir):
 
 
 def rotate_model(path):
-    """Rotate(x, y, a) -> (x', y'), then SerializedMatMul(x', w)."""
+    """Rotate(x, y, a) -> (x', y'); AddInPlace(Swish(x'), y'); SerializedMatMul(that, w): every example op."""
     f = TensorProto.FLOAT
     nodes = [helper.make_node("Rotate", ["x", "y", "a"], ["xr", "yr"], domain="com.example"),
-             helper.make_node("SerializedMatMul", ["xr", "w"], ["out"], domain="com.example",
+             helper.make_node("Swish", ["xr"], ["sw"], domain="com.example", beta=0.5),
+             helper.make_node("AddInPlace", ["sw", "yr"], ["sum"], domain="com.example"),
+             helper.make_node("SerializedMatMul", ["sum", "w"], ["out"], domain="com.example",
                               serialization_factor=2)]
     graph = helper.make_graph(
         nodes, "rotate",
@@ -46,7 +48,8 @@ def reference(arrays):
     c, s = np.cos(arrays["a"]), np.sin(arrays["a"])
     xr = arrays["x"] * c - arrays["y"] * s
     yr = arrays["x"] * s + arrays["y"] * c
-    return xr @ arrays["w"], yr
+    swish = xr / (1 + np.exp(-0.5 * xr))
+    return (swish + yr) @ arrays["w"], yr
 
 
 def clean_env():
