@@ -12,6 +12,7 @@
 // Ops of the default library, domain com.test, all f32:
 //   Double(x) -> 2x                 stateless
 //   DoubleStateful(x) -> 2x         stateful (the default)
+//   Copy(x) -> x                    memcpy, stateful (bench/plugin_bench.cc)
 //   CountCalls(x) -> x + 1          elementwise and stateless; counts its
 //   CountCallsWhole(x) -> x + 1     compute calls in kiln_test_calls()
 //   NegativeDim(x) -> infers a dimension of -5
@@ -39,8 +40,8 @@ std::atomic<int> calls{0};
 // y = x * factor + offset, for the simple ops.
 int scaleCompute(const KilnTensor* inputs, KilnTensor* outputs, float factor, float offset) {
   const uint64_t n = kiln::plugin::elementCount(outputs[0]);
-  const float* x = static_cast<const float*>(inputs[0].data);
-  float* y = static_cast<float*>(outputs[0].data);
+  const float* __restrict x = static_cast<const float*>(inputs[0].data);
+  float* __restrict y = static_cast<float*>(outputs[0].data);
   for (uint64_t i = 0; i < n; ++i) y[i] = x[i] * factor + offset;
   return 0;
 }
@@ -109,6 +110,12 @@ class BadDType {
   }
   void compute(std::span<const KilnTensor>, std::span<KilnTensor>, std::span<std::byte>) const {}
 };
+
+int copyCompute(const void*, const KilnTensor* inputs, int32_t, KilnTensor* outputs, int32_t, void*, uint64_t, char*,
+                size_t) {
+  std::memcpy(outputs[0].data, inputs[0].data, kiln::plugin::elementCount(outputs[0]) * sizeof(float));
+  return 0;
+}
 
 int failingCompute(const void*, const KilnTensor*, int32_t, KilnTensor*, int32_t, void*, uint64_t, char* error,
                    size_t capacity) {
@@ -203,6 +210,9 @@ KILN_PLUGIN_REGISTER(host) {
   registerOrThrow(host, &stateless);
   const KilnOp stateful = cOp("com.test", "DoubleStateful");
   registerOrThrow(host, &stateful);
+  KilnOp copy = cOp("com.test", "Copy");
+  copy.compute = &copyCompute;
+  registerOrThrow(host, &copy);
   KilnOp fails = cOp("com.test", "Fails");
   fails.compute = &failingCompute;
   registerOrThrow(host, &fails);
