@@ -296,11 +296,25 @@ nb::list pythonTensors(const KilnTensor* tensors, int32_t count, bool writable) 
   return list;
 }
 
+// Runs `body` with the GIL taken; an exception becomes the ABI's error
+// message (a Python one as its type and message, not the whole traceback).
+template <typename Body>
+int guardedCall(char* error, size_t capacity, Body&& body) {
+  nb::gil_scoped_acquire gil;
+  try {
+    return body();
+  } catch (const nb::python_error& e) {
+    writeError(error, capacity, nb::cast<std::string>(nb::str("{}: {}").format(e.type().attr("__name__"), e.value())));
+  } catch (const std::exception& e) {
+    writeError(error, capacity, e.what());
+  }
+  return 1;
+}
+
 int hostInfer(const void* state, const KilnTensorType* inputs, int32_t input_count, KilnTensorType* outputs,
               int32_t output_count, char* error, size_t capacity) {
   const auto* function = static_cast<const HostFunction*>(state);
-  nb::gil_scoped_acquire gil;
-  try {
+  return guardedCall(error, capacity, [&] {
     nb::list types;
     for (int32_t i = 0; i < input_count; ++i) {
       std::vector<int64_t> dims(inputs[i].dims, inputs[i].dims + std::max(inputs[i].rank, 0));
@@ -324,30 +338,16 @@ int hostInfer(const void* state, const KilnTensorType* inputs, int32_t input_cou
       for (size_t d = 0; d < inferred[i].second.size(); ++d) outputs[i].dims[d] = inferred[i].second[d];
     }
     return 0;
-  } catch (const nb::python_error& e) {
-    writeError(error, capacity, nb::cast<std::string>(nb::str("{}: {}").format(e.type().attr("__name__"), e.value())));
-    return 1;
-  } catch (const std::exception& e) {
-    writeError(error, capacity, e.what());
-    return 1;
-  }
+  });
 }
 
 int hostCompute(const void* state, const KilnTensor* inputs, int32_t input_count, KilnTensor* outputs,
                 int32_t output_count, void*, uint64_t, char* error, size_t capacity) {
   const auto* function = static_cast<const HostFunction*>(state);
-  nb::gil_scoped_acquire gil;
-  try {
+  return guardedCall(error, capacity, [&] {
     function->call(pythonTensors(inputs, input_count, false), pythonTensors(outputs, output_count, true));
     return 0;
-  } catch (const nb::python_error& e) {
-    // The exception's type and message, not the whole traceback.
-    writeError(error, capacity, nb::cast<std::string>(nb::str("{}: {}").format(e.type().attr("__name__"), e.value())));
-    return 1;
-  } catch (const std::exception& e) {
-    writeError(error, capacity, e.what());
-    return 1;
-  }
+  });
 }
 
 void registerPythonHostOp(const std::string& domain, const std::string& name, int32_t min_inputs, int32_t max_inputs,

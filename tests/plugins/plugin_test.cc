@@ -111,6 +111,18 @@ ExampleData exampleData(int64_t rows, uint32_t seed) {
   return d;
 }
 
+// Runs the example model once on `d`; returns (out, yr).
+std::pair<std::vector<float>, std::vector<float>> runExample(Executor& executor, const ExampleData& d) {
+  std::vector<float> out(d.out.size()), yr(d.yr.size());
+  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(d.x.data()),
+                               reinterpret_cast<const std::byte*>(d.y.data()),
+                               reinterpret_cast<const std::byte*>(d.a.data()),
+                               reinterpret_cast<const std::byte*>(d.w.data())};
+  std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
+  executor.run(inputs, outputs);
+  return {out, yr};
+}
+
 TEST_F(PluginTest, LoadingListsTheOpsAndIsIdempotent) {
   const LoadedPlugin plugin = loadPlugin(KILN_EXAMPLE_PLUGIN);
   EXPECT_EQ(plugin.name, "libkiln_example_ops.so");
@@ -132,14 +144,8 @@ TEST_F(PluginTest, ExampleOpsRunOnTheExecutorAndThePackageRecordsTheLibrary) {
 
   const ExampleData d = exampleData(kRows, 1);
   Executor executor(package.path());
-  std::vector<float> out(d.out.size()), yr(d.yr.size());
-  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(d.x.data()),
-                               reinterpret_cast<const std::byte*>(d.y.data()),
-                               reinterpret_cast<const std::byte*>(d.a.data()),
-                               reinterpret_cast<const std::byte*>(d.w.data())};
-  std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
   for (int call = 0; call < 3; ++call) {
-    executor.run(inputs, outputs);
+    const auto [out, yr] = runExample(executor, d);
     expectNear(out, d.out);
     expectNear(yr, d.yr);
   }
@@ -280,6 +286,7 @@ TEST_F(PluginTest, RunningPluginStepsDoesNotAllocate) {
                                reinterpret_cast<const std::byte*>(d.w.data())};
   std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
   executor.run(inputs, outputs);
+  // Counted: the runs alone (runExample's vectors would allocate).
   testing::startCountingAllocations();
   for (int i = 0; i < 100; ++i) executor.run(inputs, outputs);
   const testing::AllocationCount count = testing::stopCountingAllocations();
