@@ -10,7 +10,9 @@ Errors are raised as kiln.Error with the message kiln's C++ core gives.
 
 from __future__ import annotations
 
+import atexit
 import json
+import weakref
 from typing import Mapping, Optional, Sequence
 
 import ml_dtypes
@@ -126,6 +128,18 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
                     str(target), bool(quantize_activations), bool(tf32), bool(fp16), bool(bf16))
 
 
+# Runners on devices, stopped before the interpreter finalizes: their
+# ModelRunner's threads may be calling host functions (register_host_op),
+# which need the interpreter.
+_device_runners = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_device_runners():
+    for runner in list(_device_runners):
+        runner._executor = None
+
+
 class Runner:
     """Runs a compiled package: on the CPU, or on a device.
 
@@ -172,6 +186,7 @@ class Runner:
             if profile:
                 raise Error(f"device='{self.device}' runs without profile=True")
             self._executor = DeviceRunner(str(path), model, self.device, flush_denormals)
+            _device_runners.add(self)
             self._trace = None
             self.inputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.inputs]
             self.outputs = [(name, tuple(shape), dtype) for name, shape, dtype in self._executor.outputs]

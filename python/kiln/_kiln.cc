@@ -209,10 +209,24 @@ class DeviceRunner {
     config.flush_denormals = flush_denormals;
     config.device_kind = kiln::parseDeviceKind(device);
     config.model = model;
-    runner_ = std::make_unique<kiln::ModelRunner>(std::filesystem::path(path), config);
+    {
+      // Without the GIL: the runner's threads may call host functions
+      // (kiln.register_host_op), which take it.
+      nb::gil_scoped_release release;
+      runner_ = std::make_unique<kiln::ModelRunner>(std::filesystem::path(path), config);
+    }
     for (const kiln::DataDesc& d : runner_->getExecuteInputs()) inputs_.push_back({d.name, {d.dtype, d.shape}});
     for (const kiln::DataDesc& d : runner_->getExecuteOutputs()) outputs_.push_back({d.name, {d.dtype, d.shape}});
   }
+
+  // The runner stops its threads without the GIL, which a thread running
+  // a host function may be waiting for.
+  ~DeviceRunner() {
+    nb::gil_scoped_release release;
+    runner_.reset();
+  }
+  DeviceRunner(const DeviceRunner&) = delete;
+  DeviceRunner& operator=(const DeviceRunner&) = delete;
 
   const std::vector<kiln::TensorSlot>& inputs() const { return inputs_; }
   const std::vector<kiln::TensorSlot>& outputs() const { return outputs_; }

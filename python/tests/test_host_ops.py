@@ -105,3 +105,30 @@ def test_a_process_without_the_function_cannot_run_the_package(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode != 0
     assert "calls host function com.app.SoftClip, which this process has not registered" in result.stderr
+
+
+@pytest.mark.parametrize("ending", ["del runner", "pass"])
+def test_a_failing_host_function_on_sim_neither_hangs_nor_aborts(tmp_path, ending):
+    # A runner deleted (or left alive at exit) after its host function
+    # failed: its threads, which call the function, must stop without the
+    # GIL the deleting thread holds, and before the interpreter finalizes.
+    model(tmp_path / "b.onnx", op="Broken")
+    code = f"""
+import os, numpy as np, kiln
+os.environ["KILN_SIM_DEVICES"] = "1"
+os.environ["KILN_DEVICE_LOCK_DIR"] = {str(tmp_path / "locks")!r}
+kiln.register_host_op("com.app", "Broken", lambda x: 1 / 0)
+kiln.compile({str(tmp_path / "b.onnx")!r}, {str(tmp_path / "b.kiln")!r})
+runner = kiln.Runner({str(tmp_path / "b.kiln")!r}, device="sim")
+for _ in range(4):
+    try:
+        runner.run({{"x": np.ones((3, 4), np.float32)}})
+    except kiln.Error as e:
+        assert "ZeroDivisionError" in str(e)
+{ending}
+print("done")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"
+    assert "terminate" not in result.stderr and "leaked" not in result.stderr
