@@ -28,6 +28,13 @@ std::vector<std::filesystem::path> searchPath(const std::filesystem::path& packa
 
 std::string hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
 
+// KILN_PLUGIN_AUTOLOAD=0: packages may use only libraries the application
+// loaded itself (a server of untrusted packages: docs/security.md).
+bool autoloadAllowed() {
+  const char* value = std::getenv("KILN_PLUGIN_AUTOLOAD");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
 }  // namespace
 
 void recordPlugins(std::map<std::string, std::string>& options, const std::vector<const PluginLibrary*>& libraries) {
@@ -60,6 +67,12 @@ void loadPackagePlugins(const std::map<std::string, std::string>& options, const
   for (const PackagePlugin& plugin : packagePlugins(options)) {
     if (plugin.name == kHostLibrary) continue;  // registered by the application, checked per step
     const PluginLibrary* library = PluginRegistry::global().findLibrary(plugin.name);
+    if (library == nullptr && !autoloadAllowed()) {
+      throw UsageError(fmt::format("{} needs plugin library '{}', which is not loaded, and KILN_PLUGIN_AUTOLOAD=0 "
+                                   "forbids loading the libraries packages name (load it with kiln::loadPlugin or "
+                                   "kiln.load_plugin first)",
+                                   package.string(), plugin.name));
+    }
     if (library == nullptr) {
       const auto folders = searchPath(package);
       for (const auto& folder : folders) {

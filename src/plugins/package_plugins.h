@@ -7,7 +7,9 @@
 // (':'-separated, in order), then in the package's own folder; a library
 // whose bytes differ from the recorded hash is refused unless hash checks
 // are off (the reference runtime's check_package_hash), since a different
-// build may compute something else.
+// build may compute something else. With KILN_PLUGIN_AUTOLOAD=0 nothing is
+// loaded: a package may use only libraries the application loaded itself
+// (loading a library runs its code: docs/security.md).
 #pragma once
 
 #include <cstdint>

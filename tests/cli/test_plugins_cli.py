@@ -132,3 +132,16 @@ def test_a_plugin_needing_a_newer_kiln_is_refused_at_compile(kiln, build_dir, tm
     result = kiln("compile", tmp_path / "rotate.onnx", "-o", tmp_path / "rotate.kiln", "--plugin", future)
     assert result.returncode == 1
     assert "needs plugin API level 2; this kiln has level 1" in result.stderr
+
+
+def test_autoload_off_uses_only_libraries_the_application_loaded(kiln, build_dir, tmp_path):
+    rotate_model(tmp_path / "rotate.onnx")
+    assert kiln("compile", tmp_path / "rotate.onnx", "-o", tmp_path / "rotate.kiln", "--plugin",
+                example_plugin(build_dir)).returncode == 0
+    shutil.copy(example_plugin(build_dir), tmp_path)  # beside the package: found, but not loaded
+    _, args = inputs(tmp_path)
+    env = clean_env()
+    env["KILN_PLUGIN_AUTOLOAD"] = "0"
+    result = kiln("run", tmp_path / "rotate.kiln", *args, "--output-dir", tmp_path, env=env)
+    assert result.returncode == 1
+    assert "KILN_PLUGIN_AUTOLOAD=0 forbids loading" in result.stderr

@@ -5,7 +5,8 @@
 //       too, whatever the text;
 //   any other input: one KilnOp made from the bytes (struct_size, version
 //       range, counts, metadata and the domain and name strings from the
-//       input; function pointers set or null by a bit each) through kiln's
+//       input; every pointer field, function or string, set to something
+//       valid or null by a bit each, as a plugin's are) through kiln's
 //       registration checks (refusalOf), which must accept or refuse it,
 //       never read past its struct_size or crash.
 #include <cstddef>
@@ -23,6 +24,7 @@ int compute(const void*, const KilnTensor*, int32_t, KilnTensor*, int32_t, void*
 int create(const char*, void**, char*, size_t) { return 0; }
 void destroy(void*) {}
 uint64_t workspace(const void*, const KilnTensorType*, int32_t, const KilnTensorType*, int32_t) { return 0; }
+int build(const void*, const KilnGraphBuilder*, const int32_t*, int32_t, int32_t*, int32_t, char*, size_t) { return 0; }
 
 void fuzzAttributes(const std::string& text) {
   try {
@@ -59,6 +61,9 @@ void fuzzOp(const uint8_t* data, size_t size) {
   op.create = (bits & 16) ? nullptr : &create;
   op.destroy = (bits & 32) ? nullptr : &destroy;
   op.workspace_bytes = (bits & 64) ? nullptr : &workspace;
+  op.build = (bits & 128) ? nullptr : &build;
+  op.gradient_op = (bits & 256) ? nullptr : name.c_str();
+  op.op_data = nullptr;
   // struct_size as given (any value): kiln must read at most that much of
   // the struct, and never beyond its own KilnOp.
   (void)kiln::refusalOf(&op);
