@@ -36,7 +36,9 @@ std::string jsonList(const std::vector<T>& items, Format format) {
 std::string attributesJson(const Node& node) {
   std::string out = "{";
   bool first = true;
-  for (const auto& [key, attribute] : node.attributes) {
+  for (const auto& entry : node.attributes) {
+    const std::string& key = entry.first;  // not a structured binding: lambdas below capture it
+    const Attribute& attribute = entry.second;
     std::string value;
     if (const auto* i = std::get_if<int64_t>(&attribute)) {
       value = std::to_string(*i);
