@@ -111,17 +111,21 @@ ExampleData exampleData(int64_t rows, uint32_t seed) {
   return d;
 }
 
-// Runs the example model once on `d`; returns (out, yr).
-std::pair<std::vector<float>, std::vector<float>> runExample(Executor& executor, const ExampleData& d) {
-  std::vector<float> out(d.out.size()), yr(d.yr.size());
-  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(d.x.data()),
-                               reinterpret_cast<const std::byte*>(d.y.data()),
-                               reinterpret_cast<const std::byte*>(d.a.data()),
-                               reinterpret_cast<const std::byte*>(d.w.data())};
-  std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
-  executor.run(inputs, outputs);
-  return {out, yr};
-}
+// The example model's operands for `d`: output memory and the pointer
+// arrays Executor::run takes.
+struct ExampleCall {
+  explicit ExampleCall(const ExampleData& d)
+      : out(d.out.size()),
+        yr(d.yr.size()),
+        inputs{reinterpret_cast<const std::byte*>(d.x.data()), reinterpret_cast<const std::byte*>(d.y.data()),
+               reinterpret_cast<const std::byte*>(d.a.data()), reinterpret_cast<const std::byte*>(d.w.data())},
+        outputs{reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())} {}
+  void run(Executor& executor) { executor.run(inputs, outputs); }
+
+  std::vector<float> out, yr;
+  const std::byte* inputs[4];
+  std::byte* outputs[2];
+};
 
 TEST_F(PluginTest, LoadingListsTheOpsAndIsIdempotent) {
   const LoadedPlugin plugin = loadPlugin(KILN_EXAMPLE_PLUGIN);
@@ -144,10 +148,11 @@ TEST_F(PluginTest, ExampleOpsRunOnTheExecutorAndThePackageRecordsTheLibrary) {
 
   const ExampleData d = exampleData(kRows, 1);
   Executor executor(package.path());
-  for (int call = 0; call < 3; ++call) {
-    const auto [out, yr] = runExample(executor, d);
-    expectNear(out, d.out);
-    expectNear(yr, d.yr);
+  ExampleCall call(d);
+  for (int i = 0; i < 3; ++i) {
+    call.run(executor);
+    expectNear(call.out, d.out);
+    expectNear(call.yr, d.yr);
   }
 }
 
@@ -186,15 +191,10 @@ TEST_F(PluginTest, ExampleOpsRunWithRunTimeShapes) {
     const ExampleData d = exampleData(rows, static_cast<uint32_t>(rows));
     const std::vector<TensorInfo> infos = {{DType::kF32, {rows, kCols}}, {DType::kF32, {rows, kCols}},
                                            {DType::kF32, {rows, kCols}}, {DType::kF32, {kCols, kOut}}};
-    const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(d.x.data()),
-                                 reinterpret_cast<const std::byte*>(d.y.data()),
-                                 reinterpret_cast<const std::byte*>(d.a.data()),
-                                 reinterpret_cast<const std::byte*>(d.w.data())};
-    std::vector<float> out(d.out.size()), yr(d.yr.size());
-    std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
-    executor.run(infos, inputs, outputs);
-    expectNear(out, d.out);
-    expectNear(yr, d.yr);
+    ExampleCall call(d);
+    executor.run(infos, call.inputs, call.outputs);
+    expectNear(call.out, d.out);
+    expectNear(call.yr, d.yr);
   }
 }
 
@@ -279,22 +279,16 @@ TEST_F(PluginTest, RunningPluginStepsDoesNotAllocate) {
   writeExampleModel(package.path());
   const ExampleData d = exampleData(kRows, 5);
   Executor executor(package.path());
-  std::vector<float> out(d.out.size()), yr(d.yr.size());
-  const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(d.x.data()),
-                               reinterpret_cast<const std::byte*>(d.y.data()),
-                               reinterpret_cast<const std::byte*>(d.a.data()),
-                               reinterpret_cast<const std::byte*>(d.w.data())};
-  std::byte* outputs[] = {reinterpret_cast<std::byte*>(out.data()), reinterpret_cast<std::byte*>(yr.data())};
-  executor.run(inputs, outputs);
-  // Counted: the runs alone (runExample's vectors would allocate).
+  ExampleCall call(d);
+  call.run(executor);
   testing::startCountingAllocations();
-  for (int i = 0; i < 100; ++i) executor.run(inputs, outputs);
+  for (int i = 0; i < 100; ++i) call.run(executor);
   const testing::AllocationCount count = testing::stopCountingAllocations();
   EXPECT_EQ(count.news, 0u);
   if (testing::countsMallocs()) {
     EXPECT_EQ(count.mallocs, 0u);
   }
-  expectNear(out, d.out);
+  expectNear(call.out, d.out);
 }
 
 // In place: the sum is written over relu(x) when nothing else reads it
