@@ -145,3 +145,10 @@ def test_autoload_off_uses_only_libraries_the_application_loaded(kiln, build_dir
     result = kiln("run", tmp_path / "rotate.kiln", *args, "--output-dir", tmp_path, env=env)
     assert result.returncode == 1
     assert "KILN_PLUGIN_AUTOLOAD=0 forbids loading" in result.stderr
+    # Loaded by the command itself (--plugin), the library is used.
+    result = kiln("run", tmp_path / "rotate.kiln", *args, "--output-dir", tmp_path, "--plugin",
+                  example_plugin(build_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    result = kiln("bench", tmp_path / "rotate.kiln", "--iterations", "3", "--plugin", example_plugin(build_dir),
+                  env=env)
+    assert result.returncode == 0, result.stderr

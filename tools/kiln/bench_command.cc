@@ -17,6 +17,7 @@
 
 #include "kiln/dynamic_executor.h"
 #include "kiln/executor.h"
+#include "kiln/plugins.h"
 #include "kiln/step_trace.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/device_runner.h"
@@ -191,6 +192,7 @@ Command addBenchCommand(CLI::App& app) {
     bool keep_denormals = false;
     std::vector<std::string> inputs;
     std::string device;
+    std::vector<std::string> plugins;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a compiled model on random inputs");
@@ -201,6 +203,10 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
+  cmd->add_option("--plugin", args->plugins,
+                  "Load a plugin library first (repeatable): a package's libraries are otherwise found in "
+                  "KILN_PLUGIN_PATH or beside it, and with KILN_PLUGIN_AUTOLOAD=0 only preloaded ones are used")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--keep-denormals", args->keep_denormals,
                 "Run with the caller's floating-point mode instead of flushing denormals to zero (slower when "
                 "activations underflow)");
@@ -214,6 +220,7 @@ Command addBenchCommand(CLI::App& app) {
                   "Also write a Chrome trace (chrome://tracing, Perfetto) of up to 20 runs, one event per step, to FILE");
 
   return [args]() {
+    for (const std::string& plugin : args->plugins) loadPlugin(plugin);
     const auto load_start = std::chrono::steady_clock::now();
     const std::optional<DeviceKind> device = deviceFor(args->package, args->model, args->device);
     if (device && !args->trace.empty()) {

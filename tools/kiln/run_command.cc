@@ -11,6 +11,7 @@
 #include "kiln/error.h"
 #include "kiln/dynamic_executor.h"
 #include "kiln/executor.h"
+#include "kiln/plugins.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/device_runner.h"
 #include "tools/kiln/npy.h"
@@ -65,12 +66,17 @@ Command addRunCommand(CLI::App& app) {
     std::string model;
     int threads = 0;
     std::string device;
+    std::vector<std::string> plugins;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run a compiled model once on .npy inputs");
   cmd->add_option("package", args->package, "The .kiln package")->required()->check(CLI::ExistingFile);
   cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable)");
   cmd->add_flag("--random-inputs", args->random_inputs, "Fill inputs not given with random data (fixed seed)");
+  cmd->add_option("--plugin", args->plugins,
+                  "Load a plugin library first (repeatable): a package's libraries are otherwise found in "
+                  "KILN_PLUGIN_PATH or beside it, and with KILN_PLUGIN_AUTOLOAD=0 only preloaded ones are used")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--output-dir", args->output_dir, "Where to write OUTPUT.npy files (default: .)");
   cmd->add_option("--model", args->model, "Model to run when the package holds several");
   cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
@@ -82,6 +88,7 @@ Command addRunCommand(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
 
   return [args]() {
+    for (const std::string& plugin : args->plugins) loadPlugin(plugin);
     if (const std::optional<DeviceKind> device = deviceFor(args->package, args->model, args->device)) {
       return runOnDevice(args->package, args->model, *device, args->inputs, args->random_inputs, args->output_dir);
     }
