@@ -174,8 +174,8 @@ void expandComposite(Graph& graph, NodeId id, const PluginOp& op) {
   char error[512] = {0};
   if (op.abi.build(instance.state(), &builder, inputs.data(), static_cast<int32_t>(inputs.size()), outputs.data(),
                    static_cast<int32_t>(outputs.size()), error, sizeof error) != 0) {
-    error[sizeof error - 1] = '\0';
-    throw GraphError(fmt::format("node '{}': {}: build failed: {}", node.name, op.describe(), error));
+    throw GraphError(fmt::format("node '{}': {}: build failed: {}", node.name, op.describe(),
+                                 callbackMessage(error, sizeof error)));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i] < 0 || static_cast<size_t>(outputs[i]) >= build.values.size() || build.values[outputs[i]] == kNoValue) {

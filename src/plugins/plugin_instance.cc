@@ -12,11 +12,6 @@ constexpr uint64_t kMaxWorkspaceBytes = uint64_t{1} << 40;
 
 bool isKnownDType(int32_t code) { return code > 0 && code <= 255 && dtypeSize(static_cast<DType>(code)) > 0; }
 
-std::string messageOf(char* buffer, size_t capacity) {
-  buffer[capacity - 1] = '\0';
-  return buffer[0] == '\0' ? std::string("(no message)") : std::string(buffer);
-}
-
 }  // namespace
 
 KilnTensorType pluginTypeOf(const TensorInfo& info) {
@@ -44,7 +39,7 @@ PluginInstance::PluginInstance(const PluginOp& op, const std::string& attributes
   char error[512] = {0};
   void* state = nullptr;
   if (op.abi.create(attributes_json.c_str(), &state, error, sizeof error) != 0) {
-    fail("its attributes were refused: " + messageOf(error, sizeof error));
+    fail("its attributes were refused: " + callbackMessage(error, sizeof error));
   }
   state_ = state;
 }
@@ -76,7 +71,7 @@ std::vector<TensorInfo> PluginInstance::infer(std::span<const TensorInfo> inputs
   char error[512] = {0};
   if (abi.infer(state_, in.data(), static_cast<int32_t>(in.size()), out.data(), static_cast<int32_t>(out.size()),
                 error, sizeof error) != 0) {
-    fail("shape inference failed: " + messageOf(error, sizeof error));
+    fail("shape inference failed: " + callbackMessage(error, sizeof error));
   }
   std::vector<TensorInfo> result;
   for (size_t i = 0; i < out.size(); ++i) {

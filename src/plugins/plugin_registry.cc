@@ -24,12 +24,6 @@ bool isReservedDomain(std::string_view domain) {
          domain.starts_with("ai.onnx.");
 }
 
-// The error message a callback wrote, safely: the buffer is NUL-terminated
-// here whatever the plugin did.
-std::string messageOf(char* buffer, size_t capacity) {
-  buffer[capacity - 1] = '\0';
-  return buffer[0] == '\0' ? std::string("(no message)") : std::string(buffer);
-}
 
 // What one registration collects before it is committed.
 struct Registration {
@@ -118,6 +112,11 @@ int registerOp(void* context, const KilnOp* op, char* error, size_t capacity) {
 
 }  // namespace
 
+std::string callbackMessage(char* buffer, size_t capacity) {
+  buffer[capacity - 1] = '\0';
+  return buffer[0] == '\0' ? std::string("(no message)") : std::string(buffer);
+}
+
 std::string refusalOf(const KilnOp* op) {
   PluginOp scratch;
   return acceptOp(op, scratch);
@@ -195,7 +194,7 @@ const PluginLibrary& PluginRegistry::load(const std::filesystem::path& path) {
   char error[512] = {0};
   const int status = entry(&host, error, sizeof error);
   if (status != 0 || !registration.error.empty()) {
-    const std::string reason = !registration.error.empty() ? registration.error : messageOf(error, sizeof error);
+    const std::string reason = !registration.error.empty() ? registration.error : callbackMessage(error, sizeof error);
     throw close_on_error("registration failed: " + reason);
   }
   if (registration.ops.empty()) throw close_on_error("registration succeeded but registered no op");

@@ -95,6 +95,11 @@ class PluginRegistry {
 // it. (For the fuzz target and tests.)
 std::string refusalOf(const KilnOp* op);
 
+// The message a plugin callback wrote into `buffer` (the ABI's error
+// buffer), read safely: NUL-terminated here whatever the plugin did;
+// "(no message)" when it wrote none.
+std::string callbackMessage(char* buffer, size_t capacity);
+
 // XXH3-64 of a file's bytes; throws UsageError when it cannot be read.
 uint64_t hashFile(const std::filesystem::path& path);
 

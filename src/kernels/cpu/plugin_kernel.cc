@@ -169,10 +169,7 @@ void runPlugin(const KernelCall& call) {
   } else {
     ok = computeOnce(state, inputs, call.input_count, outputs, workspace, workspace_bytes, error, sizeof error);
   }
-  if (!ok) {
-    error[sizeof error - 1] = '\0';
-    state.instance->fail(std::string("compute failed: ") + (error[0] == '\0' ? "(no message)" : error));
-  }
+  if (!ok) state.instance->fail("compute failed: " + callbackMessage(error, sizeof error));
 }
 
 }  // namespace
