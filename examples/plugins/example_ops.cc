@@ -1,4 +1,4 @@
-// Example kiln plugin: three ops in the domain "com.example", after the
+// Example kiln plugin: six ops in the domain "com.example", after the
 // reference's custom-op examples (docs/plugins.md walks through it).
 //
 //   Rotate(x, y, angle) -> (x', y')      x' = x cos a - y sin a,
@@ -13,13 +13,21 @@
 //       of the inner dimension, each accumulated into the output through a
 //       workspace the op asks kiln for (the reference's serialized matmul,
 //       attributes as JSON).
+//   BlockScale(x) -> factor * x, attributes factor (default 2), block
+//       (default 16) and alignment (default 64): computed in whole blocks of
+//       `block` floats with no remainder loop. Its allocator hook (the
+//       reference's Build_allocator, API level 2) asks kiln to lay x out
+//       `alignment`-byte aligned with padding up to a whole block, which the
+//       last block reads. BlockScaleInPlace is the same op written over x.
 //   Swish(x) -> x * sigmoid(beta * x), attribute beta (default 1): a
 //       composite op, built from ONNX's Mul and Sigmoid; kiln fuses the body
 //       with its neighbours into one elementwise step, and the package needs
 //       no plugin at run time. It declares SwishGrad as its gradient op.
 //
 // Build: c++ -std=c++20 -O2 -fPIC -shared -I<kiln>/include example_ops.cc -o libkiln_example_ops.so
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -143,6 +151,49 @@ class SerializedMatMul {
   int64_t factor_;
 };
 
+class BlockScale {
+ public:
+  explicit BlockScale(const Attributes& attributes)
+      : factor_(static_cast<float>(attributes.getFloat("factor", 2.0))),
+        block_(attributes.getInt("block", 16)),
+        alignment_(attributes.getInt("alignment", 64)) {
+    if (block_ < 1 || block_ > 1024) throw Error("block must be 1 to 1024 elements");
+    if (alignment_ < 1 || (alignment_ & (alignment_ - 1)) != 0) throw Error("alignment must be a power of two");
+  }
+
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const {
+    if (inputs[0].dtype != KILN_DTYPE_FLOAT) throw Error("BlockScale takes float32");
+    outputs[0] = inputs[0];
+  }
+
+  // The allocator hook: x aligned, and readable up to a whole last block.
+  KilnInputLayout inputLayout(int32_t, std::span<const KilnTensorType> inputs) const {
+    const uint64_t n = kiln::plugin::elementCount(inputs[0]);
+    const uint64_t whole = (n + block_ - 1) / block_ * block_;
+    return KilnInputLayout{static_cast<uint64_t>(alignment_), (whole - n) * sizeof(float)};
+  }
+
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    const uint64_t n = kiln::plugin::elementCount(outputs[0]);
+    const float* x = kiln::plugin::data<const float>(inputs[0]);
+    float* y = kiln::plugin::data<float>(outputs[0]);
+    if (reinterpret_cast<uintptr_t>(x) % static_cast<uintptr_t>(alignment_) != 0) {
+      throw Error("x is not " + std::to_string(alignment_) + "-byte aligned");
+    }
+    float lanes[1024];
+    for (uint64_t begin = 0; begin < n; begin += block_) {
+      std::memcpy(lanes, x + begin, block_ * sizeof(float));  // the last block reads the padding
+      for (int64_t i = 0; i < block_; ++i) lanes[i] *= factor_;
+      std::memcpy(y + begin, lanes, std::min<uint64_t>(block_, n - begin) * sizeof(float));
+    }
+  }
+
+ private:
+  float factor_;
+  int64_t block_;
+  int64_t alignment_;
+};
+
 class Swish {
  public:
   explicit Swish(const Attributes& attributes) : beta_(attributes.getFloat("beta", 1.0)) {}
@@ -159,7 +210,8 @@ class Swish {
 
 }  // namespace
 
-KILN_PLUGIN_API_LEVEL_NEEDED(1);
+// Level 2: BlockScale's allocator hook.
+KILN_PLUGIN_API_LEVEL_NEEDED(2);
 
 KILN_PLUGIN_REGISTER(host) {
   kiln::plugin::addOp<Rotate>(host, {.domain = "com.example", .name = "Rotate", .min_inputs = 3, .max_inputs = 3,
@@ -169,6 +221,9 @@ KILN_PLUGIN_REGISTER(host) {
                                          .max_inputs = 2, .num_inplace = 1});
   kiln::plugin::addOp<SerializedMatMul>(host, {.domain = "com.example", .name = "SerializedMatMul", .min_inputs = 2,
                                                .max_inputs = 2, .stateless = true});
+  kiln::plugin::addOp<BlockScale>(host, {.domain = "com.example", .name = "BlockScale", .stateless = true});
+  kiln::plugin::addOp<BlockScale>(host, {.domain = "com.example", .name = "BlockScaleInPlace", .num_inplace = 1,
+                                         .stateless = true});
   kiln::plugin::addOp<Swish>(host, {.domain = "com.example", .name = "Swish", .stateless = true,
                                     .gradient_op = "SwishGrad"});
 }

@@ -50,8 +50,8 @@ extern "C" {
 
 /* The API level of this header. Level 1: kernels with shape inference,
  * attributes as JSON, workspaces, and the in-place / elementwise /
- * stateless metadata. */
-#define KILN_PLUGIN_API_LEVEL 1
+ * stateless metadata. Level 2: the allocator hook (KilnOp.input_layout). */
+#define KILN_PLUGIN_API_LEVEL 2
 
 /* Most dimensions a tensor has (kiln's kMaxRank). */
 #define KILN_PLUGIN_MAX_RANK 32
@@ -94,6 +94,22 @@ typedef struct KilnTensor {
   int32_t rank;
   const int64_t* dims;
 } KilnTensor;
+
+/* How an op wants one of its inputs laid out in memory (the allocator
+ * hook, KilnOp.input_layout).
+ *   alignment:     the input's data pointer is a multiple of it: a power of
+ *                  two up to KILN_PLUGIN_MAX_ALIGNMENT; 0 or 1: no wish.
+ *                  (Memory kiln plans is 64-byte aligned without asking.)
+ *   padding_bytes: that many bytes after the input's last element may be
+ *                  read (a vector loop's tail without a remainder loop);
+ *                  their contents are unspecified and compute must not
+ *                  write them. At most KILN_PLUGIN_MAX_PADDING. */
+typedef struct KilnInputLayout {
+  uint64_t alignment;
+  uint64_t padding_bytes;
+} KilnInputLayout;
+#define KILN_PLUGIN_MAX_ALIGNMENT 4096
+#define KILN_PLUGIN_MAX_PADDING (1u << 20)
 
 /* One attribute of a node a composite op builds. `kind` says which member
  * holds the value; `count` is the length of a list. */
@@ -208,6 +224,18 @@ typedef struct KilnOp {
    * op (training is not built yet). */
   const char* gradient_op;
   int32_t separate_gradients;
+
+  /* Level 2. Optional: the allocator hook (the reference's <op>_allocator
+   * with its allocating input indices): how input `input` (of types
+   * `inputs`, static) should lie in memory. kiln calls it once per present
+   * input when it compiles or loads a model, starting from a zeroed
+   * `layout` (no wish); the inputs it leaves zeroed are the ones it does
+   * not allocate. kiln plans such an input where the layout holds, or
+   * copies it there first when it lies elsewhere (a model input, a
+   * constant, a view at an unaligned offset): see docs/plugins.md. An op
+   * with a layout wish is not run in elementwise slices. */
+  int (*input_layout)(const void* state, int32_t input, const KilnTensorType* inputs, int32_t input_count,
+                      KilnInputLayout* layout, char* error, size_t error_capacity);
 } KilnOp;
 
 /* The size of a KilnOp with the required fields only (a composite op

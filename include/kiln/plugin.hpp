@@ -10,6 +10,9 @@
 // and optionally
 //   uint64_t workspaceBytes(std::span<const KilnTensorType> inputs,
 //                           std::span<const KilnTensorType> outputs) const;
+//   KilnInputLayout inputLayout(int32_t input, std::span<const KilnTensorType> inputs) const;
+//       the allocator hook (API level 2): how input `input` should lie in
+//       memory; a zeroed KilnInputLayout for the inputs it has no wish for.
 // Any of them may throw: the wrapper turns the exception into the ABI's
 // error message, which kiln reports with the plugin's and op's names.
 //
@@ -276,6 +279,13 @@ inline uint64_t elementCount(const KilnTensor& tensor) {
   for (int32_t i = 0; i < tensor.rank; ++i) n *= static_cast<uint64_t>(tensor.dims[i]);
   return n;
 }
+// The same for a type (shape inference, allocator hooks): 0 when a
+// dimension is unknown (KILN_DIM_UNKNOWN).
+inline uint64_t elementCount(const KilnTensorType& type) {
+  uint64_t n = 1;
+  for (int32_t i = 0; i < type.rank; ++i) n *= type.dims[i] < 0 ? 0 : static_cast<uint64_t>(type.dims[i]);
+  return n;
+}
 template <typename T>
 T* data(const KilnTensor& tensor) {
   return static_cast<T*>(tensor.data);
@@ -398,6 +408,14 @@ uint64_t workspaceBytes(const void* state, const KilnTensorType* inputs, int32_t
   }
 }
 template <typename Op>
+int inputLayout(const void* state, int32_t input, const KilnTensorType* inputs, int32_t input_count,
+                KilnInputLayout* layout, char* error, size_t capacity) {
+  return guarded(error, capacity, [&] {
+    *layout = static_cast<const Op*>(state)->inputLayout(
+        input, std::span<const KilnTensorType>(inputs, static_cast<size_t>(input_count)));
+  });
+}
+template <typename Op>
 int build(const void* state, const KilnGraphBuilder* builder, const int32_t* inputs, int32_t input_count,
           int32_t* outputs, int32_t output_count, char* error, size_t capacity) {
   return guarded(error, capacity, [&] {
@@ -453,6 +471,15 @@ void addOp(const KilnPluginHost* host, const OpSpec& spec) {
   }
   if constexpr (requires(const Op& o, std::span<const KilnTensorType> t) { o.workspaceBytes(t, t); }) {
     op.workspace_bytes = &detail::workspaceBytes<Op>;
+  }
+  if constexpr (requires(const Op& o, std::span<const KilnTensorType> t) { o.inputLayout(int32_t{0}, t); }) {
+    // An older kiln would ignore the hook, and an op that reads its padding
+    // would read past its inputs there: refuse to register instead.
+    if (host->api_level < 2) {
+      throw Error(std::string(spec.name) + " has an allocator hook, which needs kiln's plugin API level 2 (this kiln "
+                  "has " + std::to_string(host->api_level) + ")");
+    }
+    op.input_layout = &detail::inputLayout<Op>;
   }
   char error[512] = {0};
   if (host->register_op(host->context, &op, error, sizeof error) != 0) throw Error(error);

@@ -17,13 +17,15 @@ FUTURE = BUILD / "tests" / "plugins" / "libkiln_test_plugin_future.so"
 
 
 def model(path, rows):
-    """out = SerializedMatMul(swish(relu(x')) + y', w) with (x', y') = Rotate(x, y, a)."""
+    """out = SerializedMatMul(BlockScale(swish(relu(x')) + y'), w) with (x', y') = Rotate(x, y, a); BlockScale
+    multiplies by 0.5 with its input laid out by its allocator hook (1024-byte aligned, padded to blocks of 16)."""
     f = TensorProto.FLOAT
     nodes = [helper.make_node("Rotate", ["x", "y", "a"], ["xr", "yr"], domain="com.example"),
              helper.make_node("Relu", ["xr"], ["relu0"]),
              helper.make_node("Swish", ["relu0"], ["relu"], domain="com.example", beta=2.0),
              helper.make_node("AddInPlace", ["relu", "yr"], ["sum"], domain="com.example"),
-             helper.make_node("SerializedMatMul", ["sum", "w"], ["out"], domain="com.example",
+             helper.make_node("BlockScale", ["sum"], ["half"], domain="com.example", factor=0.5, alignment=1024),
+             helper.make_node("SerializedMatMul", ["half", "w"], ["out"], domain="com.example",
                               serialization_factor=3)]
     graph = helper.make_graph(
         nodes, "plugins",
@@ -44,29 +46,29 @@ def reference(f):
     c, s = np.cos(f["a"]), np.sin(f["a"])
     xr, yr = f["x"] * c - f["y"] * s, f["x"] * s + f["y"] * c
     relu = np.maximum(xr, 0)
-    return (relu / (1 + np.exp(-2.0 * relu)) + yr) @ f["w"]
+    return (0.5 * (relu / (1 + np.exp(-2.0 * relu)) + yr)) @ f["w"]
 
 
 def test_load_plugin_describes_the_library():
     plugin = kiln.load_plugin(EXAMPLE)
     assert plugin["name"] == "libkiln_example_ops.so"
-    assert plugin["api_level"] == 1 and len(plugin["hash"]) == 16
+    assert plugin["api_level"] == 2 and len(plugin["hash"]) == 16
     assert plugin["ops"] == ["com.example.Rotate", "com.example.AddInPlace", "com.example.SerializedMatMul",
-                             "com.example.Swish"]
+                             "com.example.BlockScale", "com.example.BlockScaleInPlace", "com.example.Swish"]
 
 
 def test_load_plugin_errors():
     with pytest.raises(kiln.Error, match="not found"):
         kiln.load_plugin("/nonexistent/libnothing.so")
     if FUTURE.exists():
-        with pytest.raises(kiln.Error, match="needs plugin API level 2; this kiln has level 1"):
+        with pytest.raises(kiln.Error, match="needs plugin API level 3; this kiln has level 2"):
             kiln.load_plugin(FUTURE)
 
 
 def test_compiled_plugin_model_matches_numpy(tmp_path):
     model(tmp_path / "m.onnx", 4)
     report = kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", plugins=[EXAMPLE])
-    assert report["step_kernels"]["kiln.Plugin"] == 3
+    assert report["step_kernels"]["kiln.Plugin"] == 4
     runner = kiln.Runner(tmp_path / "m.kiln")
     for seed in range(3):
         f = feeds(4, seed)

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "compiler/compile_program.h"
@@ -459,36 +461,108 @@ class Lowering {
       step.inputs.push_back(node.inputs[i] == kNoValue ? kNoValueIndex : indexOf(node.inputs[i]));
     }
     if (isPluginOp(node)) {
-      lowerPluginOutputs(node, step);
+      lowerPluginStep(node, step, steps);
     } else {
       for (ValueId output : node.outputs) step.outputs.push_back(define(output, ValueStorage::kArena, 0));
     }
     steps.push_back(std::move(step));
   }
 
-  // A plugin op's outputs: an in-place output takes its input's memory when
-  // nothing else reads that input (else the kernel copies the input into the
-  // output first), and a workspace the plugin asks for is one more output,
-  // planned like any other arena value.
-  void lowerPluginOutputs(const Node& node, StepSpec& step) {
-    const auto inplace = static_cast<size_t>(node.intAttribute("plugin_inplace", 0));
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      const ValueId input = o < inplace && o < node.inputs.size() ? node.inputs[o] : kNoValue;
-      if (input != kNoValue && mayWriteOver(node, input) && !isGraphOutput(node.outputs[o])) {
-        step.outputs.push_back(define(node.outputs[o], ValueStorage::kAlias, indexOf(input)));
-      } else {
-        step.outputs.push_back(define(node.outputs[o], ValueStorage::kArena, 0));
-      }
-    }
+  // A plugin op's step: its inputs where its allocator hook wants them, and
+  // its outputs.
+  void lowerPluginStep(const Node& node, StepSpec& step, std::vector<StepSpec>& steps) {
     const PluginOp* op = PluginRegistry::global().findOp(node.stringAttribute("plugin_domain", ""),
                                                          node.stringAttribute("plugin_op", ""),
                                                          node.intAttribute("plugin_version", 1));
     if (op == nullptr) throw GraphError(fmt::format("node '{}': its plugin op is not loaded", node.name));
+    const PluginInstance instance(*op, node.stringAttribute("attributes", "{}"));
+    const std::vector<bool> copied = placePluginInputs(instance, step, steps);
+    lowerPluginOutputs(node, instance, copied, step);
+  }
+
+  // The allocator hook: each input the op wants laid out (aligned, padded)
+  // is planned that way where it is an arena value, or through a view at an
+  // aligned offset of one; anything else (a model input, a constant, a view
+  // elsewhere) is copied into an arena value planned that way. The layouts
+  // go into the step's parameters, for the kernel and the verifier. Returns
+  // which inputs were copied.
+  std::vector<bool> placePluginInputs(const PluginInstance& instance, StepSpec& step, std::vector<StepSpec>& steps) {
+    std::vector<TensorInfo> infos;
+    for (uint32_t index : step.inputs) infos.push_back(index == kNoValueIndex ? TensorInfo{} : spec_.values[index].info);
+    const std::vector<InputLayout> layouts = instance.inputLayouts(infos);
+    std::vector<bool> copied(step.inputs.size(), false);
+    if (std::all_of(layouts.begin(), layouts.end(), [](const InputLayout& l) { return l.isDefault(); })) return copied;
+    std::vector<int64_t> alignments, paddings;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      alignments.push_back(static_cast<int64_t>(layouts[i].alignment));
+      paddings.push_back(static_cast<int64_t>(layouts[i].padding_bytes));
+      if (layouts[i].isDefault() || requestLayout(step.inputs[i], layouts[i])) continue;
+      const ValueSpec& source = spec_.values[step.inputs[i]];
+      const uint32_t copy = defineRaw(source.name + ":laid_out", source.info);
+      steps.push_back(StepSpec{"kiln.Copy", {step.inputs[i]}, {copy}, {}, {}});
+      requestLayout(copy, layouts[i]);
+      step.inputs[i] = copy;
+      copied[i] = true;
+    }
+    step.params.set("plugin_input_alignments", alignments);
+    step.params.set("plugin_input_paddings", paddings);
+    return copied;
+  }
+
+  // Asks that value `index` lie as `layout`. True when it will: an arena
+  // value, or a view at an aligned offset in one, has its root planned so
+  // (aligned, and long enough for the padding past the view), and memory
+  // the caller or the package gives may already hold it
+  // (storageHoldsLayout). False when it needs a copy.
+  bool requestLayout(uint32_t index, const InputLayout& layout) {
+    uint64_t offset = 0;
+    uint32_t root = index;
+    while (spec_.values[root].storage == ValueStorage::kAlias) {
+      offset += spec_.values[root].offset;
+      root = spec_.values[root].index;
+    }
+    if (offset % layout.alignment != 0) return false;
+    const ValueStorage storage = spec_.values[root].storage;
+    const TensorInfo& info = spec_.values[index].info;
+    if (storage != ValueStorage::kArena) {
+      return storageHoldsLayout(storage, dtypeSize(info.dtype), layout.alignment, layout.padding_bytes);
+    }
+    InputLayout& planned = layouts_[root];
+    planned.alignment = std::max(planned.alignment, layout.alignment);
+    const uint64_t end = offset + info.sizeInBytes() + layout.padding_bytes;
+    const uint64_t root_bytes = spec_.values[root].info.sizeInBytes();
+    if (end > root_bytes) planned.padding_bytes = std::max(planned.padding_bytes, end - root_bytes);
+    return true;
+  }
+
+  // A plugin op's outputs: an in-place output takes its input's memory when
+  // nothing else reads that input (or the input is the copy the allocator
+  // hook made), else the kernel copies the input into the output first and
+  // the output gets the input's layout. A workspace the plugin asks for is
+  // one more output, planned like any other arena value.
+  void lowerPluginOutputs(const Node& node, const PluginInstance& instance, const std::vector<bool>& copied,
+                          StepSpec& step) {
+    const auto inplace = static_cast<size_t>(node.intAttribute("plugin_inplace", 0));
+    const std::vector<int64_t> alignments = step.params.getInts("plugin_input_alignments", {});
+    const std::vector<int64_t> paddings = step.params.getInts("plugin_input_paddings", {});
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const ValueId input = o < inplace && o < node.inputs.size() ? node.inputs[o] : kNoValue;
+      const bool over_input = input != kNoValue && !isGraphOutput(node.outputs[o]) &&
+                              ((o < copied.size() && copied[o]) || mayWriteOver(node, input));
+      if (over_input) {
+        step.outputs.push_back(define(node.outputs[o], ValueStorage::kAlias, step.inputs[o]));
+        continue;
+      }
+      step.outputs.push_back(define(node.outputs[o], ValueStorage::kArena, 0));
+      if (input != kNoValue && o < alignments.size() && (alignments[o] > 1 || paddings[o] > 0)) {
+        layouts_[step.outputs.back()] = InputLayout{static_cast<uint64_t>(alignments[o]),
+                                                    static_cast<uint64_t>(paddings[o])};
+      }
+    }
     std::vector<TensorInfo> inputs, outputs;
     for (uint32_t index : step.inputs) inputs.push_back(index == kNoValueIndex ? TensorInfo{} : spec_.values[index].info);
     for (uint32_t index : step.outputs) outputs.push_back(spec_.values[index].info);
-    const uint64_t workspace =
-        PluginInstance(*op, node.stringAttribute("attributes", "{}")).workspaceBytes(inputs, outputs);
+    const uint64_t workspace = instance.workspaceBytes(inputs, outputs);
     if (workspace > 0) {
       step.params.set("plugin_workspace", int64_t{1});
       step.outputs.push_back(defineRaw(fmt::format("{}:workspace", node.name),
@@ -536,6 +610,16 @@ class Lowering {
     for (ValueId output : node.outputs) step.outputs.push_back(define(output, ValueStorage::kArena, 0));
     const uint32_t workspace_value = defineRaw(fmt::format("{}:workspace", node.name),
                                                TensorInfo{DType::kU8, {static_cast<int64_t>(std::max<uint64_t>(workspace, 1))}});
+    // Its regions were planned from offset 0 of it: it is aligned for the
+    // most aligned value in them.
+    for (const auto& region : region_values) {
+      for (uint32_t value : region) {
+        const auto layout = layouts_.find(value);
+        if (layout == layouts_.end()) continue;
+        InputLayout& own = layouts_[workspace_value];
+        own.alignment = std::max(own.alignment, layout->second.alignment);
+      }
+    }
     step.outputs.push_back(workspace_value);
     workspaces_.push_back({workspace_value, std::move(region_values)});
     steps.push_back(std::move(step));
@@ -576,7 +660,9 @@ class Lowering {
     for (uint32_t i = 0; i < graph_.outputs().size(); ++i) {
       const uint32_t value = indexOf(graph_.outputs()[i]);
       ValueSpec& spec = spec_.values[value];
-      if (spec.storage == ValueStorage::kArena && taken.insert(value).second) {
+      // A value a plugin wants laid out stays in the arena (the caller's
+      // buffer would not hold the layout) and is copied out.
+      if (spec.storage == ValueStorage::kArena && !layouts_.contains(value) && taken.insert(value).second) {
         spec.storage = ValueStorage::kOutput;
         spec.index = i;
         spec_.outputs.push_back(value);
@@ -608,7 +694,9 @@ class Lowering {
       if (spec_.values[root].storage != ValueStorage::kArena || slot.contains(root)) return;
       slot[root] = lifetimes.size();
       planned.push_back(root);
-      lifetimes.push_back({spec_.values[root].info.sizeInBytes(), step, step});
+      const auto layout = layouts_.find(root);
+      const InputLayout wanted = layout == layouts_.end() ? InputLayout{} : layout->second;
+      lifetimes.push_back({spec_.values[root].info.sizeInBytes() + wanted.padding_bytes, step, step, wanted.alignment});
     };
     for (uint32_t value : formal) add(value, 0);
     for (uint32_t s = 0; s < steps.size(); ++s) {
@@ -678,6 +766,7 @@ class Lowering {
   Scope* scope_ = nullptr;
   std::vector<ConstantPtr> constant_data_;  // per spec constant
   std::vector<Workspace> workspaces_;
+  std::map<uint32_t, InputLayout> layouts_;  // arena values a plugin's allocator hook wants laid out
   std::set<std::string> captured_;
   size_t subprogram_counter_ = 0;
 };

@@ -10,12 +10,16 @@
 #include <optional>
 #include <utility>
 
+#include "format/blob_header.h"
 #include "kiln/error.h"
 
 namespace kiln {
 namespace {
 
 constexpr uint64_t kMaxBytes = std::numeric_limits<uint64_t>::max();
+// A tensor's own alignment is at most this (KILN_PLUGIN_MAX_ALIGNMENT's
+// 4096 with room to spare): it bounds the gaps alignment leaves.
+constexpr uint64_t kMaxOwnAlignment = uint64_t{1} << 20;
 
 bool lifetimesIntersect(const TensorLifetime& a, const TensorLifetime& b) {
   return a.first_step <= b.last_step && b.first_step <= a.last_step;
@@ -43,12 +47,17 @@ std::vector<uint64_t> validatedAlignedSizes(std::span<const TensorLifetime> tens
                                    "the alignment of {}",
                                    i, tensor.size_bytes, alignment));
     }
-    const uint64_t aligned = (tensor.size_bytes + alignment - 1) & ~(alignment - 1);
-    if (aligned > kMaxBytes - total) {
+    if (tensor.alignment != 0 && (!std::has_single_bit(tensor.alignment) || tensor.alignment > kMaxOwnAlignment)) {
+      throw UsageError(fmt::format("memory plan: tensor {} asks for an alignment of {} (a power of two up to {})", i,
+                                   tensor.alignment, kMaxOwnAlignment));
+    }
+    const uint64_t aligned = alignUp(tensor.size_bytes, alignment);
+    // Its own alignment may cost up to that many bytes of gap below it.
+    if (aligned > kMaxBytes - total - tensor.alignment) {
       throw UsageError(fmt::format("memory plan: the sizes of tensors 0 to {} add up to more than 2^64 bytes", i));
     }
     aligned_sizes[i] = aligned;
-    total += aligned;
+    total += aligned + tensor.alignment;
   }
   *total_bytes = total;
   return aligned_sizes;
@@ -98,24 +107,27 @@ struct Placement {
 // space between that end and the next conflicting offset is free for this
 // tensor. Takes the smallest such gap that fits (the lowest among equal
 // gaps), else the highest end.
+// A tensor with an alignment of its own (above the plan's) starts at the
+// gap's first multiple of it, and only the rest of the gap counts.
 uint64_t bestFitOffset(const std::vector<Placement>& placed_by_offset, const TensorLifetime& lifetime,
-                       uint64_t size) {
+                       uint64_t size, uint64_t alignment) {
   uint64_t highest_end = 0;
   uint64_t best_gap = kMaxBytes;
   std::optional<uint64_t> best_offset;
   for (const Placement& other : placed_by_offset) {
     if (!lifetimesIntersect(other.lifetime, lifetime)) continue;
-    if (other.offset > highest_end) {
-      const uint64_t gap = other.offset - highest_end;
+    const uint64_t start = alignUp(highest_end, alignment);
+    if (other.offset > start) {
+      const uint64_t gap = other.offset - start;
       if (gap >= size && gap < best_gap) {
         best_gap = gap;
-        best_offset = highest_end;
+        best_offset = start;
         if (gap == size) break;  // no gap can fit tighter, and a later one would be higher
       }
     }
     highest_end = std::max(highest_end, other.end);
   }
-  return best_offset.value_or(highest_end);
+  return best_offset.value_or(alignUp(highest_end, alignment));
 }
 
 std::string humanBytes(uint64_t bytes) {
@@ -155,7 +167,9 @@ MemoryPlan planMemory(std::span<const TensorLifetime> tensors, uint64_t alignmen
   std::vector<Placement> placed_by_offset;
   placed_by_offset.reserve(order.size());
   for (const size_t index : order) {
-    const uint64_t offset = bestFitOffset(placed_by_offset, tensors[index], aligned_sizes[index]);
+    const uint64_t own = std::max(alignment, tensors[index].alignment);
+    const uint64_t offset = bestFitOffset(placed_by_offset, tensors[index], aligned_sizes[index], own);
+    if (own > alignment) plan.arena_bytes = std::max(plan.arena_bytes, own);
     const Placement placement{offset, offset + aligned_sizes[index], tensors[index]};
     const auto position = std::upper_bound(placed_by_offset.begin(), placed_by_offset.end(), offset,
                                            [](uint64_t value, const Placement& p) { return value < p.offset; });
@@ -184,8 +198,10 @@ bool planIsValid(std::span<const TensorLifetime> tensors, const MemoryPlan& plan
       return fail(fmt::format("tensor {} starts at step {}, after its last step {}", i, tensor.first_step,
                               tensor.last_step));
     }
-    if (offset % alignment != 0) {
-      return fail(fmt::format("tensor {} is at offset {}, not a multiple of the alignment {}", i, offset, alignment));
+    const uint64_t own = std::max(alignment, tensor.alignment);
+    if (!std::has_single_bit(own)) return fail(fmt::format("tensor {} has the alignment {}", i, tensor.alignment));
+    if (offset % own != 0) {
+      return fail(fmt::format("tensor {} is at offset {}, not a multiple of the alignment {}", i, offset, own));
     }
     if (tensor.size_bytes > plan.arena_bytes || offset > plan.arena_bytes - tensor.size_bytes) {
       return fail(fmt::format("tensor {} at offset {} with {} bytes ends past the arena's {} bytes", i, offset,

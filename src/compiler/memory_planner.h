@@ -17,7 +17,11 @@
 //
 // Invariants of a MemoryPlan returned by planMemory:
 //   - offsets.size() == tensors.size(); every offset is a multiple of the
-//     alignment; a zero-size tensor has offset 0 and takes no space;
+//     alignment and of the tensor's own; a zero-size tensor has offset 0 and
+//     takes no space;
+//   - arena_bytes is at least every tensor's own alignment, so that an arena
+//     allocated by a kiln device (aligned to its size's largest power of
+//     two, up to 4096 bytes: runtime/device_internal.h) is aligned for all;
 //   - conflicting tensors occupy disjoint [offset, offset + aligned size);
 //   - lower_bound_bytes <= arena_bytes <= naive_bytes;
 //   - the result depends only on the input (equal inputs give equal plans).
@@ -37,11 +41,14 @@
 namespace kiln {
 
 // A tensor holds its bytes from the step that produces it through the last
-// step that reads it, both inclusive.
+// step that reads it, both inclusive. `alignment` raises the plan's
+// alignment for this tensor alone (a plugin's allocator hook): 0 or a power
+// of two.
 struct TensorLifetime {
   uint64_t size_bytes = 0;
   uint32_t first_step = 0;
   uint32_t last_step = 0;
+  uint64_t alignment = 0;
 };
 
 struct MemoryPlan {
@@ -56,12 +63,12 @@ struct MemoryPlan {
 // is `alignment`-aligned is itself aligned.
 //
 // Throws UsageError, naming the tensor, if a lifetime ends before it starts,
-// if `alignment` is not a power of two, or if a rounded size or the total of
+// if `alignment` or a tensor's own is not a power of two, or if a rounded size or the total of
 // all sizes does not fit in 64 bits.
 MemoryPlan planMemory(std::span<const TensorLifetime> tensors, uint64_t alignment = 64);
 
 // Checks that `plan` is safe to run with: one offset per tensor, every offset
-// a multiple of `alignment`, every tensor's bytes inside arena_bytes, and no
+// a multiple of `alignment` and of the tensor's own, every tensor's bytes inside arena_bytes, and no
 // two conflicting tensors sharing a byte. Works on any plan (it does not
 // assume planMemory made it) in O(n log n). On failure returns false and, if
 // `problem` is not null, says which tensors and bytes are wrong. The reported

@@ -1,6 +1,7 @@
 #include "format/executable_spec.h"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
 
@@ -8,6 +9,7 @@
 #include "format/graph_package.h"
 #include "kiln/metadata.h"
 #include "kiln/package_reader.h"
+#include "kiln/plugin.h"
 
 namespace kiln {
 namespace {
@@ -245,6 +247,38 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
       }
     }
   };
+  // A plugin step's inputs lie as its allocator hook asked (the kernel
+  // reads their padding): aligned in their storage, and padded only in the
+  // arena, inside it. (The planner keeps the padding free while the step
+  // runs; like every lifetime, that is the compiler's to get right.)
+  auto checkLayouts = [&](const StepSpec& step) {
+    if (step.kernel != "kiln.Plugin") return;
+    const std::vector<int64_t> alignments = step.params.getInts("plugin_input_alignments", {});
+    const std::vector<int64_t> paddings = step.params.getInts("plugin_input_paddings", {});
+    if (alignments.empty() && paddings.empty()) return;
+    if (alignments.size() != step.inputs.size() || paddings.size() != step.inputs.size()) {
+      fail(fmt::format("plugin step has {} alignments and {} paddings for {} inputs", alignments.size(),
+                       paddings.size(), step.inputs.size()));
+    }
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      if (step.inputs[i] == kNoValueIndex) continue;
+      const auto alignment = static_cast<uint64_t>(alignments[i]);
+      const auto padding = static_cast<uint64_t>(paddings[i]);
+      if (alignments[i] < 1 || alignment > KILN_PLUGIN_MAX_ALIGNMENT || !std::has_single_bit(alignment) || paddings[i] < 0 ||
+          padding > KILN_PLUGIN_MAX_PADDING) {
+        fail(fmt::format("plugin step input {} has the layout alignment {}, padding {}", i, alignments[i], paddings[i]));
+      }
+      const ValueSpec& value = spec.values[step.inputs[i]];
+      const Extent extent = extentOf(step.inputs[i]);
+      const bool holds = extent.begin % alignment == 0 &&
+                         storageHoldsLayout(extent.storage, dtypeSize(value.info.dtype), alignment, padding) &&
+                         (extent.storage != ValueStorage::kArena || padding <= spec.arena_bytes - extent.end);
+      if (!holds) {
+        fail(fmt::format("plugin step input '{}' does not lie as its op asks ({}-byte aligned, {} bytes of padding)",
+                         value.name, alignment, padding));
+      }
+    }
+  };
   // `limit`: the sub-programs a step may run (those listed before its own
   // sub-program), so that sub-programs cannot run themselves.
   auto checkSteps = [&](const std::vector<StepSpec>& steps, size_t limit) {
@@ -267,6 +301,7 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
         }
       }
       checkDisjoint(step);
+      checkLayouts(step);
       for (uint32_t program : step.subprograms) {
         if (program >= limit) fail(fmt::format("step '{}' runs sub-program {} of {}", step.kernel, program, limit));
       }

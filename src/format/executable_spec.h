@@ -48,6 +48,19 @@ inline constexpr uint32_t kNoValueIndex = 0xFFFFFFFFu;
 
 enum class ValueStorage : uint8_t { kArena = 0, kConstant = 1, kInput = 2, kOutput = 3, kAlias = 4 };
 
+// Whether memory of `storage` other than the arena lies as a plugin's
+// allocator hook asks (`alignment` a power of two, `padding` readable bytes
+// past the end) without being planned for it: a constant is 64-byte
+// aligned, a caller's buffer only element-aligned, and neither has padding.
+// The arena holds any layout the planner was given. The compiler copies an
+// input that does not hold into the arena; the verifier refuses a package
+// that skipped the copy.
+inline bool storageHoldsLayout(ValueStorage storage, uint64_t element_bytes, uint64_t alignment, uint64_t padding) {
+  if (storage == ValueStorage::kArena) return true;
+  if (padding > 0) return false;
+  return alignment <= (storage == ValueStorage::kConstant ? 64 : element_bytes);
+}
+
 struct ValueSpec {
   std::string name;
   TensorInfo info;

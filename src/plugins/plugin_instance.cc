@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
+
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 
@@ -107,6 +110,33 @@ uint64_t PluginInstance::workspaceBytes(std::span<const TensorInfo> inputs, std:
                                                  static_cast<int32_t>(out.size()));
   if (bytes > kMaxWorkspaceBytes) fail(fmt::format("asks for a workspace of {} bytes", bytes));
   return bytes;
+}
+
+std::vector<InputLayout> PluginInstance::inputLayouts(std::span<const TensorInfo> inputs) const {
+  std::vector<InputLayout> layouts(inputs.size());
+  if (op_.abi.input_layout == nullptr) return layouts;
+  std::vector<KilnTensorType> types;
+  for (const TensorInfo& info : inputs) types.push_back(pluginTypeOf(info));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype == DType::kUndefined) continue;
+    KilnInputLayout layout{};
+    char error[512] = {0};
+    if (op_.abi.input_layout(state_, static_cast<int32_t>(i), types.data(), static_cast<int32_t>(types.size()),
+                             &layout, error, sizeof error) != 0) {
+      fail(fmt::format("its allocator hook failed for input {}: {}", i, callbackMessage(error, sizeof error)));
+    }
+    if (layout.alignment > KILN_PLUGIN_MAX_ALIGNMENT ||
+        (layout.alignment > 1 && !std::has_single_bit(layout.alignment))) {
+      fail(fmt::format("its allocator hook asks input {} for an alignment of {} bytes (a power of two up to {})", i,
+                       layout.alignment, KILN_PLUGIN_MAX_ALIGNMENT));
+    }
+    if (layout.padding_bytes > KILN_PLUGIN_MAX_PADDING) {
+      fail(fmt::format("its allocator hook asks input {} for {} bytes of padding (at most {})", i,
+                       layout.padding_bytes, KILN_PLUGIN_MAX_PADDING));
+    }
+    layouts[i] = InputLayout{std::max<uint64_t>(layout.alignment, 1), layout.padding_bytes};
+  }
+  return layouts;
 }
 
 }  // namespace kiln

@@ -23,6 +23,16 @@ namespace kiln {
 KilnTensorType pluginTypeOf(const TensorInfo& info);
 TensorInfo tensorInfoOf(const KilnTensorType& type);
 
+// How an input must lie in memory (KilnInputLayout, normalised): its
+// address a multiple of `alignment` (a power of two, 1: any), and
+// `padding_bytes` readable bytes after its last element.
+struct InputLayout {
+  uint64_t alignment = 1;
+  uint64_t padding_bytes = 0;
+  bool isDefault() const { return alignment == 1 && padding_bytes == 0; }
+  friend bool operator==(const InputLayout&, const InputLayout&) = default;
+};
+
 class PluginInstance {
  public:
   // Calls the op's create() with `attributes_json`; UsageError when it fails.
@@ -43,6 +53,13 @@ class PluginInstance {
   // The scratch bytes compute needs for these static types (0 without a
   // workspace_bytes callback); UsageError above 2^40.
   uint64_t workspaceBytes(std::span<const TensorInfo> inputs, std::span<const TensorInfo> outputs) const;
+
+  // What the allocator hook (KilnOp.input_layout) asks of each input, one
+  // entry per input (an omitted one, dtype kUndefined, gets none); all
+  // {1, 0} without a hook. Refuses, with UsageError, a failing hook, an
+  // alignment that is not a power of two up to KILN_PLUGIN_MAX_ALIGNMENT and
+  // padding above KILN_PLUGIN_MAX_PADDING.
+  std::vector<InputLayout> inputLayouts(std::span<const TensorInfo> inputs) const;
 
   // "com.example.Rotate (plugin libmy_ops.so): <what>"
   [[noreturn]] void fail(const std::string& what) const;

@@ -46,6 +46,12 @@ std::string acceptOp(const KilnOp* op, PluginOp& out) {
     return fmt::format("its KilnOp has struct_size {}, below the {} bytes of the required fields", op->struct_size,
                        KILN_OP_MIN_SIZE);
   }
+  // Every header's sizeof(KilnOp) is a multiple of its alignment; another
+  // size would end inside a field, and half a pointer would be copied.
+  if (op->struct_size % alignof(KilnOp) != 0) {
+    return fmt::format("its KilnOp has struct_size {}, which is no header's size (a multiple of {})", op->struct_size,
+                       alignof(KilnOp));
+  }
   // Cap: read what both sides know; the fields past the plugin's struct keep
   // their defaults (zero), the fields past kiln's are ignored.
   std::memcpy(&out.abi, op, std::min<size_t>(op->struct_size, sizeof(KilnOp)));

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <thread>
 #include <utility>
@@ -70,12 +72,21 @@ const char* faultKindName(FaultKind kind) {
 
 namespace device_internal {
 
+uint64_t blockAlignment(uint64_t bytes) noexcept {
+  return std::clamp(std::bit_floor(bytes), kAlignment, kMaxBlockAlignment);
+}
+
 std::byte* allocateAligned(uint64_t bytes) noexcept {
-  // aligned_alloc wants a multiple of the alignment; a zero-byte request
-  // still gets a distinct pointer.
+  // Whole 64-byte lines; a zero-byte request still gets a distinct pointer.
+  // posix_memalign, unlike aligned_alloc, needs no size that is a multiple
+  // of the (up to a page) alignment.
   const uint64_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded < bytes || rounded > SIZE_MAX) return nullptr;  // overflow: no system has that much
-  return static_cast<std::byte*>(std::aligned_alloc(kAlignment, static_cast<size_t>(rounded)));
+  void* data = nullptr;
+  if (posix_memalign(&data, static_cast<size_t>(blockAlignment(rounded)), static_cast<size_t>(rounded)) != 0) {
+    return nullptr;
+  }
+  return static_cast<std::byte*>(data);
 }
 
 void freeAligned(std::byte* data) noexcept { std::free(data); }

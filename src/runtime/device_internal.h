@@ -14,12 +14,20 @@
 
 namespace kiln::device_internal {
 
-// Device memory alignment: the same 64 bytes as package payloads, so that a
-// kernel sees the same alignment on every device.
+// Device memory alignment: at least the same 64 bytes as package payloads,
+// so that a kernel sees the same alignment on every device.
 inline constexpr uint64_t kAlignment = 64;
+// A block of n bytes is aligned to n's largest power of two up to this (a
+// page), so that an arena is aligned for every tensor the planner placed at
+// a larger alignment of its own (plugin allocator hooks; the planner makes
+// such an arena at least that large: compiler/memory_planner.h).
+inline constexpr uint64_t kMaxBlockAlignment = 4096;
 
-// 64-byte aligned memory of at least `bytes` bytes (rounded up to the
-// alignment); null when the system has none to give.
+// The alignment allocateAligned gives a block of `bytes`.
+uint64_t blockAlignment(uint64_t bytes) noexcept;
+
+// Memory of at least `bytes` bytes (rounded up to its alignment), aligned to
+// blockAlignment(bytes); null when the system has none to give.
 std::byte* allocateAligned(uint64_t bytes) noexcept;
 void freeAligned(std::byte* data) noexcept;
 

@@ -17,12 +17,14 @@ def example_plugin(build_dir):
 
 
 def rotate_model(path):
-    """Rotate(x, y, a) -> (x', y'); AddInPlace(Swish(x'), y'); SerializedMatMul(that, w): every example op."""
+    """Rotate(x, y, a) -> (x', y'); AddInPlace(Swish(x'), y'); BlockScale by 0.5 (laid out by its allocator
+    hook); SerializedMatMul(that, w): every example op."""
     f = TensorProto.FLOAT
     nodes = [helper.make_node("Rotate", ["x", "y", "a"], ["xr", "yr"], domain="com.example"),
              helper.make_node("Swish", ["xr"], ["sw"], domain="com.example", beta=0.5),
              helper.make_node("AddInPlace", ["sw", "yr"], ["sum"], domain="com.example"),
-             helper.make_node("SerializedMatMul", ["sum", "w"], ["out"], domain="com.example",
+             helper.make_node("BlockScale", ["sum"], ["half"], domain="com.example", factor=0.5, alignment=512),
+             helper.make_node("SerializedMatMul", ["half", "w"], ["out"], domain="com.example",
                               serialization_factor=2)]
     graph = helper.make_graph(
         nodes, "rotate",
@@ -49,7 +51,7 @@ def reference(arrays):
     xr = arrays["x"] * c - arrays["y"] * s
     yr = arrays["x"] * s + arrays["y"] * c
     swish = xr / (1 + np.exp(-0.5 * xr))
-    return (swish + yr) @ arrays["w"], yr
+    return (0.5 * (swish + yr)) @ arrays["w"], yr
 
 
 def clean_env():
@@ -72,7 +74,7 @@ def test_plugin_package_runs_with_the_library_beside_it_or_on_the_path(kiln, bui
                   example_plugin(build_dir))
     assert result.returncode == 0, result.stderr
     dump = kiln("dump", "-m", tmp_path / "rotate.kiln")
-    assert "plugin.libkiln_example_ops.so: level=1;hash=" in dump.stdout
+    assert "plugin.libkiln_example_ops.so: level=2;hash=" in dump.stdout
     arrays, args = inputs(tmp_path)
     want_out, want_yr = reference(arrays)
 
@@ -85,6 +87,16 @@ def test_plugin_package_runs_with_the_library_beside_it_or_on_the_path(kiln, bui
     assert result.returncode == 0, result.stderr
     np.testing.assert_allclose(np.load(beside / "out.npy"), want_out, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.load(beside / "yr.npy"), want_yr, rtol=1e-5, atol=1e-6)
+
+    # On a sim device (its own memory: the plugin steps run on its arena).
+    on_sim = tmp_path / "on_sim"
+    on_sim.mkdir()
+    env = clean_env()
+    env.update(KILN_SIM_DEVICES="1", KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    result = kiln("run", beside / "rotate.kiln", *args, "--device", "sim", "--output-dir", on_sim, env=env)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(on_sim / "out.npy"), want_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.load(on_sim / "yr.npy"), want_yr, rtol=1e-5, atol=1e-6)
 
     # In a folder of KILN_PLUGIN_PATH.
     alone, libs = tmp_path / "alone", tmp_path / "libs"
@@ -131,7 +143,7 @@ def test_a_plugin_needing_a_newer_kiln_is_refused_at_compile(kiln, build_dir, tm
         pytest.skip("the test plugins are built with the unit tests")
     result = kiln("compile", tmp_path / "rotate.onnx", "-o", tmp_path / "rotate.kiln", "--plugin", future)
     assert result.returncode == 1
-    assert "needs plugin API level 2; this kiln has level 1" in result.stderr
+    assert "needs plugin API level 3; this kiln has level 2" in result.stderr
 
 
 def test_autoload_off_uses_only_libraries_the_application_loaded(kiln, build_dir, tmp_path):

@@ -423,6 +423,49 @@ TEST(MemoryPlannerProperties, HoldOnThousandsOfRandomLifetimeSets) {
   }
 }
 
+// Tensors with an alignment of their own (a plugin's allocator hook): each
+// starts on a multiple of it, the plan stays valid, and the arena is at
+// least that large (so that a device block of its size is aligned for it).
+TEST(MemoryPlannerProperties, HoldWithAlignmentsOfTheirOwn) {
+  std::mt19937_64 random(77);
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<TensorLifetime> tensors = randomLifetimes(Shape::kRandomIntervals, random);
+    uint64_t largest = 0;
+    for (TensorLifetime& t : tensors) {
+      if (random() % 3 == 0) {
+        t.alignment = uint64_t{128} << (random() % 6);  // 128 .. 4096
+        largest = std::max(largest, t.alignment);
+      }
+    }
+    const MemoryPlan plan = planMemory(tensors, 64);
+    std::string problem;
+    ASSERT_TRUE(planIsValid(tensors, plan, 64, &problem)) << "round " << round << ": " << problem;
+    ASSERT_TRUE(bruteForceValid(tensors, plan, 64)) << "round " << round;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ASSERT_EQ(plan.offsets[i] % std::max<uint64_t>(64, tensors[i].alignment), 0u) << "round " << round;
+    }
+    ASSERT_GE(plan.arena_bytes, largest);
+    ASSERT_LE(plan.arena_bytes, plan.naive_bytes);
+  }
+}
+
+TEST(MemoryPlanner, AnAlignmentOfItsOwnSkipsToTheNextMultiple) {
+  // A lives through steps 0-1 in [0, 128); B, live with it at step 1 and
+  // 256-byte aligned, goes to 256, not 128; C, 64-byte aligned like the
+  // plan, takes 128.
+  const std::vector<TensorLifetime> tensors = {{100, 0, 1}, {10, 1, 2, 256}, {64, 1, 1}};
+  const MemoryPlan plan = planMemory(tensors, 64);
+  EXPECT_THAT(plan.offsets, ElementsAre(0, 256, 128));
+  EXPECT_EQ(plan.arena_bytes, 320u);
+  std::string problem;
+  EXPECT_TRUE(planIsValid(tensors, plan, 64, &problem)) << problem;
+  MemoryPlan moved = plan;
+  moved.offsets[1] = 192;  // aligned for the plan, not for B
+  EXPECT_FALSE(planIsValid(tensors, moved, 64, &problem));
+  EXPECT_THAT(problem, HasSubstr("not a multiple of the alignment 256"));
+  EXPECT_THROW(planMemory(std::vector<TensorLifetime>{{8, 0, 0, 96}}, 64), UsageError);
+}
+
 // Not a pass/fail check of quality (the greedy has no guarantee), a record of
 // it: how far above the lower bound the arena lands, per kind of input.
 TEST(MemoryPlannerProperties, ReportsArenaOverLowerBound) {

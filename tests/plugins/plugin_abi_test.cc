@@ -7,7 +7,9 @@
 #include "kiln/compiler.h"
 #include "kiln/error.h"
 #include "kiln/executor.h"
+#include "kiln/plugin.hpp"
 #include "kiln/plugins.h"
+#include "plugins/plugin_registry.h"
 #include "tests/runtime/runtime_test_models.h"
 
 namespace kiln {
@@ -50,8 +52,8 @@ std::vector<float> runOne(const std::string& domain, const std::string& op, Attr
 
 TEST(PluginAbiTest, APluginNeedingANewerLevelIsRefusedWithBothLevels) {
   EXPECT_THAT(errorOf([] { loadPlugin(library("future")); }),
-              AllOf(HasSubstr("libkiln_test_plugin_future.so"), HasSubstr("needs plugin API level 2"),
-                    HasSubstr("this kiln has level 1")));
+              AllOf(HasSubstr("libkiln_test_plugin_future.so"), HasSubstr("needs plugin API level 3"),
+                    HasSubstr("this kiln has level 2")));
 }
 
 TEST(PluginAbiTest, ALibraryWithoutTheEntryPointIsNotAPlugin) {
@@ -75,6 +77,67 @@ TEST(PluginAbiTest, AnOlderShorterOpStructLoadsWithDefaults) {
   const LoadedPlugin plugin = loadPlugin(library("short"));
   EXPECT_EQ(plugin.ops, (std::vector<std::string>{"com.short.Double"}));
   EXPECT_EQ(runOne("com.short", "Double"), (std::vector<float>{2, -4, 6}));
+}
+
+// A level-1 library (its KilnOp ends before the allocator hook) loads in
+// this level-2 kiln, which never reads the hook's place.
+TEST(PluginAbiTest, ALevelOnePluginLoadsWithoutAnAllocatorHook) {
+  const LoadedPlugin plugin = loadPlugin(library("level1"));
+  EXPECT_EQ(plugin.api_level, 1u);
+  EXPECT_EQ(runOne("com.level1", "Double"), (std::vector<float>{2, -4, 6}));
+}
+
+// A struct_size that ends inside a field is no header's: refused, rather
+// than half of the allocator hook's pointer copied.
+TEST(PluginAbiTest, AStructSizeEndingInsideAFieldIsRefused) {
+  const auto infer = [](const void*, const KilnTensorType*, int32_t, KilnTensorType*, int32_t, char*, size_t) { return 0; };
+  const auto compute = [](const void*, const KilnTensor*, int32_t, KilnTensor*, int32_t, void*, uint64_t, char*,
+                          size_t) { return 0; };
+  KilnOp op{};
+  op.domain = "com.x";
+  op.name = "Op";
+  op.since_version = 1;
+  op.min_inputs = op.max_inputs = op.min_outputs = op.max_outputs = 1;
+  op.infer = infer;
+  op.compute = compute;
+  for (const size_t size : {offsetof(KilnOp, input_layout), sizeof(KilnOp), sizeof(KilnOp) + 8}) {
+    op.struct_size = static_cast<uint32_t>(size);
+    EXPECT_EQ(refusalOf(&op), "") << size;
+  }
+  op.struct_size = static_cast<uint32_t>(offsetof(KilnOp, input_layout) + 4);
+  EXPECT_THAT(refusalOf(&op), HasSubstr("which is no header's size (a multiple of 8)"));
+}
+
+// The C++ wrapper refuses to register an op with an allocator hook in a
+// kiln older than level 2, which would ignore the hook (and the op would
+// read padding that is not there).
+TEST(PluginAbiTest, TheWrapperRefusesAnAllocatorHookBelowLevelTwo) {
+  struct Op {
+    explicit Op(const plugin::Attributes&) {}
+    void infer(std::span<const KilnTensorType>, std::span<KilnTensorType>) const {}
+    void compute(std::span<const KilnTensor>, std::span<KilnTensor>, std::span<std::byte>) const {}
+    KilnInputLayout inputLayout(int32_t, std::span<const KilnTensorType>) const { return {}; }
+  };
+  int registered = 0;
+  KilnPluginHost host{};
+  host.struct_size = sizeof host;
+  host.context = &registered;
+  host.register_op = [](void* context, const KilnOp*, char*, size_t) { return ++*static_cast<int*>(context), 0; };
+  for (const uint32_t level : {1u, 2u}) {
+    host.api_level = level;
+    std::string error;
+    try {
+      plugin::addOp<Op>(&host, {.domain = "com.x", .name = "Laid"});
+    } catch (const plugin::Error& e) {
+      error = e.what();
+    }
+    if (level == 1) {
+      EXPECT_THAT(error, AllOf(HasSubstr("Laid has an allocator hook"), HasSubstr("needs kiln's plugin API level 2")));
+    } else {
+      EXPECT_EQ(error, "");
+    }
+  }
+  EXPECT_EQ(registered, 1);
 }
 
 // An op struct from a newer header (a field kiln does not know at its end)
@@ -136,6 +199,16 @@ TEST_F(MisbehavingPluginTest, ACompositeNamingAMissingValueFailsTheCompile) {
 
 TEST_F(MisbehavingPluginTest, ACompositeThatBuildsItselfStops) {
   EXPECT_THAT(errorOf([] { runOne("com.test", "Recursive"); }), HasSubstr("still expand after 16 rounds"));
+}
+
+TEST_F(MisbehavingPluginTest, ABadAllocatorHookIsRefusedAtCompileTime) {
+  EXPECT_THAT(errorOf([] { runOne("com.test", "BadAlignment"); }),
+              AllOf(HasSubstr("com.test.BadAlignment (plugin libkiln_test_plugin.so)"),
+                    HasSubstr("alignment of 48 bytes (a power of two up to 4096)")));
+  EXPECT_THAT(errorOf([] { runOne("com.test", "HugePadding"); }),
+              AllOf(HasSubstr("com.test.HugePadding"), HasSubstr("4194304 bytes of padding (at most 1048576)")));
+  EXPECT_THAT(errorOf([] { runOne("com.test", "LayoutFails"); }),
+              AllOf(HasSubstr("com.test.LayoutFails"), HasSubstr("allocator hook failed for input 0: no layout for you")));
 }
 
 TEST_F(MisbehavingPluginTest, AWrongNumberOfInputsIsRefusedAtCompileTime) {

@@ -25,6 +25,7 @@ int create(const char*, void**, char*, size_t) { return 0; }
 void destroy(void*) {}
 uint64_t workspace(const void*, const KilnTensorType*, int32_t, const KilnTensorType*, int32_t) { return 0; }
 int build(const void*, const KilnGraphBuilder*, const int32_t*, int32_t, int32_t*, int32_t, char*, size_t) { return 0; }
+int layout(const void*, int32_t, const KilnTensorType*, int32_t, KilnInputLayout*, char*, size_t) { return 0; }
 
 void fuzzAttributes(const std::string& text) {
   try {
@@ -63,6 +64,7 @@ void fuzzOp(const uint8_t* data, size_t size) {
   op.workspace_bytes = (bits & 64) ? nullptr : &workspace;
   op.build = (bits & 128) ? nullptr : &build;
   op.gradient_op = (bits & 256) ? nullptr : name.c_str();
+  op.input_layout = (bits & 512) ? nullptr : &layout;
   op.op_data = nullptr;
   // struct_size as given (any value): kiln must read at most that much of
   // the struct, and never beyond its own KilnOp.

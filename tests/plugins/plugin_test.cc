@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>
+#include <functional>
 #include <random>
 
 #include "format/executable_spec.h"
@@ -18,6 +19,7 @@
 #include "kiln/model_runner.h"
 #include "kiln/package_reader.h"
 #include "kiln/plugins.h"
+#include "tests/format/package_edit.h"
 #include "tests/runtime/runtime_test_models.h"
 #include "tests/support/allocation_counter.h"
 
@@ -130,10 +132,11 @@ struct ExampleCall {
 TEST_F(PluginTest, LoadingListsTheOpsAndIsIdempotent) {
   const LoadedPlugin plugin = loadPlugin(KILN_EXAMPLE_PLUGIN);
   EXPECT_EQ(plugin.name, "libkiln_example_ops.so");
-  EXPECT_EQ(plugin.api_level, 1u);
+  EXPECT_EQ(plugin.api_level, 2u);
   EXPECT_EQ(plugin.hash.size(), 16u);
   EXPECT_EQ(plugin.ops, (std::vector<std::string>{"com.example.Rotate", "com.example.AddInPlace",
-                                                  "com.example.SerializedMatMul", "com.example.Swish"}));
+                                                  "com.example.SerializedMatMul", "com.example.BlockScale",
+                                                  "com.example.BlockScaleInPlace", "com.example.Swish"}));
   EXPECT_EQ(loadPlugin(KILN_EXAMPLE_PLUGIN).hash, plugin.hash);
 }
 
@@ -143,7 +146,7 @@ TEST_F(PluginTest, ExampleOpsRunOnTheExecutorAndThePackageRecordsTheLibrary) {
   const PackageReader reader(package.path());
   const auto& options = reader.metadata().front()->metadata().options;
   ASSERT_TRUE(options.contains("plugin.libkiln_example_ops.so"));
-  EXPECT_EQ(options.at("plugin.libkiln_example_ops.so"), "level=1;hash=" + loadPlugin(KILN_EXAMPLE_PLUGIN).hash);
+  EXPECT_EQ(options.at("plugin.libkiln_example_ops.so"), "level=2;hash=" + loadPlugin(KILN_EXAMPLE_PLUGIN).hash);
   EXPECT_FALSE(options.contains("plugin.libkiln_test_plugin.so"));  // loaded, but the model does not use it
 
   const ExampleData d = exampleData(kRows, 1);
@@ -362,6 +365,151 @@ TEST_F(PluginTest, OnlyStatelessOpsAreMergedAndFolded) {
 
 // An elementwise op is called on slices of the tensor, one per thread; the
 // same op without the flag once per run.
+// The allocator hook: BlockScale asks for its input 256-byte aligned and
+// padded to whole blocks of 16 floats (x has 5 * 7 = 35: 13 floats, 52
+// bytes, of padding), and its compute refuses an unaligned input and reads
+// the padding (AddressSanitizer builds catch a read past the arena). An
+// arena value is planned that way where it is; a model input or a constant
+// is copied into one that is; an in-place output over an input that another
+// step reads gets the layout too (the kernel hands it to the op as the
+// input).
+TEST_F(PluginTest, TheAllocatorHookLaysInputsOutAlignedAndPadded) {
+  constexpr uint64_t kAlign = 256, kBytes = 35 * sizeof(float), kPadding = 13 * sizeof(float);
+  const Attributes attributes = {{"alignment", int64_t{kAlign}}, {"factor", 3.0f}};
+  const std::vector<float> x = randomFloats(35, 21);
+  std::vector<float> constant(35);
+  for (size_t i = 0; i < constant.size(); ++i) constant[i] = static_cast<float>(i);
+  struct Case {
+    const char* name;
+    std::string laid_out;  // the value the op reads: planned aligned, with room for the padding
+    bool copied;           // a kiln.Copy step made it
+  };
+  for (const Case& c : {Case{"relu", "relu", false}, Case{"model input", "x:laid_out", true},
+                        Case{"constant", "c:laid_out", true}, Case{"in place, relu read twice", "scaled", false},
+                        Case{"in place, relu read once", "relu", false}}) {
+    SCOPED_TRACE(c.name);
+    const std::string name = c.name;
+    const bool in_place = name.starts_with("in place");
+    Graph g;
+    const ValueId in = g.addInput("x", ValueType::tensor(DType::kF32, {5, 7}));
+    ValueId operand = in;
+    if (name == "constant") {
+      operand = g.addInitializer("c", testing::floatConstant({5, 7}, constant));
+    } else if (name != "model input") {
+      operand = g.node(g.addNode("Relu", {in}, {"relu"})).outputs[0];
+    }
+    const ValueId scaled = g.node(g.addNode(in_place ? "BlockScaleInPlace" : "BlockScale", {operand}, {"scaled"},
+                                            attributes, "com.example"))
+                               .outputs[0];
+    const ValueId sum = g.node(g.addNode("Add", {scaled, in}, {"sum"})).outputs[0];
+    g.addOutput(sum);
+    if (name == "in place, relu read twice") g.addOutput(g.node(g.addNode("Abs", {operand}, {"abs"})).outputs[0]);
+    TempPackage package("layout");
+    compile(g, kOpsets, package.path());
+
+    const ExecutableSpec spec = specOf(package.path());
+    const auto value = std::find_if(spec.values.begin(), spec.values.end(),
+                                    [&](const ValueSpec& v) { return v.name == c.laid_out; });
+    ASSERT_NE(value, spec.values.end());
+    EXPECT_EQ(value->storage, ValueStorage::kArena);
+    EXPECT_EQ(value->offset % kAlign, 0u) << value->offset;
+    EXPECT_LE(value->offset + kBytes + kPadding, spec.arena_bytes);
+    const bool has_copy = std::any_of(spec.steps.begin(), spec.steps.end(), [](const StepSpec& step) {
+      return step.kernel == "kiln.Copy";
+    });
+    EXPECT_EQ(has_copy, c.copied);
+    const auto step = std::find_if(spec.steps.begin(), spec.steps.end(),
+                                   [](const StepSpec& s) { return s.kernel == "kiln.Plugin"; });
+    ASSERT_NE(step, spec.steps.end());
+    EXPECT_EQ(step->params.getInts("plugin_input_alignments", {}), (std::vector<int64_t>{int64_t{kAlign}}));
+    EXPECT_EQ(step->params.getInts("plugin_input_paddings", {}), (std::vector<int64_t>{int64_t{kPadding}}));
+
+    Executor executor(package.path());
+    std::vector<float> out(35), abs(35);
+    const std::byte* inputs[] = {reinterpret_cast<const std::byte*>(x.data())};
+    std::vector<std::byte*> outputs = {reinterpret_cast<std::byte*>(out.data())};
+    if (g.outputs().size() == 2) outputs.push_back(reinterpret_cast<std::byte*>(abs.data()));
+    for (int run = 0; run < 2; ++run) {
+      executor.run(inputs, outputs);
+      for (size_t i = 0; i < 35; ++i) {
+        const float operand_value = name == "constant" ? constant[i] : name == "model input" ? x[i] : std::max(x[i], 0.0f);
+        ASSERT_FLOAT_EQ(out[i], 3 * operand_value + x[i]) << "element " << i;
+        if (outputs.size() == 2) {
+          ASSERT_EQ(abs[i], std::max(x[i], 0.0f));  // relu was not scaled in place
+        }
+      }
+    }
+  }
+}
+
+// A package whose plugin step reads an input that does not lie as the op
+// asks (the compiler's copy skipped, the padding past the arena, the
+// recorded layout unlike the loaded library's) is refused at load, before
+// the op could read past its input.
+TEST_F(PluginTest, APackageBreakingTheAllocatorHooksLayoutIsRefused) {
+  Graph g;
+  const ValueId x = g.addInput("x", ValueType::tensor(DType::kF32, {5, 7}));
+  g.addOutput(g.node(g.addNode("BlockScale", {x}, {"y"}, {{"alignment", int64_t{128}}}, "com.example")).outputs[0]);
+  TempPackage source("layout_source");
+  compile(g, kOpsets, source.path());
+  const auto plugin_step = [](ExecutableSpec& spec) -> StepSpec& {
+    return *std::find_if(spec.steps.begin(), spec.steps.end(), [](const StepSpec& s) { return s.kernel == "kiln.Plugin"; });
+  };
+  struct Case {
+    const char* what;
+    std::function<void(ExecutableSpec&)> edit;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"copy skipped: the op reads the caller's buffer",
+       [&](ExecutableSpec& spec) { plugin_step(spec).inputs[0] = spec.inputs[0]; },
+       "plugin step input 'x' does not lie as its op asks (128-byte aligned, 52 bytes of padding)"},
+      {"padding past the arena",
+       [&](ExecutableSpec& spec) {
+         plugin_step(spec).params.set("plugin_input_paddings", std::vector<int64_t>{int64_t{1} << 20});
+       },
+       "does not lie as its op asks (128-byte aligned, 1048576 bytes of padding)"},
+      {"a layout the library does not ask for",
+       [&](ExecutableSpec& spec) { plugin_step(spec).params.set("plugin_input_paddings", std::vector<int64_t>{0}); },
+       "input 0 is planned 128-byte aligned with 0 bytes of padding but the loaded plugin asks for 128 and 52"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    TempPackage package("layout_hostile");
+    testing::rewritePackage(PackageReader(source.path()), package.path(), c.edit);
+    std::string error = "(loaded)";
+    try {
+      Executor executor(package.path());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find(c.expected), std::string::npos) << error;
+  }
+}
+
+// The same op runs through the ModelRunner on sim, whose arena the sim
+// device allocates.
+TEST_F(PluginTest, TheAllocatorHookHoldsOnSim) {
+  Graph g;
+  const ValueId x = g.addInput("x", ValueType::tensor(DType::kF32, {3, 11}));
+  const ValueId relu = g.node(g.addNode("Relu", {x}, {"relu"})).outputs[0];
+  g.addOutput(g.node(g.addNode("BlockScale", {relu}, {"y"}, {{"alignment", int64_t{1024}}, {"block", int64_t{8}}},
+                               "com.example"))
+                  .outputs[0]);
+  TempPackage package("layout_sim");
+  compile(g, kOpsets, package.path());
+  DeviceManager manager(testing::simOptions(1));
+  ModelRunnerConfig config;
+  config.device_kind = DeviceKind::kSim;
+  config.device_manager = &manager;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> in = randomFloats(33, 4);
+  const OutputTensors result = runner.execute({{"x", ConstTensorMemoryView{in.data(), in.size() * 4, DType::kF32}}});
+  std::vector<float> y(33);
+  std::memcpy(y.data(), result.at("y").bytes.data(), y.size() * sizeof(float));
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_FLOAT_EQ(y[i], 2 * std::max(in[i], 0.0f));
+}
+
 TEST_F(PluginTest, ElementwiseOpsRunInSlicesAcrossThreads) {
   void* library = dlopen(kTestPlugin.c_str(), RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(library, nullptr);

@@ -1,7 +1,10 @@
 // Plugin libraries for the plugin tests, one source built several ways
 // (tests/plugins/CMakeLists.txt):
 //   (default)                 libkiln_test_plugin.so: the ops below
-//   KILN_TEST_PLUGIN_FUTURE   needs API level 2, above kiln's
+//   KILN_TEST_PLUGIN_FUTURE   needs the API level above kiln's
+//   KILN_TEST_PLUGIN_LEVEL1   com.level1.Double registered with a level-1
+//                             KilnOp (no allocator hook; junk where
+//                             level 2 has it)
 //   KILN_TEST_PLUGIN_NO_REGISTER  exports no kiln_plugin_register
 //   KILN_TEST_PLUGIN_SHORT    com.short.Double registered with a KilnOp of
 //                             the required fields only (an older header)
@@ -24,7 +27,11 @@
 //                       that AddressSanitizer builds must catch)
 //   BadComposite(x)  -> a composite whose build names a value that does not exist
 //   Recursive(x)     -> a composite whose body is itself
+//   BadAlignment(x), HugePadding(x), LayoutFails(x) -> 2x, with an allocator
+//                       hook asking for a 48-byte alignment, 2 MiB of
+//                       padding, or throwing
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -173,15 +180,33 @@ class NeedsPositiveScale {
   float scale_;
 };
 
+// 2x, with an allocator hook asking for `alignment` and `padding` (an
+// alignment of 0: the hook throws).
+template <uint64_t alignment, uint64_t padding>
+class WithLayout {
+ public:
+  explicit WithLayout(const Attributes&) {}
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const { outputs[0] = inputs[0]; }
+  KilnInputLayout inputLayout(int32_t, std::span<const KilnTensorType>) const {
+    if (alignment == 0) throw kiln::plugin::Error("no layout for you");
+    return KilnInputLayout{alignment, padding};
+  }
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    scaleCompute(inputs.data(), outputs.data(), 2.0f, 0.0f);
+  }
+};
+
 }  // namespace
 
 // How many times CountCalls / CountCallsWhole computed since the last reset.
 KILN_PLUGIN_EXPORT int kiln_test_calls(int reset) { return reset ? calls.exchange(0) : calls.load(); }
 
 #if defined(KILN_TEST_PLUGIN_FUTURE)
-KILN_PLUGIN_API_LEVEL_NEEDED(2);
-#else
+KILN_PLUGIN_API_LEVEL_NEEDED(KILN_PLUGIN_API_LEVEL + 1);
+#elif defined(KILN_TEST_PLUGIN_LEVEL1) || defined(KILN_TEST_PLUGIN_SHORT) || defined(KILN_TEST_PLUGIN_LONG)
 KILN_PLUGIN_API_LEVEL_NEEDED(1);
+#else
+KILN_PLUGIN_API_LEVEL_NEEDED(2);
 #endif
 
 #if !defined(KILN_TEST_PLUGIN_NO_REGISTER)
@@ -191,6 +216,11 @@ KILN_PLUGIN_REGISTER(host) {
   op.struct_size = KILN_OP_MIN_SIZE;
   op.create = reinterpret_cast<decltype(op.create)>(0x1);  // past struct_size: kiln must not read it
   op.num_inplace = 99;
+  registerOrThrow(host, &op);
+#elif defined(KILN_TEST_PLUGIN_LEVEL1)
+  KilnOp op = cOp("com.level1", "Double");
+  op.struct_size = offsetof(KilnOp, input_layout);  // what sizeof(KilnOp) was at level 1
+  op.input_layout = reinterpret_cast<decltype(op.input_layout)>(0x1);  // past struct_size: never called
   registerOrThrow(host, &op);
 #elif defined(KILN_TEST_PLUGIN_LONG)
   struct NewerOp {
@@ -226,6 +256,9 @@ KILN_PLUGIN_REGISTER(host) {
   kiln::plugin::addOp<WritesPastEnd>(host, {.domain = "com.test", .name = "WritesPastEnd"});
   kiln::plugin::addOp<BadComposite>(host, {.domain = "com.test", .name = "BadComposite"});
   kiln::plugin::addOp<Recursive>(host, {.domain = "com.test", .name = "Recursive"});
+  kiln::plugin::addOp<WithLayout<48, 0>>(host, {.domain = "com.test", .name = "BadAlignment"});
+  kiln::plugin::addOp<WithLayout<64, (4u << 20)>>(host, {.domain = "com.test", .name = "HugePadding"});
+  kiln::plugin::addOp<WithLayout<0, 0>>(host, {.domain = "com.test", .name = "LayoutFails"});
 #endif
 }
 #endif

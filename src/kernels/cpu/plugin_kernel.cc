@@ -14,8 +14,11 @@
 // as KilnTensors built on the stack: no allocation per call.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
@@ -34,7 +37,32 @@ struct PluginState : KernelState {
   uint32_t outputs = 0;       // the op's outputs, without the workspace
   bool workspace = false;
   bool elementwise = false;   // run in slices across threads
+  // Per input, the alignment its allocator hook asked for minus one (0:
+  // none), empty when it asked for none; the compiler planned it, run checks
+  // it (an external arena could break it).
+  std::vector<uint64_t> alignment_masks;
 };
+
+// The allocator hook's layouts, asked again of the loaded library, must be
+// the ones the package was planned with.
+void checkLayouts(PluginState& state, const KernelSetup& setup) {
+  const std::vector<int64_t> alignments = setup.params.getInts("plugin_input_alignments", {});
+  const std::vector<int64_t> paddings = setup.params.getInts("plugin_input_paddings", {});
+  const std::vector<InputLayout> wanted = state.instance->inputLayouts(setup.inputs);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const InputLayout planned = i < alignments.size() && i < paddings.size()
+                                    ? InputLayout{static_cast<uint64_t>(alignments[i]), static_cast<uint64_t>(paddings[i])}
+                                    : InputLayout{};
+    if (setup.inputs[i].dtype != DType::kUndefined && planned != wanted[i]) {
+      state.instance->fail(fmt::format("input {} is planned {}-byte aligned with {} bytes of padding but the loaded "
+                                       "plugin asks for {} and {} (a different version of the library?)",
+                                       i, planned.alignment, planned.padding_bytes, wanted[i].alignment,
+                                       wanted[i].padding_bytes));
+    }
+    state.alignment_masks.push_back(planned.alignment - 1);
+  }
+  if (alignments.empty()) state.alignment_masks.clear();  // nothing to check per call
+}
 
 std::unique_ptr<KernelState> preparePlugin(const KernelSetup& setup) {
   const std::string domain = setup.params.getString("plugin_domain", "");
@@ -86,7 +114,10 @@ std::unique_ptr<KernelState> preparePlugin(const KernelSetup& setup) {
                                         dtypeName(inferred[i].dtype), inferred[i].shapeString()));
     }
   }
-  bool same_sizes = op->abi.is_elementwise != 0 && !state->workspace;
+  checkLayouts(*state, setup);
+  const bool laid_out = !state->alignment_masks.empty();
+  // Slices would start anywhere: an op with layout wishes runs whole.
+  bool same_sizes = op->abi.is_elementwise != 0 && !state->workspace && !laid_out;
   for (const auto& infos : {setup.inputs, setup.outputs.first(outputs)}) {
     for (const TensorInfo& info : infos) {
       same_sizes = same_sizes && info.dtype != DType::kUndefined &&
@@ -125,6 +156,14 @@ void runPlugin(const KernelCall& call) {
     const uint64_t bytes = call.inputs[i].numElements() * dtypeSize(call.inputs[i].dtype);
     if (outputs[i].data != inputs[i].data && bytes > 0) std::memcpy(outputs[i].data, inputs[i].data, bytes);
     inputs[i].data = outputs[i].data;
+  }
+  for (size_t i = 0; i < state.alignment_masks.size(); ++i) {
+    const auto address = reinterpret_cast<uintptr_t>(inputs[i].data);
+    if ((address & state.alignment_masks[i]) != 0) {
+      state.instance->fail(fmt::format("input {} lies at {:#x}, not {}-byte aligned as its allocator hook asks (an "
+                                       "external arena less aligned than its size?)",
+                                       i, address, state.alignment_masks[i] + 1));
+    }
   }
   void* workspace = nullptr;
   uint64_t workspace_bytes = 0;
