@@ -93,3 +93,28 @@ def test_plugin_model_on_a_sim_device(monkeypatch, tmp_path):
     runner = kiln.Runner(tmp_path / "m.kiln", device="sim")
     f = feeds(4, 11)
     np.testing.assert_allclose(runner.run(f)["out"], reference(f), rtol=1e-5, atol=1e-5)
+
+
+def test_allocator_hook_inside_a_loop_body(tmp_path):
+    """BlockScale in a Loop's body: the body's values are planned in the loop step's workspace, which is then
+    aligned for the most aligned of them (2048 bytes here); three rounds scale the carried value by 2^3."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Relu", ["v_in"], ["r"]),
+         helper.make_node("BlockScale", ["r"], ["v_out"], domain="com.example", alignment=2048, block=8)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", f, [3, 5])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", f, [3, 5])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)], "loop",
+        [helper.make_tensor_value_info("x", f, [3, 5])], [helper.make_tensor_value_info("y", f, [3, 5])],
+        [helper.make_tensor("n", TensorProto.INT64, [], [3]), helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.example", 1)]), tmp_path / "l.onnx")
+    kiln.compile(tmp_path / "l.onnx", tmp_path / "l.kiln", plugins=[EXAMPLE])
+    x = np.random.default_rng(3).standard_normal((3, 5), np.float32)
+    np.testing.assert_allclose(kiln.Runner(tmp_path / "l.kiln").run({"x": x})["y"], 8 * np.maximum(x, 0), rtol=1e-6)
