@@ -90,6 +90,12 @@ struct CompileOptions {
   // overflow where f16 would give infinities; coarser rounding). Not with
   // fp16.
   bool bf16 = false;
+  // Weights (initializers of the main graph) to keep as variables: the
+  // compiler does not fold them into other constants, and the package gets
+  // a save program that reads them back, so that a Session can read and
+  // replace them without recompiling (kiln compile --variables;
+  // docs/session.md). Static-shape packages only.
+  std::vector<std::string> variables;
   // The device kind the package is for: "cpu" (also runs on sim) or
   // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored);
   // its packages with run-time shapes are specialized on the GPU.

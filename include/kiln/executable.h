@@ -7,9 +7,11 @@
 // the main program over device buffers.
 //
 // Programs: kiln's compiler writes a "load" program (its anchors are the
-// weights) and a "main" program (the model's inputs and outputs); "save"
-// lists are empty for inference packages and run as no-ops. A device reset
-// loses device memory: run the load programs again before the next main.
+// weights) and a "main" program (the model's inputs and outputs), and a
+// "save" program when the package has variables (kiln compile
+// --variables): its anchors read those weights back from the device. A
+// device reset loses device memory: run the load programs again before the
+// next main.
 //
 // Thread safety: runLoad/runMain/runSave must not run concurrently with one
 // another (the Session serialises them); accessors may run from any thread.
@@ -46,6 +48,8 @@ struct ExecutableOptions {
 // The host bytes a load anchor takes its value from; they must outlive the
 // load (on cpu, they are used in place and must outlive the Executable).
 using LoadSource = std::function<std::span<const std::byte>(const Anchor& anchor)>;
+// The host bytes a save anchor's value is copied into (its full size).
+using SaveSink = std::function<std::span<std::byte>(const Anchor& anchor)>;
 
 class Executable {
  public:
@@ -70,6 +74,9 @@ class Executable {
   const std::vector<Anchor>& loadAnchors() const;
   const std::vector<Anchor>& mainInputs() const;
   const std::vector<Anchor>& mainOutputs() const;
+  // Anchors of the save programs: the variables, each named as its load
+  // anchor. Empty for a package without variables.
+  const std::vector<Anchor>& saveAnchors() const;
 
   // Device memory the executable holds: arena plus weights once loaded.
   uint64_t deviceBytes() const;
@@ -91,8 +98,12 @@ class Executable {
   // on cuda each step is waited for, so the events time the GPU's work).
   void runMainTraced(std::span<const std::byte* const> inputs, std::span<std::byte* const> outputs,
                      StepTrace& trace);
-  // Runs the save programs (none in inference packages).
-  void runSave();
+  // Runs the save programs: copies each variable's bytes as they are on the
+  // device into `sink` (where the sink's bytes are the device's, on cpu
+  // where the weights are used in place, nothing is copied). Throws
+  // UsageError before the load programs have run, or when a sink has the
+  // wrong size.
+  void runSave(const SaveSink& sink);
 
   // Steps run by the main program so far (control flow counted as run).
   uint64_t stepsRun() const;

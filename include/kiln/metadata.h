@@ -76,9 +76,14 @@ struct Metadata {
   std::map<uint32_t, std::string> programs;    // program index -> name
   std::vector<Anchor> anchors;
 
-  // Anchors by direction, in stored order.
+  // Anchors by direction, in stored order; outputs() leaves out the save
+  // programs' anchors (saveAnchors()), so that it lists the model's outputs.
   std::vector<const Anchor*> inputs() const;
   std::vector<const Anchor*> outputs() const;
+  // Whether an output anchor belongs to a save program: it reads back the
+  // load anchor (a variable) of the same name.
+  bool isSaveAnchor(const Anchor& anchor) const;
+  std::vector<const Anchor*> saveAnchors() const;
   // Whether an input anchor feeds a load program (a weight) rather than the
   // main program; the main program's inputs are the others, in stored order.
   bool isLoadAnchor(const Anchor& anchor) const;

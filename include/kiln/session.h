@@ -136,7 +136,9 @@ class Session {
   // that no request waits forever). Not while runMainPrograms runs.
   void failQueuedEntries(const std::exception_ptr& error);
 
-  void runSavePrograms();
+  // Copies the variables (Executable::saveAnchors) from the device into
+  // `sink`; nothing for a package without variables.
+  void runSavePrograms(const SaveSink& sink);
 
   // Device batches run so far, and how many of them were flushed partial.
   uint64_t batchesRun() const;

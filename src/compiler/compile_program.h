@@ -20,10 +20,15 @@ struct CompiledProgram {
   CompileReport report;
 };
 
+// Weights kept as variables (CompileOptions::variables): during the passes
+// each is a graph input, which nothing folds; lowering makes it the constant
+// it was, with this data.
+using Variables = std::map<std::string, ConstantPtr>;
+
 // Infers types, runs the passes (docs/compiler.md) and lowers `graph`,
 // which it changes.
 // Throws GraphError when a shape is still unknown.
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
-                               const CompileOptions& options);
+                               const CompileOptions& options, const Variables& variables = {});
 
 }  // namespace kiln

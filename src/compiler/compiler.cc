@@ -299,8 +299,8 @@ bool isControlFlow(const Node& node) {
 // planned, sub-programs inside their control-flow step's workspace.
 class Lowering {
  public:
-  Lowering(const Graph& graph, const CompileOptions& options, int64_t opset)
-      : graph_(graph), options_(options), opset_(opset) {}
+  Lowering(const Graph& graph, const CompileOptions& options, int64_t opset, const Variables& variables)
+      : graph_(graph), options_(options), opset_(opset), variables_(variables) {}
 
   ExecutableSpec lower(CompileReport& report, std::vector<ConstantPtr>& constants) {
     checkKernels(graph_);
@@ -308,6 +308,14 @@ class Lowering {
     Scope top{&graph_, std::vector<uint32_t>(graph_.valueCount(), kNoValueIndex), nullptr};
     scope_ = &top;
     for (ValueId id : graph_.inputs()) {
+      const auto variable = variables_.find(graph_.value(id).name);
+      if (variable != variables_.end()) {
+        // A variable is the constant it was (a load anchor), only unfolded.
+        spec_.constants.push_back(variable->first);
+        constant_data_.push_back(variable->second);
+        define(id, ValueStorage::kConstant, static_cast<uint32_t>(spec_.constants.size() - 1));
+        continue;
+      }
       spec_.inputs.push_back(define(id, ValueStorage::kInput, static_cast<uint32_t>(spec_.inputs.size())));
     }
     defineConstants(graph_, report);
@@ -762,6 +770,7 @@ class Lowering {
   const Graph& graph_;
   const CompileOptions& options_;
   int64_t opset_;  // of the default domain
+  const Variables& variables_;
   ExecutableSpec spec_;
   Scope* scope_ = nullptr;
   std::vector<ConstantPtr> constant_data_;  // per spec constant
@@ -984,10 +993,35 @@ void optimizeSubgraphs(Graph& graph, const std::map<std::string, int64_t>& opset
   }
 }
 
+// Makes each named weight a graph input for the passes (nothing folds an
+// input) and returns their data, for lowering to make them constants again.
+Variables detachVariables(Graph& graph, const std::vector<std::string>& names) {
+  Variables variables;
+  for (const std::string& name : names) {
+    const std::optional<ValueId> found = graph.findValue(name);
+    if (!found || graph.value(*found).kind != ValueKind::kInitializer) {
+      std::vector<std::string> weights;
+      for (ValueId id : graph.initializers()) weights.push_back(graph.value(id).name);
+      if (weights.size() > 8) weights.resize(8);
+      throw UsageError(fmt::format("variable '{}' is not a weight (initializer) of the model{}; its weights include: "
+                                   "{}",
+                                   name, found ? "" : " (no value of that name)", fmt::join(weights, ", ")));
+    }
+    if (variables.contains(name)) continue;
+    const ValueId weight = *found;
+    const ConstantPtr data = graph.value(weight).initializer;
+    graph.renameValue(weight, name + ":weight");
+    const ValueId input = graph.addInput(name, ValueType::tensor(data->info.dtype, data->info.shape));
+    graph.replaceAllUses(weight, input);
+    variables[name] = data;
+  }
+  return variables;
+}
+
 }  // namespace
 
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
-                               const CompileOptions& options) {
+                               const CompileOptions& options, const Variables& variables) {
   // Folding shape arithmetic makes more shapes concrete; infer again until
   // nothing more folds.
   inferTypes(graph, opsets);
@@ -1060,7 +1094,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   verifyGraph(graph, /*require_types=*/true);
 
   CompiledProgram program;
-  program.spec = Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second)
+  program.spec = Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second, variables)
                      .lower(program.report, program.constants);
   return program;
 }
@@ -1075,6 +1109,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // model's outputs keep their names.
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
+  const Variables variables = detachVariables(graph, options.variables);
   // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
   // infers types (ops/plugin_ops.cc infers them through the plugin).
   bindPluginOps(graph, opsets);
@@ -1097,6 +1132,11 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   if (options.target != "cpu" && options.target != "cuda") {
     throw UsageError("unknown compile target '" + options.target + "': expected cpu or cuda");
   }
+  if (runtime.dynamic && !variables.empty()) {
+    throw UsageError(fmt::format("variables (--variables) need static shapes, and this model's are known only at run "
+                                 "time ({}); fix them with --shape or --batch",
+                                 runtime.reason));
+  }
   if (runtime.dynamic) {
     progress("writing package", 0.2);
     CompileReport report = writeGraphPackage(graph, opsets, runtime, output_names, output, options);
@@ -1109,7 +1149,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     // cuDNN and the cuda kernels take the model's own NCHW layout.
     effective.channels_last = false;
   }
-  CompiledProgram program = compileProgram(graph, opsets, effective);
+  CompiledProgram program = compileProgram(graph, opsets, effective, variables);
   progress("planning memory", 0.1);
   CompileReport report = program.report;
   report.int8_matmuls = int8_matmuls;
@@ -1122,6 +1162,13 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   metadata.executable = options.model_name;
   metadata.programs = {{kLoadProgram, "load"}, {kMainProgram, "main"}};
   metadata.program_flow = {.load = {kLoadProgram}, .main = {kMainProgram}, .save = {}};
+  // Variables: a save program whose anchors read them back, one per
+  // variable, named as its load anchor.
+  constexpr uint32_t kSaveProgram = 2;
+  if (!variables.empty()) {
+    metadata.programs[kSaveProgram] = "save";
+    metadata.program_flow.save = {kSaveProgram};
+  }
   metadata.options = {{"memory.arena_bytes", std::to_string(report.arena_bytes)},
                       {"memory.lower_bound_bytes", std::to_string(report.lower_bound_bytes)},
                       {"memory.naive_bytes", std::to_string(report.naive_bytes)}};
@@ -1144,6 +1191,15 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     Anchor anchor = anchorFor(spec.values[value], AnchorDirection::kOutput, kMainProgram);
     anchor.name = output_names.at(spec.values[value].index);
     anchor.handle = "d2h_" + anchor.name;
+    metadata.anchors.push_back(anchor);
+  }
+  for (const auto& [name, data] : variables) {
+    Anchor anchor;
+    anchor.name = name;
+    anchor.handle = "d2h_" + name;
+    anchor.programs = {kSaveProgram};
+    anchor.info = data->info;
+    anchor.direction = AnchorDirection::kOutput;
     metadata.anchors.push_back(anchor);
   }
 

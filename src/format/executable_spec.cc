@@ -369,6 +369,17 @@ void checkAnchorsMatch(const Metadata& metadata, const ExecutableSpec& spec, con
       disagree(*inputs[i], value);
     }
   }
+  // A save anchor reads back a load anchor (a variable): the same name and
+  // type, so that the bytes copied back fit.
+  for (const Anchor* saved : metadata.saveAnchors()) {
+    const Anchor* loaded = metadata.findAnchor(saved->name, AnchorDirection::kInput);
+    if (loaded == nullptr || !metadata.isLoadAnchor(*loaded) || !saved->info.isStatic() ||
+        loaded->info.dtype != saved->info.dtype || loaded->info.sizeInBytes() != saved->info.sizeInBytes()) {
+      throw FormatError(source, offset,
+                        fmt::format("save anchor '{}' ({}) reads back no load anchor of its name and type",
+                                    saved->name, saved->info.toString()));
+    }
+  }
 }
 
 }  // namespace kiln

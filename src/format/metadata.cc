@@ -1,5 +1,7 @@
 #include "kiln/metadata.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <climits>
@@ -29,22 +31,39 @@ std::vector<const Anchor*> Metadata::inputs() const {
   return result;
 }
 
+namespace {
+
+bool inAny(const Anchor& anchor, const std::vector<uint32_t>& flow) {
+  for (uint32_t program : anchor.programs) {
+    if (std::find(flow.begin(), flow.end(), program) != flow.end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<const Anchor*> Metadata::outputs() const {
   std::vector<const Anchor*> result;
   for (const Anchor& anchor : anchors) {
-    if (anchor.direction == AnchorDirection::kOutput) result.push_back(&anchor);
+    if (anchor.direction == AnchorDirection::kOutput && !isSaveAnchor(anchor)) result.push_back(&anchor);
+  }
+  return result;
+}
+
+bool Metadata::isSaveAnchor(const Anchor& anchor) const {
+  return anchor.direction == AnchorDirection::kOutput && inAny(anchor, program_flow.save);
+}
+
+std::vector<const Anchor*> Metadata::saveAnchors() const {
+  std::vector<const Anchor*> result;
+  for (const Anchor& anchor : anchors) {
+    if (isSaveAnchor(anchor)) result.push_back(&anchor);
   }
   return result;
 }
 
 bool Metadata::isLoadAnchor(const Anchor& anchor) const {
-  if (anchor.direction != AnchorDirection::kInput) return false;
-  for (uint32_t program : anchor.programs) {
-    for (uint32_t load : program_flow.load) {
-      if (program == load) return true;
-    }
-  }
-  return false;
+  return anchor.direction == AnchorDirection::kInput && inAny(anchor, program_flow.load);
 }
 
 std::vector<const Anchor*> Metadata::mainInputs() const {

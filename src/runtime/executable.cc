@@ -35,6 +35,7 @@ struct Executable::Impl {
   std::vector<Anchor> load_anchors;
   std::vector<Anchor> main_inputs;
   std::vector<Anchor> main_outputs;
+  std::vector<Anchor> save_anchors;
   DeviceBuffer arena;
   // Weights: device copies (sim) or the host bytes in place (cpu).
   std::map<std::string, DeviceBuffer> weight_buffers;
@@ -87,6 +88,8 @@ Executable::Executable(std::shared_ptr<const PackageReader> package, const std::
   for (const Anchor& anchor : m.metadata.anchors) {
     if (m.metadata.isLoadAnchor(anchor)) {
       m.load_anchors.push_back(anchor);
+    } else if (m.metadata.isSaveAnchor(anchor)) {
+      m.save_anchors.push_back(anchor);
     } else if (anchor.direction == AnchorDirection::kInput) {
       m.main_inputs.push_back(anchor);
     } else {
@@ -123,6 +126,7 @@ Device& Executable::device() const { return *impl_->device; }
 const std::vector<Anchor>& Executable::loadAnchors() const { return impl_->load_anchors; }
 const std::vector<Anchor>& Executable::mainInputs() const { return impl_->main_inputs; }
 const std::vector<Anchor>& Executable::mainOutputs() const { return impl_->main_outputs; }
+const std::vector<Anchor>& Executable::saveAnchors() const { return impl_->save_anchors; }
 bool Executable::loaded() const { return impl_->executor != nullptr; }
 void Executable::invalidate() { impl_->executor.reset(); }
 uint64_t Executable::stepsRun() const { return impl_->executor ? impl_->executor->stepsRun() : 0; }
@@ -202,13 +206,27 @@ void Executable::runMainTraced(std::span<const std::byte* const> inputs, std::sp
   impl_->executor->runTraced(inputs, outputs, trace);
 }
 
-void Executable::runSave() {
-  // kiln's inference packages list no save programs; a package that lists
-  // some needs state kiln cannot hold yet.
-  if (!impl_->metadata.program_flow.save.empty()) {
-    throw UsageError(fmt::format("model '{}' lists {} save programs; this runtime has no model state to save",
-                                 impl_->name, impl_->metadata.program_flow.save.size()));
+void Executable::runSave(const SaveSink& sink) {
+  Impl& m = *impl_;
+  if (m.save_anchors.empty()) return;
+  if (!m.executor) throw UsageError(fmt::format("model '{}': run the load programs before the save programs", m.name));
+  std::vector<DeviceJob> copies;
+  for (const Anchor& anchor : m.save_anchors) {
+    const std::span<std::byte> into = sink(anchor);
+    const std::span<const std::byte> from = m.weights.at(anchor.name);  // the verifier paired it with a load anchor
+    if (into.size() != from.size()) {
+      throw UsageError(fmt::format("save anchor '{}' is {}; its sink holds {} bytes", anchor.name,
+                                   anchor.info.toString(), into.size()));
+    }
+    if (into.data() == from.data() || from.empty()) continue;  // cpu: the weights are the sink's bytes
+    DeviceJob job;
+    job.kind = DeviceJob::Kind::kCopyToHost;
+    job.destination = into.data();
+    job.source = from.data();
+    job.bytes = from.size();
+    copies.push_back(job);
   }
+  runJobsAndWait(*m.device, copies);
 }
 
 }  // namespace kiln

@@ -213,6 +213,6 @@ void Session::failQueuedEntries(const std::exception_ptr& error) {
   drain(m.queues->outputQueues());
 }
 
-void Session::runSavePrograms() { impl_->executable->runSave(); }
+void Session::runSavePrograms(const SaveSink& sink) { impl_->executable->runSave(sink); }
 
 }  // namespace kiln

@@ -57,6 +57,7 @@ Command addCompileCommand(CLI::App& app) {
     bool dynamic = false;
     std::string target = "cpu";
     std::vector<std::string> plugins;
+    std::vector<std::string> variables;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
@@ -96,6 +97,11 @@ Command addCompileCommand(CLI::App& app) {
                   "Load a plugin library of custom operators first (repeatable; docs/plugins.md); the package "
                   "records it, and loading the package finds it again in KILN_PLUGIN_PATH or beside the package")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--variables", args->variables,
+                  "Keep these weights (initializers) as variables, comma-separated or repeated: not folded into "
+                  "other constants, and readable and replaceable through a Session without recompiling "
+                  "(docs/session.md)")
+      ->delimiter(',');
   cmd->add_flag("--dynamic", args->dynamic,
                 "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
@@ -136,6 +142,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.fp16 = args->fp16;
     compile_options.bf16 = args->bf16;
     compile_options.target = args->target;
+    compile_options.variables = args->variables;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     compile_options.evaluate_kernel = &evaluateOnce;
