@@ -292,3 +292,6 @@ def _fits(actual: tuple, declared: tuple, dynamic: bool) -> bool:
 
 def _show(shape: tuple) -> str:
     return "(" + ", ".join("?" if d == -1 else str(d) for d in shape) + ")"
+
+
+from .session import Session  # noqa: E402 (it uses the dtype tables above)

@@ -390,9 +390,12 @@ void registerPythonHostOp(const std::string& domain, const std::string& name, in
 
 }  // namespace
 
+void bindHostSession(nb::module_& m);  // session_binding.cc
+
 NB_MODULE(_kiln, m) {
   m.doc() = "kiln: compile neural networks ahead of time and run them";
   nb::exception<kiln::Error>(m, "Error");
+  bindHostSession(m);
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
         nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false,
         nb::arg("tf32") = false, nb::arg("fp16") = false, nb::arg("bf16") = false,
