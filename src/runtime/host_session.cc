@@ -50,6 +50,8 @@ struct HostSession::Impl {
   std::vector<Anchor> inputs, outputs, variables, constants;
   std::map<std::string, HostBytes> host;  // the host copy of each variable
   std::vector<Replica> replicas;          // empty while detached
+  std::vector<const std::byte*> input_base;  // run()'s operands, reused: a run allocates nothing
+  std::vector<std::byte*> output_base;
   bool stale = false;                     // the devices' variables may differ from the host copy
   uint64_t to_host = 0, from_host = 0, main_runs = 0;
 
@@ -212,16 +214,22 @@ void HostSession::weightsToHost() {
 void HostSession::run(const InputMemoryView& inputs, const OutputMemoryView& outputs) {
   Impl& m = *impl_;
   m.requireAttached("run");
-  std::vector<std::string> unknown;
-  for (const auto& [name, view] : inputs) {
-    if (std::none_of(m.inputs.begin(), m.inputs.end(), [&](const Anchor& a) { return a.name == name; })) unknown.push_back(name);
+  // Every anchor given is looked up below; more names than anchors means
+  // some are unknown (only then is the list of them built).
+  if (inputs.size() > m.inputs.size() || outputs.size() > m.outputs.size()) {
+    std::vector<std::string> unknown;
+    for (const auto& [name, view] : inputs) {
+      if (std::none_of(m.inputs.begin(), m.inputs.end(), [&](const Anchor& a) { return a.name == name; })) unknown.push_back(name);
+    }
+    for (const auto& [name, view] : outputs) {
+      if (std::none_of(m.outputs.begin(), m.outputs.end(), [&](const Anchor& a) { return a.name == name; })) unknown.push_back(name);
+    }
+    throw UsageError(fmt::format("model '{}' has no input or output named {}", m.model, fmt::join(unknown, ", ")));
   }
-  for (const auto& [name, view] : outputs) {
-    if (std::none_of(m.outputs.begin(), m.outputs.end(), [&](const Anchor& a) { return a.name == name; })) unknown.push_back(name);
-  }
-  if (!unknown.empty()) throw UsageError(fmt::format("model '{}' has no input or output named {}", m.model, fmt::join(unknown, ", ")));
-  std::vector<const std::byte*> input_base(m.inputs.size());
-  std::vector<std::byte*> output_base(m.outputs.size());
+  std::vector<const std::byte*>& input_base = m.input_base;
+  std::vector<std::byte*>& output_base = m.output_base;
+  input_base.resize(m.inputs.size());
+  output_base.resize(m.outputs.size());
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     const auto found = inputs.find(m.inputs[i].name);
     if (found == inputs.end()) throw UsageError(fmt::format("input '{}' ({} {}) is missing", m.inputs[i].name, dtypeName(m.inputs[i].info.dtype), m.inputs[i].info.shapeString()));
