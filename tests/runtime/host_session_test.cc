@@ -215,6 +215,23 @@ TEST_P(HostSessionTest, RunningAllocatesNothing) {
 INSTANTIATE_TEST_SUITE_P(Devices, HostSessionTest, ::testing::Values("cpu", "sim"),
                          [](const auto& info) { return std::string(info.param); });
 
+// Detaching gives the device back: while attached to sim:0 another
+// DeviceManager (another process, in production) finds it busy; after
+// detach() it attaches.
+TEST(HostSessionDevices, DetachGivesTheDeviceBack) {
+  TempPackage package("host_session_device");
+  writeModel(package.path());
+  DeviceManager mine(testing::simOptions(1)), theirs(testing::simOptions(1));
+  HostSessionOptions options;
+  options.device = "sim:0";
+  options.device_manager = &mine;
+  HostSession session(std::make_shared<PackageReader>(package.path()), options);
+  session.attach();
+  EXPECT_THROW(theirs.getSpecificDevice("sim:0"), DeviceBusyError);
+  session.detach();
+  EXPECT_NE(theirs.getSpecificDevice("sim:0"), nullptr);
+}
+
 TEST(HostSessionCompile, AVariableMustBeAWeightOfTheModel) {
   Graph graph;
   const ValueId x = graph.addInput("x", ValueType::tensor(DType::kF32, {2}));
