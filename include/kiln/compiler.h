@@ -96,6 +96,12 @@ struct CompileOptions {
   // replace them without recompiling (kiln compile --variables;
   // docs/session.md). Static-shape packages only.
   std::vector<std::string> variables;
+  // Gradients (docs/training.md): when set, the name of a one-element loss
+  // value; the package then also outputs d loss / d v for each value named
+  // in gradients_wrt, as "<name>_grad", computed by reverse-mode
+  // differentiation of the model (opset 13 or later).
+  std::string gradients_of;
+  std::vector<std::string> gradients_wrt;
   // The device kind the package is for: "cpu" (also runs on sim) or
   // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored);
   // its packages with run-time shapes are specialized on the GPU.

@@ -97,7 +97,8 @@ def _as_bits(array: np.ndarray) -> np.ndarray:
 def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             batch: Optional[int] = None, dynamic: bool = False, target: str = "cpu",
             quantize_activations: bool = False, tf32: bool = False, fp16: bool = False,
-            bf16: bool = False, plugins: Sequence = (), variables: Sequence[str] = ()) -> dict:
+            bf16: bool = False, plugins: Sequence = (), variables: Sequence[str] = (),
+            gradients_of: Optional[str] = None, wrt: Sequence[str] = ()) -> dict:
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
@@ -123,13 +124,16 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     (load_plugin), whose custom operators the model uses. variables: names of
     weights (initializers) to keep as variables, which a Session reads and
     replaces without recompiling (they are not folded into other constants;
-    docs/session.md)."""
+    docs/session.md). gradients_of: the name of a one-element loss value;
+    the package then also outputs the gradient of the loss with respect to
+    each value named in `wrt` (weights or inputs), as "<name>_grad",
+    computed by reverse-mode differentiation (docs/training.md)."""
     for plugin in plugins:
         _load_plugin(str(plugin))
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
                     str(target), bool(quantize_activations), bool(tf32), bool(fp16), bool(bf16),
-                    [str(v) for v in variables])
+                    [str(v) for v in variables], str(gradients_of or ""), [str(v) for v in wrt])
 
 
 # Runners on devices, stopped before the interpreter finalizes: their

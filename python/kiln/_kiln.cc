@@ -38,7 +38,8 @@ using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 nb::dict compileModel(const std::string& onnx_path, const std::string& output_path,
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
                       bool dynamic, const std::string& target, bool quantize_activations, bool tf32, bool fp16,
-                      bool bf16, const std::vector<std::string>& variables) {
+                      bool bf16, const std::vector<std::string>& variables, const std::string& gradients_of,
+                      const std::vector<std::string>& gradients_wrt) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -54,6 +55,8 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.fp16 = fp16;
   compile_options.bf16 = bf16;
   compile_options.variables = variables;
+  compile_options.gradients_of = gradients_of;
+  compile_options.gradients_wrt = gradients_wrt;
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
@@ -399,7 +402,8 @@ NB_MODULE(_kiln, m) {
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),
         nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false,
         nb::arg("tf32") = false, nb::arg("fp16") = false, nb::arg("bf16") = false,
-        nb::arg("variables") = std::vector<std::string>{});
+        nb::arg("variables") = std::vector<std::string>{}, nb::arg("gradients_of") = "",
+        nb::arg("gradients_wrt") = std::vector<std::string>{});
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
   m.def("register_host_op", &registerPythonHostOp, nb::arg("domain"), nb::arg("name"), nb::arg("min_inputs"),

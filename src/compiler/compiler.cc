@@ -41,6 +41,7 @@
 #include "passes/plugin_binding.h"
 #include "plugins/package_plugins.h"
 #include "plugins/plugin_instance.h"
+#include "training/autodiff.h"
 #include "passes/transpose_composition.h"
 #include "passes/unit_axis_cancellation.h"
 
@@ -1018,6 +1019,30 @@ Variables detachVariables(Graph& graph, const std::vector<std::string>& names) {
   return variables;
 }
 
+// CompileOptions::gradients_of: the gradients as outputs named
+// "<value>_grad", after the model's own.
+void appendGradientOutputs(Graph& graph, const std::map<std::string, int64_t>& opsets, const CompileOptions& options,
+                           std::vector<std::string>& output_names) {
+  inferTypes(graph, opsets);
+  const auto find = [&](const std::string& name, const char* what) {
+    const std::optional<ValueId> found = graph.findValue(name);
+    if (!found) throw UsageError(fmt::format("the {} '{}' is no value of the model", what, name));
+    return *found;
+  };
+  const ValueId loss = find(options.gradients_of, "loss");
+  std::vector<ValueId> wrt;
+  for (const std::string& name : options.gradients_wrt) wrt.push_back(find(name, "value to differentiate by"));
+  const std::vector<ValueId> gradients = appendGradients(graph, loss, wrt, opsets);
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    // A gradient may be another's value (a shared path) or a model value
+    // passed through: a named Identity gives every output a name of its own.
+    const std::string name = uniqueName(graph, options.gradients_wrt[i] + "_grad");
+    const ValueId output = graph.node(graph.addNode("Identity", {gradients[i]}, {name})).outputs[0];
+    graph.addOutput(output);
+    output_names.push_back(name);
+  }
+}
+
 }  // namespace
 
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
@@ -1110,6 +1135,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
   const Variables variables = detachVariables(graph, options.variables);
+  if (!options.gradients_of.empty()) appendGradientOutputs(graph, opsets, options, output_names);
   // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
   // infers types (ops/plugin_ops.cc infers them through the plugin).
   bindPluginOps(graph, opsets);

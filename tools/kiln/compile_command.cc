@@ -58,6 +58,8 @@ Command addCompileCommand(CLI::App& app) {
     std::string target = "cpu";
     std::vector<std::string> plugins;
     std::vector<std::string> variables;
+    std::string gradients_of;
+    std::vector<std::string> wrt;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile an ONNX model into a .kiln package");
@@ -102,6 +104,12 @@ Command addCompileCommand(CLI::App& app) {
                   "other constants, and readable and replaceable through a Session without recompiling "
                   "(docs/session.md)")
       ->delimiter(',');
+  cmd->add_option("--gradients-of", args->gradients_of,
+                  "Also output the gradient of this one-element loss value with respect to each --wrt value, as "
+                  "<name>_grad (reverse-mode differentiation; docs/training.md)");
+  cmd->add_option("--wrt", args->wrt, "Values (weights or inputs) to differentiate --gradients-of by, comma-separated "
+                                      "or repeated")
+      ->delimiter(',');
   cmd->add_flag("--dynamic", args->dynamic,
                 "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
 
@@ -143,6 +151,8 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.bf16 = args->bf16;
     compile_options.target = args->target;
     compile_options.variables = args->variables;
+    compile_options.gradients_of = args->gradients_of;
+    compile_options.gradients_wrt = args->wrt;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();
     compile_options.has_kernel = [](const std::string& name) { return KernelRegistry::cpu().find(name) != nullptr; };
     compile_options.evaluate_kernel = &evaluateOnce;

@@ -1,0 +1,158 @@
+"""Reverse-mode gradients (kiln.compile(..., gradients_of=, wrt=)): every
+rule against central finite differences of the same model run by
+onnxruntime in float64, an independent forward (docs/training.md)."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+
+def make_model(path, nodes, inputs, weights, loss="loss", dtype=TensorProto.FLOAT):
+    """inputs: {name: (shape, elem_type)}; weights: {name: array} as initializers."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t if t != "x" else dtype, s) for n, (s, t) in inputs.items()],
+        [helper.make_tensor_value_info(loss, dtype, None)],
+        [numpy_helper.from_array(w.astype(np.float64 if dtype == TensorProto.DOUBLE else np.float32), n)
+         for n, w in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
+def finite_differences(tmp_path, build, feeds, weights, wrt, eps=1e-6):
+    """d loss / d w by central differences of the float64 model in onnxruntime."""
+    build(tmp_path / "f64.onnx", weights, TensorProto.DOUBLE)
+    # The weights become inputs, so that each perturbation needs no new model.
+    model = onnx.load(tmp_path / "f64.onnx")
+    for init in list(model.graph.initializer):
+        if init.name in wrt:
+            model.graph.input.append(helper.make_tensor_value_info(init.name, TensorProto.DOUBLE, list(init.dims)))
+            model.graph.initializer.remove(init)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    base = {k: (v.astype(np.float64) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    base.update({w: weights[w].astype(np.float64) for w in wrt})
+    loss = lambda f: float(session.run(["loss"], f)[0].reshape(()))  # noqa: E731
+    grads = {}
+    for w in wrt:
+        g = np.zeros(weights[w].shape)
+        for index in np.ndindex(*weights[w].shape):
+            plus, minus = dict(base), dict(base)
+            plus[w] = base[w].copy()
+            minus[w] = base[w].copy()
+            plus[w][index] += eps
+            minus[w][index] -= eps
+            g[index] = (loss(plus) - loss(minus)) / (2 * eps)
+        grads[w] = g
+    return grads
+
+
+def check(tmp_path, build, feeds, weights, wrt, rtol=2e-3, atol=2e-4):
+    build(tmp_path / "m.onnx", weights, TensorProto.FLOAT)
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=wrt)
+    got = kiln.Runner(tmp_path / "m.kiln").run(feeds)
+    want = finite_differences(tmp_path, build, feeds, weights, wrt)
+    for w in wrt:
+        np.testing.assert_allclose(got[f"{w}_grad"], want[w], rtol=rtol, atol=atol, err_msg=w)
+
+
+RNG = np.random.default_rng(0)
+
+
+def test_an_mlp_with_softmax_cross_entropy(tmp_path):
+    """Gemm (transB), Relu, MatMul with a broadcast bias Add, SoftmaxCrossEntropyLoss (mean)."""
+    weights = {"w1": RNG.standard_normal((5, 4)) * 0.5, "b1": RNG.standard_normal(5) * 0.1,
+               "w2": RNG.standard_normal((5, 3)) * 0.5, "b2": RNG.standard_normal(3) * 0.1}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+                 helper.make_node("Relu", ["h"], ["r"]),
+                 helper.make_node("MatMul", ["r", "w2"], ["s"]),
+                 helper.make_node("Add", ["s", "b2"], ["scores"]),
+                 helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"])]
+        make_model(path, nodes, {"x": ([6, 4], "x"), "labels": ([6], TensorProto.INT64)}, w, dtype=dtype)
+
+    feeds = {"x": RNG.standard_normal((6, 4)).astype(np.float32), "labels": np.array([0, 2, 1, 1, 0, 2])}
+    check(tmp_path, build, feeds, weights, ["w1", "b1", "w2", "b2"])
+
+
+def test_elementwise_rules_and_a_mean_squared_error(tmp_path):
+    """Sigmoid, Tanh, Mul, Div, Sub, Exp, Log, Sqrt, Pow, Neg, Transpose, Reshape, ReduceMean, ReduceSum."""
+    weights = {"a": RNG.uniform(0.5, 1.5, (3, 4)), "b": RNG.uniform(0.5, 1.5, (4,))}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Mul", ["x", "a"], ["m"]),
+                 helper.make_node("Sigmoid", ["m"], ["s"]),
+                 helper.make_node("Div", ["s", "b"], ["d"]),
+                 helper.make_node("Tanh", ["d"], ["t"]),
+                 helper.make_node("Exp", ["t"], ["e"]),
+                 helper.make_node("Log", ["e"], ["l"]),
+                 helper.make_node("Sqrt", ["e"], ["q"]),
+                 helper.make_node("Add", ["l", "q"], ["u"]),
+                 helper.make_node("Transpose", ["u"], ["ut"], perm=[1, 0]),
+                 helper.make_node("Reshape", ["ut", "shape"], ["flat"]),
+                 helper.make_node("Neg", ["flat"], ["n"]),
+                 helper.make_node("Sub", ["n", "target"], ["diff"]),
+                 helper.make_node("Pow", ["diff", "two"], ["sq"]),
+                 helper.make_node("ReduceSum", ["sq", "axes"], ["per_row"], keepdims=0),
+                 helper.make_node("ReduceMean", ["per_row"], ["loss"], keepdims=0)]
+        const = {"shape": np.array([2, 6], np.int64), "axes": np.array([1], np.int64),
+                 "two": np.array(2.0)}
+        make_model(path, nodes, {"x": ([3, 4], "x"), "target": ([2, 6], "x")}, w, dtype=dtype)
+        model = onnx.load(path)
+        for name, value in const.items():
+            array = value.astype(np.float64 if dtype == TensorProto.DOUBLE else np.float32) if value.dtype.kind == "f" else value
+            model.graph.initializer.append(numpy_helper.from_array(array, name))
+        onnx.save(model, path)
+
+    feeds = {"x": RNG.standard_normal((3, 4)).astype(np.float32),
+             "target": RNG.standard_normal((2, 6)).astype(np.float32)}
+    check(tmp_path, build, feeds, weights, ["a", "b"])
+
+
+def test_softmax_log_softmax_and_a_batched_matmul(tmp_path):
+    weights = {"w": RNG.standard_normal((2, 4, 3)) * 0.5, "v": RNG.standard_normal((3, 3)) * 0.5}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),        # [2, 5, 4] @ [2, 4, 3]
+                 helper.make_node("Softmax", ["p"], ["sm"], axis=-1),
+                 helper.make_node("MatMul", ["sm", "v"], ["q"]),       # [2, 5, 3] @ [3, 3] (broadcast)
+                 helper.make_node("LogSoftmax", ["q"], ["ls"], axis=1),
+                 helper.make_node("Mul", ["ls", "x_weights"], ["weighted"]),
+                 helper.make_node("ReduceSum", ["weighted"], ["loss"], keepdims=0)]
+        make_model(path, nodes, {"x": ([2, 5, 4], "x"), "x_weights": ([2, 5, 3], "x")}, w, dtype=dtype)
+
+    feeds = {"x": RNG.standard_normal((2, 5, 4)).astype(np.float32),
+             "x_weights": RNG.standard_normal((2, 5, 3)).astype(np.float32)}
+    check(tmp_path, build, feeds, weights, ["w", "v"])
+
+
+def test_an_input_is_differentiated_too_and_an_unused_weight_gets_zeros(tmp_path):
+    weights = {"w": RNG.standard_normal((4,)), "unused": RNG.standard_normal((2,))}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Mul", ["m", "m"], ["sq"]),
+                 helper.make_node("ReduceSum", ["sq"], ["loss"], keepdims=0),
+                 helper.make_node("Identity", ["unused"], ["side"])]
+        make_model(path, nodes, {"x": ([3, 4], "x")}, w, dtype=dtype)
+
+    feeds = {"x": RNG.standard_normal((3, 4)).astype(np.float32)}
+    build = build
+    build(tmp_path / "m.onnx", weights, TensorProto.FLOAT)
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=["x", "w", "unused"])
+    got = kiln.Runner(tmp_path / "m.kiln").run(feeds)
+    x, w = feeds["x"], weights["w"].astype(np.float32)
+    np.testing.assert_allclose(got["x_grad"], 2 * x * w * w, rtol=1e-5)
+    np.testing.assert_allclose(got["w_grad"], (2 * x * x * w).sum(axis=0), rtol=1e-5)
+    np.testing.assert_array_equal(got["unused_grad"], np.zeros(2, np.float32))
+
+
+def test_an_op_without_a_rule_is_named(tmp_path):
+    nodes = [helper.make_node("Sin", ["x"], ["s"]), helper.make_node("ReduceSum", ["s"], ["loss"], keepdims=0)]
+    make_model(tmp_path / "m.onnx", nodes, {"x": ([3], "x")}, {})
+    with pytest.raises(kiln.Error, match=r"node '.*' \(Sin\) lies between the loss and a value to differentiate, and "
+                                         r"kiln has no gradient rule for Sin yet"):
+        kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=["x"])
+    with pytest.raises(kiln.Error, match="the loss 'nope' is no value of the model"):
+        kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="nope", wrt=["x"])
