@@ -28,6 +28,7 @@
 #include <string>
 
 #include "kiln/graph.h"
+#include "kiln/training.h"
 
 namespace kiln {
 
@@ -102,6 +103,12 @@ struct CompileOptions {
   // differentiation of the model (opset 13 or later).
   std::string gradients_of;
   std::vector<std::string> gradients_wrt;
+  // Training (docs/training.md): when set, the package's main program is one
+  // training step: the model, the gradient of `training->loss` with respect
+  // to the trainable weights, and the optimiser's update, written over the
+  // weights (which, with the optimiser's state, become variables: a
+  // Session reads and writes them). Its outputs are the model's.
+  std::optional<TrainingOptions> training;
   // The device kind the package is for: "cpu" (also runs on sim) or
   // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored);
   // its packages with run-time shapes are specialized on the GPU.

@@ -39,7 +39,9 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
                       const std::map<std::string, std::vector<int64_t>>& shapes, std::optional<int64_t> batch,
                       bool dynamic, const std::string& target, bool quantize_activations, bool tf32, bool fp16,
                       bool bf16, const std::vector<std::string>& variables, const std::string& gradients_of,
-                      const std::vector<std::string>& gradients_wrt) {
+                      const std::vector<std::string>& gradients_wrt, const std::string& training_loss,
+                      const std::vector<std::string>& trainable, const std::map<std::string, double>& optimizer,
+                      const std::string& optimizer_kind) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -57,6 +59,32 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.variables = variables;
   compile_options.gradients_of = gradients_of;
   compile_options.gradients_wrt = gradients_wrt;
+  if (!training_loss.empty()) {
+    kiln::TrainingOptions training;
+    training.loss = training_loss;
+    training.trainable = trainable;
+    kiln::Optimizer& o = training.optimizer;
+    if (optimizer_kind == "sgd") {
+      o.kind = kiln::Optimizer::Kind::kSgd;
+    } else if (optimizer_kind == "adam") {
+      o.kind = kiln::Optimizer::Kind::kAdam;
+    } else if (optimizer_kind == "adamw") {
+      o.kind = kiln::Optimizer::Kind::kAdamW;
+    } else {
+      throw kiln::UsageError("unknown optimizer '" + optimizer_kind + "' (sgd, adam, adamw)");
+    }
+    const auto number = [&](const char* key, float fallback) {
+      const auto found = optimizer.find(key);
+      return found == optimizer.end() ? fallback : static_cast<float>(found->second);
+    };
+    o.learning_rate = number("learning_rate", o.learning_rate);
+    o.momentum = number("momentum", o.momentum);
+    o.weight_decay = number("weight_decay", o.weight_decay);
+    o.beta1 = number("beta1", o.beta1);
+    o.beta2 = number("beta2", o.beta2);
+    o.epsilon = number("epsilon", o.epsilon);
+    compile_options.training = training;
+  }
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
   nb::dict result;
   result["steps"] = report.steps;
@@ -403,7 +431,9 @@ NB_MODULE(_kiln, m) {
         nb::arg("dynamic") = false, nb::arg("target") = "cpu", nb::arg("quantize_activations") = false,
         nb::arg("tf32") = false, nb::arg("fp16") = false, nb::arg("bf16") = false,
         nb::arg("variables") = std::vector<std::string>{}, nb::arg("gradients_of") = "",
-        nb::arg("gradients_wrt") = std::vector<std::string>{});
+        nb::arg("gradients_wrt") = std::vector<std::string>{}, nb::arg("training_loss") = "",
+        nb::arg("trainable") = std::vector<std::string>{}, nb::arg("optimizer") = std::map<std::string, double>{},
+        nb::arg("optimizer_kind") = "sgd");
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
   m.def("register_host_op", &registerPythonHostOp, nb::arg("domain"), nb::arg("name"), nb::arg("min_inputs"),

@@ -24,11 +24,16 @@ struct CompiledProgram {
 // each is a graph input, which nothing folds; lowering makes it the constant
 // it was, with this data.
 using Variables = std::map<std::string, ConstantPtr>;
+// Training: graph output i (the last ones) is the new value of variable
+// assignments[i]; lowering writes it over the variable (kiln.Assign) at the
+// end of the program instead of into a caller's buffer.
+using Assignments = std::map<size_t, std::string>;
 
 // Infers types, runs the passes (docs/compiler.md) and lowers `graph`,
 // which it changes.
 // Throws GraphError when a shape is still unknown.
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
-                               const CompileOptions& options, const Variables& variables = {});
+                               const CompileOptions& options, const Variables& variables = {},
+                               const Assignments& assignments = {});
 
 }  // namespace kiln

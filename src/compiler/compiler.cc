@@ -42,6 +42,7 @@
 #include "plugins/package_plugins.h"
 #include "plugins/plugin_instance.h"
 #include "training/autodiff.h"
+#include "training/training_step.h"
 #include "passes/transpose_composition.h"
 #include "passes/unit_axis_cancellation.h"
 
@@ -300,8 +301,9 @@ bool isControlFlow(const Node& node) {
 // planned, sub-programs inside their control-flow step's workspace.
 class Lowering {
  public:
-  Lowering(const Graph& graph, const CompileOptions& options, int64_t opset, const Variables& variables)
-      : graph_(graph), options_(options), opset_(opset), variables_(variables) {}
+  Lowering(const Graph& graph, const CompileOptions& options, int64_t opset, const Variables& variables,
+           const Assignments& assignments)
+      : graph_(graph), options_(options), opset_(opset), variables_(variables), assignments_(assignments) {}
 
   ExecutableSpec lower(CompileReport& report, std::vector<ConstantPtr>& constants) {
     checkKernels(graph_);
@@ -668,6 +670,14 @@ class Lowering {
     std::set<uint32_t> taken;
     for (uint32_t i = 0; i < graph_.outputs().size(); ++i) {
       const uint32_t value = indexOf(graph_.outputs()[i]);
+      if (const auto assigned = assignments_.find(i); assigned != assignments_.end()) {
+        // A training update: written over its variable, after every step
+        // that reads the variable (these are the program's last steps).
+        const std::optional<ValueId> variable = graph_.findValue(assigned->second);
+        if (!variable) throw GraphError(fmt::format("variable '{}' is gone from the graph", assigned->second));
+        spec_.steps.push_back(StepSpec{"kiln.Assign", {value}, {indexOf(*variable)}, {}, {}});
+        continue;
+      }
       ValueSpec& spec = spec_.values[value];
       // A value a plugin wants laid out stays in the arena (the caller's
       // buffer would not hold the layout) and is copied out.
@@ -772,6 +782,7 @@ class Lowering {
   const CompileOptions& options_;
   int64_t opset_;  // of the default domain
   const Variables& variables_;
+  const Assignments& assignments_;
   ExecutableSpec spec_;
   Scope* scope_ = nullptr;
   std::vector<ConstantPtr> constant_data_;  // per spec constant
@@ -927,6 +938,7 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
   auto external = [](const Value& value) { return value.initializer->bytes.size() >= kExternalInitializerBytes; };
   Metadata metadata;
   metadata.target.device_kind = options.target;
+  metadata.is_inference = !options.training.has_value();
   metadata.executable = options.model_name;
   metadata.programs = {{0, "load"}, {1, "main"}};
   metadata.program_flow = {.load = {0}, .main = {1}, .save = {}};
@@ -1043,10 +1055,46 @@ void appendGradientOutputs(Graph& graph, const std::map<std::string, int64_t>& o
   }
 }
 
+// The weights a training package trains: those named, or every f32
+// initializer of the main graph.
+std::vector<std::string> trainableWeights(const Graph& graph, const TrainingOptions& training) {
+  if (!training.trainable.empty()) return training.trainable;
+  std::vector<std::string> names;
+  for (ValueId id : graph.initializers()) {
+    const Value& value = graph.value(id);
+    if (value.initializer && value.initializer->info.dtype == DType::kF32) names.push_back(value.name);
+  }
+  if (names.empty()) throw UsageError("training: the model has no f32 weights (initializers) to train");
+  return names;
+}
+
+// CompileOptions::training: the gradients and the optimiser's updates; each
+// update becomes a trailing graph output that lowering writes over its
+// variable. The optimiser's state joins `variables`.
+Assignments appendTrainingUpdates(Graph& graph, const std::map<std::string, int64_t>& opsets,
+                                  const TrainingOptions& training, const std::vector<std::string>& trainable,
+                                  Variables& variables, std::vector<std::string>& output_names) {
+  inferTypes(graph, opsets);
+  const std::optional<ValueId> loss = graph.findValue(training.loss);
+  if (!loss) throw UsageError(fmt::format("training: the loss '{}' is no value of the model", training.loss));
+  std::vector<ValueId> weights;
+  for (const std::string& name : trainable) weights.push_back(*graph.findValue(name));
+  const TrainingStep step = appendTrainingStep(graph, opsets, *loss, weights, training.optimizer);
+  variables.insert(step.state.begin(), step.state.end());
+  Assignments assignments;
+  for (const auto& [variable, value] : step.updates) {
+    assignments[graph.outputs().size()] = variable;
+    graph.addOutput(value);
+    output_names.push_back(variable + ":next");
+  }
+  return assignments;
+}
+
 }  // namespace
 
 CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t>& opsets,
-                               const CompileOptions& options, const Variables& variables) {
+                               const CompileOptions& options, const Variables& variables,
+                               const Assignments& assignments) {
   // Folding shape arithmetic makes more shapes concrete; infer again until
   // nothing more folds.
   inferTypes(graph, opsets);
@@ -1119,7 +1167,8 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   verifyGraph(graph, /*require_types=*/true);
 
   CompiledProgram program;
-  program.spec = Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second, variables)
+  program.spec = Lowering(graph, options, default_opset == opsets.end() ? 1 : default_opset->second, variables,
+                          assignments)
                      .lower(program.report, program.constants);
   return program;
 }
@@ -1134,8 +1183,16 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // model's outputs keep their names.
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
-  const Variables variables = detachVariables(graph, options.variables);
+  std::vector<std::string> variable_names = options.variables;
+  const std::vector<std::string> trainable = options.training ? trainableWeights(graph, *options.training)
+                                                               : std::vector<std::string>{};
+  variable_names.insert(variable_names.end(), trainable.begin(), trainable.end());
+  Variables variables = detachVariables(graph, variable_names);
   if (!options.gradients_of.empty()) appendGradientOutputs(graph, opsets, options, output_names);
+  Assignments assignments;
+  if (options.training) {
+    assignments = appendTrainingUpdates(graph, opsets, *options.training, trainable, variables, output_names);
+  }
   // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
   // infers types (ops/plugin_ops.cc infers them through the plugin).
   bindPluginOps(graph, opsets);
@@ -1175,7 +1232,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     // cuDNN and the cuda kernels take the model's own NCHW layout.
     effective.channels_last = false;
   }
-  CompiledProgram program = compileProgram(graph, opsets, effective, variables);
+  CompiledProgram program = compileProgram(graph, opsets, effective, variables, assignments);
   progress("planning memory", 0.1);
   CompileReport report = program.report;
   report.int8_matmuls = int8_matmuls;

@@ -292,9 +292,16 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
         }
       }
       // Constants are read-only mappings of the file, inputs the caller's
-      // (possibly immutable) buffers: no step may write into either.
+      // (possibly immutable) buffers: no step may write into either, but
+      // kiln.Assign may replace a whole constant (a variable; the runtimes
+      // give those writable memory: writtenConstants).
       for (uint32_t index : step.outputs) {
         const ValueStorage root = rootOf(index);
+        if (step.kernel == "kiln.Assign" && spec.values[index].storage == ValueStorage::kConstant &&
+            step.inputs.size() == 1 && step.outputs.size() == 1 && step.inputs[0] != kNoValueIndex &&
+            spec.values[step.inputs[0]].info.sizeInBytes() == spec.values[index].info.sizeInBytes()) {
+          continue;
+        }
         if (root == ValueStorage::kConstant || root == ValueStorage::kInput) {
           fail(fmt::format("step '{}' writes value '{}', which lies in {}", step.kernel, spec.values[index].name,
                            root == ValueStorage::kConstant ? "a constant" : "a model input"));
@@ -334,6 +341,24 @@ void verifyModels(const PackageReader& reader, const std::string& source) {
     const std::string where = fmt::format("{} (executable '{}')", source, executable->name());
     checkAnchorsMatch(metadata, decodeExecutable(executable->read(), where), where, model->info().offset);
   }
+}
+
+std::set<std::string> writtenConstants(const ExecutableSpec& spec) {
+  std::set<std::string> written;
+  const auto scan = [&](const std::vector<StepSpec>& steps) {
+    for (const StepSpec& step : steps) {
+      if (step.kernel != "kiln.Assign") continue;
+      for (uint32_t output : step.outputs) {
+        if (output < spec.values.size() && spec.values[output].storage == ValueStorage::kConstant &&
+            spec.values[output].index < spec.constants.size()) {
+          written.insert(spec.constants[spec.values[output].index]);
+        }
+      }
+    }
+  };
+  scan(spec.steps);
+  for (const SubProgramSpec& program : spec.subprograms) scan(program.steps);
+  return written;
 }
 
 void checkAnchorsMatch(const Metadata& metadata, const ExecutableSpec& spec, const std::string& source,

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -100,6 +101,13 @@ struct ExecutableSpec {
 std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec);
 
 struct Metadata;
+
+// The constants a program writes: the variables its kiln.Assign steps
+// update (a training package's weights and optimiser state), by name. They
+// need writable memory, and no kernel may treat them as constant (pack
+// them at prepare time). The verifier lets kiln.Assign, and only it, write
+// a constant, and only whole.
+std::set<std::string> writtenConstants(const ExecutableSpec& spec);
 
 // Callers size their memory by a model's anchors while the steps write (or
 // read) the executable's values: throws FormatError naming `source` (at

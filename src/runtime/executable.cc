@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <set>
 
 #include "format/executable_spec.h"
 #include "format/graph_package.h"
@@ -143,6 +144,9 @@ void Executable::runLoad(const LoadSource& source) {
   std::vector<DeviceJob> copies;
   // The weights' host bytes, which cuda kernels read while they prepare.
   std::map<std::string, std::span<const std::byte>> host_weights;
+  // Variables the main program writes get device memory of their own, on
+  // the cpu too (the source may be a read-only mapping of the package).
+  const std::set<std::string> written = writtenConstants(m.spec);
   for (const Anchor& anchor : m.load_anchors) {
     const std::span<const std::byte> bytes = source(anchor);
     host_weights[anchor.name] = bytes;
@@ -150,7 +154,7 @@ void Executable::runLoad(const LoadSource& source) {
       throw UsageError(fmt::format("load anchor '{}' is {}; its source holds {} bytes", anchor.name,
                                    anchor.info.toString(), bytes.size()));
     }
-    if (m.device->usesHostMemory()) {
+    if (m.device->usesHostMemory() && !written.contains(anchor.name)) {
       m.weights[anchor.name] = bytes;
       continue;
     }

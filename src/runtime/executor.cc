@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "core/log.h"
@@ -66,6 +67,11 @@ struct Executor::Impl {
   std::unique_ptr<PackageReader> reader;  // null for an in-memory executable
   std::string source;                     // the package path, for messages
   std::map<std::string, std::span<const std::byte>> constant_bytes;
+  // The constants the program writes (kiln.Assign: a training package's
+  // variables): from a package file, copies of their own (the file is
+  // mapped read-only); never handed to kernels as constants.
+  std::set<std::string> written;
+  std::vector<std::unique_ptr<std::byte, FreeDeleter>> written_copies;
   ExecutableSpec spec;
   std::vector<TensorSlot> inputs;
   std::vector<TensorSlot> outputs;
@@ -137,12 +143,19 @@ struct Executor::Impl {
     return nullptr;
   }
 
-  // Binds every constant to its TensorData blob, checking its type.
+  // Binds every constant to its TensorData blob, checking its type; the
+  // written ones to copies.
   void bindPackageConstants() {
+    written = writtenConstants(spec);
     for (const std::string& name : spec.constants) {
       const TensorDataBlob* blob = reader->findTensorData(name);
       if (blob == nullptr) throw FormatError(source, 0, "constant '" + name + "' has no TensorData blob");
       constant_bytes[name] = blob->data();
+      if (!written.contains(name)) continue;
+      const std::span<const std::byte> bytes = blob->data();
+      written_copies.emplace_back(device_internal::allocateArena(bytes.size(), source));
+      if (!bytes.empty()) std::memcpy(written_copies.back().get(), bytes.data(), bytes.size());
+      constant_bytes[name] = {written_copies.back().get(), bytes.size()};
     }
     for (const ValueSpec& value : spec.values) {
       if (value.storage != ValueStorage::kConstant) continue;
@@ -155,7 +168,10 @@ struct Executor::Impl {
     }
   }
 
+  // The caller's constants; those the program writes must be writable
+  // memory the caller owns (Executable gives them device buffers).
   void bindMemoryConstants(const ConstantBytes& lookup) {
+    written = writtenConstants(spec);
     for (const std::string& name : spec.constants) constant_bytes[name] = lookup(name);
     for (const ValueSpec& value : spec.values) {
       if (value.storage != ValueStorage::kConstant) continue;
@@ -289,7 +305,9 @@ struct Executor::Impl {
         addView(input);
         input_infos.push_back(spec.values[input].info);
         const auto [root, offset] = rootOf(input);
-        const bool constant = spec.values[root].storage == ValueStorage::kConstant;
+        // A variable the program writes is data, not a constant to pack.
+        const bool constant = spec.values[root].storage == ValueStorage::kConstant &&
+                              !written.contains(spec.constants[spec.values[root].index]);
         if (constant && cuda) {
           // Kernels read constants on the host at prepare time.
           constants.push_back(host_constants(spec.constants[spec.values[root].index]).data() + offset);

@@ -1,6 +1,8 @@
 // kiln.Copy: copies its input's bytes into its output, whatever their shapes
 // (the compiler uses it where a view, such as a Reshape, must land in an
-// output buffer). Not an ONNX operator.
+// output buffer). kiln.Assign is the same copy into a variable's memory (a
+// training step's update, the last steps of its main program). Neither is
+// an ONNX operator.
 #include <cstring>
 
 #include <fmt/format.h>
@@ -33,6 +35,9 @@ void runCopy(const KernelCall& call) {
 
 }  // namespace
 
-void registerCopyKernels(KernelRegistry& registry) { registry.add({"kiln.Copy", prepareCopy, runCopy}); }
+void registerCopyKernels(KernelRegistry& registry) {
+  registry.add({"kiln.Copy", prepareCopy, runCopy});
+  registry.add({"kiln.Assign", prepareCopy, runCopy});
+}
 
 }  // namespace kiln

@@ -1,0 +1,35 @@
+// Training options for the compiler (docs/training.md): a package whose
+// main program is one training step (forward, backward, the optimiser's
+// update written over the variables), driven by a Session.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// The update rule, with PyTorch's and optax's meanings of the numbers:
+//   kSgd:   g += weight_decay * w; v = momentum * v + g (when momentum > 0);
+//           w -= learning_rate * (v or g)
+//   kAdam:  g += weight_decay * w; m, v the moments; w -= learning_rate *
+//           m_hat / (sqrt(v_hat) + epsilon) (bias-corrected by the step)
+//   kAdamW: Adam without the g term, and w -= learning_rate * weight_decay
+//           * w decoupled (in the same update)
+struct Optimizer {
+  enum class Kind { kSgd, kAdam, kAdamW };
+  Kind kind = Kind::kSgd;
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+struct TrainingOptions {
+  std::string loss;                    // the one-element loss value
+  std::vector<std::string> trainable;  // weights to train; empty: every float initializer
+  Optimizer optimizer;
+};
+
+}  // namespace kiln

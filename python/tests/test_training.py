@@ -1,0 +1,117 @@
+"""Training packages (kiln.compile_training) run by kiln.Session: ten steps
+of an MLP with SGD (momentum, weight decay), Adam and AdamW against the same
+steps in JAX (same initial weights, same data; docs/training.md), on cpu
+and sim."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax.config.update("jax_platforms", "cpu")
+
+STEPS, BATCH, FEATURES, HIDDEN, CLASSES = 10, 8, 6, 16, 4
+RNG = np.random.default_rng(7)
+INIT = {"w1": (RNG.standard_normal((FEATURES, HIDDEN)) * 0.4).astype(np.float32),
+        "b1": (RNG.standard_normal(HIDDEN) * 0.1).astype(np.float32),
+        "w2": (RNG.standard_normal((HIDDEN, CLASSES)) * 0.4).astype(np.float32),
+        "b2": (RNG.standard_normal(CLASSES) * 0.1).astype(np.float32)}
+X = RNG.standard_normal((STEPS, BATCH, FEATURES)).astype(np.float32)
+LABELS = RNG.integers(0, CLASSES, (STEPS, BATCH)).astype(np.int64)
+
+
+def mlp(path):
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
+             helper.make_node("Relu", ["h1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["s0"]),
+             helper.make_node("Add", ["s0", "b2"], ["scores"]),
+             helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"])]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, FEATURES]),
+                       helper.make_tensor_value_info("labels", TensorProto.INT64, [BATCH])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(value, name) for name, value in INIT.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def jax_loss(params, x, labels):
+    h = jax.nn.relu(x @ params["w1"] + params["b1"])
+    scores = h @ params["w2"] + params["b2"]
+    log_p = jax.nn.log_softmax(scores, axis=1)
+    return -jnp.mean(jnp.take_along_axis(log_p, labels[:, None], axis=1))
+
+
+def jax_training(optimizer):
+    """The ten steps in JAX, with the optimiser written out (PyTorch's rules)."""
+    params = {k: jnp.asarray(v) for k, v in INIT.items()}
+    state = {k: (jnp.zeros_like(v), jnp.zeros_like(v)) for k, v in params.items()}
+    grad = jax.jit(jax.grad(jax_loss))
+    losses = []
+    for t in range(1, STEPS + 1):
+        losses.append(float(jax_loss(params, X[t - 1], LABELS[t - 1])))
+        grads = grad(params, X[t - 1], LABELS[t - 1])
+        new = {}
+        for k, w in params.items():
+            g, (m, v) = grads[k], state[k]
+            o = optimizer
+            if isinstance(o, kiln.optim.SGD):
+                g = g + o.weight_decay * w
+                m = o.momentum * m + g if o.momentum > 0 else g
+                new[k] = w - o.learning_rate * m
+            else:
+                if isinstance(o, kiln.optim.Adam):
+                    g = g + o.weight_decay * w
+                m = o.beta1 * m + (1 - o.beta1) * g
+                v = o.beta2 * v + (1 - o.beta2) * g * g
+                direction = (m / (1 - o.beta1 ** t)) / (jnp.sqrt(v / (1 - o.beta2 ** t)) + o.epsilon)
+                if isinstance(o, kiln.optim.AdamW):
+                    direction = direction + o.weight_decay * w
+                new[k] = w - o.learning_rate * direction
+            state[k] = (m, v)
+        params = new
+    return {k: np.asarray(v) for k, v in params.items()}, np.array(losses, np.float32)
+
+
+@pytest.fixture(params=["cpu", "sim"])
+def device(request, monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_SIM_DEVICES", "1")
+    monkeypatch.setenv("KILN_DEVICE_LOCK_DIR", str(tmp_path / "locks"))
+    return request.param
+
+
+@pytest.mark.parametrize("optimizer", [kiln.optim.SGD(0.1, momentum=0.9, weight_decay=1e-3),
+                                       kiln.optim.Adam(0.01, weight_decay=1e-3), kiln.optim.AdamW(0.01)],
+                         ids=["sgd", "adam", "adamw"])
+def test_ten_steps_match_jax(tmp_path, device, optimizer):
+    mlp(tmp_path / "mlp.onnx")
+    kiln.compile_training(tmp_path / "mlp.onnx", tmp_path / "mlp.kiln", loss="loss", optimizer=optimizer)
+    session = kiln.Session(tmp_path / "mlp.kiln", device, num_host_transfers=STEPS)
+    assert set(session.variables) >= set(INIT)
+    with session:
+        losses = session.run({"x": X, "labels": LABELS})["loss"]
+    want, want_losses = jax_training(optimizer)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
+    trained = session.get_tensors_data(list(INIT))
+    for name in INIT:
+        np.testing.assert_allclose(trained[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not np.allclose(trained["w1"], INIT["w1"])  # it did train
+
+
+def test_training_continues_across_runs_and_restarts_from_written_weights(tmp_path):
+    mlp(tmp_path / "mlp.onnx")
+    kiln.compile_training(tmp_path / "mlp.onnx", tmp_path / "mlp.kiln", loss="loss", optimizer=kiln.optim.SGD(0.1))
+    session = kiln.Session(tmp_path / "mlp.kiln", num_host_transfers=5)
+    with session:
+        session.run({"x": X[:5], "labels": LABELS[:5]})
+        session.run({"x": X[5:], "labels": LABELS[5:]})  # the second half of the ten steps
+        trained = session.get_tensors_data(list(INIT))
+        want, _ = jax_training(kiln.optim.SGD(0.1))
+        for name in INIT:
+            np.testing.assert_allclose(trained[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        session.write_variables_data(INIT)  # back to the start: the same ten steps again
+        session.run({"x": X[:5], "labels": LABELS[:5]})
+        session.run({"x": X[5:], "labels": LABELS[5:]})
+        np.testing.assert_allclose(session.get_tensor_data("w2"), want["w2"], rtol=1e-5, atol=1e-6)

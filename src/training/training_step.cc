@@ -1,0 +1,85 @@
+#include "training/training_step.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kiln/error.h"
+#include "training/autodiff.h"
+#include "training/gradient_rules.h"
+
+namespace kiln {
+namespace {
+
+// A state variable of `like`'s type (or a scalar), zeros, as a new input.
+ValueId stateInput(Graph& graph, TrainingStep& step, const std::string& name, DType dtype,
+                   const std::vector<int64_t>& shape) {
+  const TensorInfo info{dtype, shape};
+  std::vector<std::byte> zeros(info.sizeInBytes());
+  const std::string unique = uniqueName(graph, name);
+  step.state[unique] = makeConstant(info, std::move(zeros));
+  return graph.addInput(unique, ValueType::tensor(dtype, shape));
+}
+
+}  // namespace
+
+TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_t>& opsets, ValueId loss,
+                                const std::vector<ValueId>& weights, const Optimizer& optimizer) {
+  if (optimizer.learning_rate <= 0) throw UsageError(fmt::format("the learning rate must be positive, got {}", optimizer.learning_rate));
+  if (optimizer.momentum < 0 || optimizer.weight_decay < 0) {
+    throw UsageError("momentum and weight_decay must be 0 or more");
+  }
+  const std::vector<ValueId> gradients = appendGradients(graph, loss, weights, opsets);
+  GradientBuilder b(graph, opsets);
+  TrainingStep step;
+  // Adam's step count, shared by every weight: t + 1 this step.
+  ValueId t = kNoValue;
+  if (optimizer.kind != Optimizer::Kind::kSgd) {
+    const ValueId count = stateInput(graph, step, "optimizer.step", DType::kF32, {});
+    t = b.add("Add", {count, b.scalar(1.0, DType::kF32)});
+    step.updates.emplace_back(graph.value(count).name, t);
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const ValueId w = weights[i];
+    const std::string name = graph.value(w).name;  // a copy: adding values moves the graph's storage
+    const DType dtype = b.dtypeOf(w);
+    if (dtype != DType::kF32) {
+      throw UsageError(fmt::format("weight '{}' is {}; kiln trains f32 weights", name, dtypeName(dtype)));
+    }
+    const std::vector<int64_t> shape = b.shapeOf(w);
+    const auto scalar = [&](double value) { return b.scalar(value, dtype); };
+    ValueId g = gradients[i];
+    const bool decoupled = optimizer.kind == Optimizer::Kind::kAdamW;
+    if (optimizer.weight_decay > 0 && !decoupled) g = b.add("Add", {g, b.add("Mul", {w, scalar(optimizer.weight_decay)})});
+    ValueId direction = g;
+    if (optimizer.kind == Optimizer::Kind::kSgd) {
+      if (optimizer.momentum > 0) {
+        const ValueId v = stateInput(graph, step, name + ".momentum", dtype, shape);
+        direction = b.add("Add", {b.add("Mul", {v, scalar(optimizer.momentum)}), g});
+        step.updates.emplace_back(graph.value(v).name, direction);
+      }
+    } else {
+      const ValueId m = stateInput(graph, step, name + ".adam_m", dtype, shape);
+      const ValueId v = stateInput(graph, step, name + ".adam_v", dtype, shape);
+      const ValueId m_next = b.add("Add", {b.add("Mul", {m, scalar(optimizer.beta1)}), b.add("Mul", {g, scalar(1.0 - optimizer.beta1)})});
+      const ValueId v_next = b.add("Add", {b.add("Mul", {v, scalar(optimizer.beta2)}),
+                                           b.add("Mul", {b.add("Mul", {g, g}), scalar(1.0 - optimizer.beta2)})});
+      step.updates.emplace_back(graph.value(m).name, m_next);
+      step.updates.emplace_back(graph.value(v).name, v_next);
+      // Bias corrections 1 - beta^t.
+      const ValueId c1 = b.add("Sub", {scalar(1.0), b.add("Pow", {scalar(optimizer.beta1), t})});
+      const ValueId c2 = b.add("Sub", {scalar(1.0), b.add("Pow", {scalar(optimizer.beta2), t})});
+      const ValueId m_hat = b.add("Div", {m_next, c1});
+      const ValueId v_hat = b.add("Div", {v_next, c2});
+      direction = b.add("Div", {m_hat, b.add("Add", {b.add("Sqrt", {v_hat}), scalar(optimizer.epsilon)})});
+      if (decoupled && optimizer.weight_decay > 0) {
+        direction = b.add("Add", {direction, b.add("Mul", {w, scalar(optimizer.weight_decay)})});
+      }
+    }
+    const ValueId w_next = b.add("Sub", {w, b.add("Mul", {direction, scalar(optimizer.learning_rate)})});
+    step.updates.emplace_back(name, w_next);
+  }
+  return step;
+}
+
+}  // namespace kiln

@@ -1,0 +1,32 @@
+// One training step as graph nodes: the gradients of the loss (autodiff.h)
+// and the optimiser's update of each trainable weight (kiln/training.h).
+// The compiler lowers each update into a kiln.Assign step that writes the
+// new value over its variable at the end of the main program.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/training.h"
+
+namespace kiln {
+
+struct TrainingStep {
+  // (variable name, the value that replaces it), weights and optimiser state.
+  std::vector<std::pair<std::string, ValueId>> updates;
+  // The optimiser's state, new graph inputs that become variables, with
+  // their initial values (zeros).
+  std::map<std::string, ConstantPtr> state;
+};
+
+// `weights`: graph inputs standing for the trainable weights (the compiler
+// turned them into inputs so that nothing folds them). Adds the nodes and
+// the state inputs.
+TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_t>& opsets, ValueId loss,
+                                const std::vector<ValueId>& weights, const Optimizer& optimizer);
+
+}  // namespace kiln
