@@ -115,3 +115,11 @@ def test_training_continues_across_runs_and_restarts_from_written_weights(tmp_pa
         session.run({"x": X[:5], "labels": LABELS[:5]})
         session.run({"x": X[5:], "labels": LABELS[5:]})
         np.testing.assert_allclose(session.get_tensor_data("w2"), want["w2"], rtol=1e-5, atol=1e-6)
+
+
+def test_replicas_of_a_training_package_are_refused(tmp_path):
+    mlp(tmp_path / "mlp.onnx")
+    kiln.compile_training(tmp_path / "mlp.onnx", tmp_path / "mlp.kiln", loss="loss")
+    with pytest.raises(kiln.Error, match="replicas of it .* need data-parallel training"):
+        kiln.Session(tmp_path / "mlp.kiln", replication_factor=2)
+

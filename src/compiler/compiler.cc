@@ -938,7 +938,6 @@ CompileReport writeGraphPackage(const Graph& graph, const std::map<std::string, 
   auto external = [](const Value& value) { return value.initializer->bytes.size() >= kExternalInitializerBytes; };
   Metadata metadata;
   metadata.target.device_kind = options.target;
-  metadata.is_inference = !options.training.has_value();
   metadata.executable = options.model_name;
   metadata.programs = {{0, "load"}, {1, "main"}};
   metadata.program_flow = {.load = {0}, .main = {1}, .save = {}};
@@ -1242,6 +1241,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   constexpr uint32_t kMainProgram = 1;
   Metadata metadata;
   metadata.target.device_kind = options.target;
+  metadata.is_inference = !options.training.has_value();
   metadata.executable = options.model_name;
   metadata.programs = {{kLoadProgram, "load"}, {kMainProgram, "main"}};
   metadata.program_flow = {.load = {kLoadProgram}, .main = {kMainProgram}, .save = {}};

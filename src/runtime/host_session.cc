@@ -101,6 +101,13 @@ HostSession::HostSession(std::shared_ptr<const PackageReader> package, HostSessi
   if (chosen == nullptr) throw UsageError(fmt::format("the package holds no model named '{}'", m.options.model));
   m.model = chosen->name();
   m.metadata = chosen->metadata();
+  // Replicas of a training step would each train on their own slices and
+  // drift apart: keeping them in step needs the gradients' all-reduce.
+  if (!m.metadata.is_inference && m.options.replication_factor > 1) {
+    throw UsageError(fmt::format("model '{}' is a training package; replicas of it (replication_factor {}) need "
+                                 "data-parallel training, which kiln does not have yet",
+                                 m.model, m.options.replication_factor));
+  }
   for (const Anchor* anchor : m.metadata.mainInputs()) m.inputs.push_back(*anchor);
   for (const Anchor* anchor : m.metadata.outputs()) m.outputs.push_back(*anchor);
   for (const Anchor& anchor : m.metadata.anchors) {
