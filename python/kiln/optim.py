@@ -37,10 +37,7 @@ class Adam(Optimizer):
 
 
 @dataclass(frozen=True)
-class AdamW(Optimizer):
+class AdamW(Adam):
     """Adam with decoupled weight decay (torch.optim.AdamW, optax.adamw)."""
-    beta1: float = 0.9
-    beta2: float = 0.999
-    epsilon: float = 1e-8
     weight_decay: float = 0.01
     kind = "adamw"

@@ -62,12 +62,12 @@ def jax_training(optimizer):
                 m = o.momentum * m + g if o.momentum > 0 else g
                 new[k] = w - o.learning_rate * m
             else:
-                if isinstance(o, kiln.optim.Adam):
+                if o.kind == "adam":  # AdamW decays apart from the gradient
                     g = g + o.weight_decay * w
                 m = o.beta1 * m + (1 - o.beta1) * g
                 v = o.beta2 * v + (1 - o.beta2) * g * g
                 direction = (m / (1 - o.beta1 ** t)) / (jnp.sqrt(v / (1 - o.beta2 ** t)) + o.epsilon)
-                if isinstance(o, kiln.optim.AdamW):
+                if o.kind == "adamw":
                     direction = direction + o.weight_decay * w
                 new[k] = w - o.learning_rate * direction
             state[k] = (m, v)

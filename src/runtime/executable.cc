@@ -161,12 +161,8 @@ void Executable::runLoad(const LoadSource& source) {
     DeviceBuffer& buffer = m.weight_buffers[anchor.name];
     if (!buffer) buffer = m.device->allocate(std::max<uint64_t>(bytes.size(), 1));
     m.weights[anchor.name] = {buffer.data(), bytes.size()};
-    DeviceJob job;
-    job.kind = DeviceJob::Kind::kCopyToDevice;
-    job.destination = buffer.data();
-    job.source = bytes.data();
-    job.bytes = bytes.size();
-    copies.push_back(job);
+    copies.push_back(DeviceJob{.kind = DeviceJob::Kind::kCopyToDevice, .destination = buffer.data(),
+                               .source = bytes.data(), .bytes = bytes.size()});
   }
   runJobsAndWait(*m.device, copies);
   // Constants the executable names are the load anchors (the compiler names
@@ -223,12 +219,8 @@ void Executable::runSave(const SaveSink& sink) {
                                    anchor.info.toString(), into.size()));
     }
     if (into.data() == from.data() || from.empty()) continue;  // cpu: the weights are the sink's bytes
-    DeviceJob job;
-    job.kind = DeviceJob::Kind::kCopyToHost;
-    job.destination = into.data();
-    job.source = from.data();
-    job.bytes = from.size();
-    copies.push_back(job);
+    copies.push_back(DeviceJob{.kind = DeviceJob::Kind::kCopyToHost, .destination = into.data(), .source = from.data(),
+                               .bytes = from.size()});
   }
   runJobsAndWait(*m.device, copies);
 }
