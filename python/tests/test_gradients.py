@@ -21,18 +21,20 @@ def make_model(path, nodes, inputs, weights, loss="loss", dtype=TensorProto.FLOA
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
 
 
-def finite_differences(tmp_path, build, feeds, weights, wrt, eps=1e-6):
-    """d loss / d w by central differences of the float64 model in onnxruntime."""
-    build(tmp_path / "f64.onnx", weights, TensorProto.DOUBLE)
+def finite_differences(tmp_path, build, feeds, weights, wrt, eps=1e-6, dtype=TensorProto.DOUBLE):
+    """d loss / d w by central differences of the model in onnxruntime, in float64 (or, for operators it has no
+    float64 kernel for, float32 with a larger eps)."""
+    numpy_type = np.float64 if dtype == TensorProto.DOUBLE else np.float32
+    build(tmp_path / "fd.onnx", weights, dtype)
     # The weights become inputs, so that each perturbation needs no new model.
-    model = onnx.load(tmp_path / "f64.onnx")
+    model = onnx.load(tmp_path / "fd.onnx")
     for init in list(model.graph.initializer):
         if init.name in wrt:
-            model.graph.input.append(helper.make_tensor_value_info(init.name, TensorProto.DOUBLE, list(init.dims)))
+            model.graph.input.append(helper.make_tensor_value_info(init.name, dtype, list(init.dims)))
             model.graph.initializer.remove(init)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    base = {k: (v.astype(np.float64) if v.dtype == np.float32 else v) for k, v in feeds.items()}
-    base.update({w: weights[w].astype(np.float64) for w in wrt})
+    base = {k: (v.astype(numpy_type) if v.dtype.kind == "f" else v) for k, v in feeds.items()}
+    base.update({w: weights[w].astype(numpy_type) for w in wrt})
     loss = lambda f: float(session.run(["loss"], f)[0].reshape(()))  # noqa: E731
     grads = {}
     for w in wrt:
@@ -48,11 +50,11 @@ def finite_differences(tmp_path, build, feeds, weights, wrt, eps=1e-6):
     return grads
 
 
-def check(tmp_path, build, feeds, weights, wrt, rtol=2e-3, atol=2e-4):
+def check(tmp_path, build, feeds, weights, wrt, rtol=2e-3, atol=2e-4, **fd):
     build(tmp_path / "m.onnx", weights, TensorProto.FLOAT)
     kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=wrt)
     got = kiln.Runner(tmp_path / "m.kiln").run(feeds)
-    want = finite_differences(tmp_path, build, feeds, weights, wrt)
+    want = finite_differences(tmp_path, build, feeds, weights, wrt, **fd)
     for w in wrt:
         np.testing.assert_allclose(got[f"{w}_grad"], want[w], rtol=rtol, atol=atol, err_msg=w)
 
@@ -156,3 +158,53 @@ def test_an_op_without_a_rule_is_named(tmp_path):
         kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=["x"])
     with pytest.raises(kiln.Error, match="the loss 'nope' is no value of the model"):
         kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="nope", wrt=["x"])
+
+
+def test_a_small_cnn(tmp_path):
+    """Conv (strides, pads, bias; and dilations), MaxPool and AveragePool over tiling windows, GlobalAveragePool,
+    Flatten, Gemm, SoftmaxCrossEntropyLoss."""
+    weights = {"c1": RNG.standard_normal((4, 3, 3, 3)) * 0.3, "cb1": RNG.standard_normal(4) * 0.1,
+               "c2": RNG.standard_normal((5, 4, 3, 3)) * 0.3, "c3": RNG.standard_normal((5, 3, 2, 2)) * 0.3,
+               "fc": RNG.standard_normal((3, 10)) * 0.3}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Conv", ["x", "c1", "cb1"], ["a"], strides=[2, 2], pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["a"], ["ar"]),
+                 helper.make_node("MaxPool", ["ar"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+                 helper.make_node("Conv", ["mp", "c2"], ["b"], pads=[1, 1, 1, 1]),
+                 helper.make_node("AveragePool", ["b"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
+                 helper.make_node("GlobalAveragePool", ["ap"], ["gp"]),
+                 helper.make_node("Flatten", ["gp"], ["f1"]),
+                 helper.make_node("Conv", ["x", "c3"], ["d"], dilations=[2, 2], pads=[1, 0, 1, 0], strides=[3, 3]),
+                 helper.make_node("GlobalAveragePool", ["d"], ["gd"]),
+                 helper.make_node("Flatten", ["gd"], ["f2"]),
+                 helper.make_node("Concat", ["f1", "f2"], ["f"], axis=1),
+                 helper.make_node("Gemm", ["f", "fc"], ["scores"], transB=1),
+                 helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"])]
+        make_model(path, nodes, {"x": ([2, 3, 8, 8], "x"), "labels": ([2], TensorProto.INT64)}, w, dtype=dtype)
+
+    feeds = {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32), "labels": np.array([2, 0])}
+    # onnxruntime has no float64 Conv: differences in float32, eps 1e-3.
+    check(tmp_path, build, feeds, weights, ["c1", "cb1", "c2", "c3", "fc"], rtol=1e-2, atol=5e-4, eps=1e-3,
+          dtype=TensorProto.FLOAT)
+
+
+def test_embeddings_layer_norm_concat_and_slice(tmp_path):
+    weights = {"table": RNG.standard_normal((10, 6)), "gamma": RNG.uniform(0.5, 1.5, 6),
+               "beta": RNG.standard_normal(6) * 0.1, "mix": RNG.standard_normal((2, 3, 4))}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),                 # [2, 3, 6]
+                 helper.make_node("LayerNormalization", ["e", "gamma", "beta"], ["n"], axis=-1),
+                 helper.make_node("Slice", ["n", "starts", "ends", "axes"], ["s"]),   # [2, 3, 4]
+                 helper.make_node("Concat", ["s", "mix"], ["c"], axis=2),             # [2, 3, 8]
+                 helper.make_node("Mul", ["c", "c"], ["c2"]),
+                 helper.make_node("ReduceSum", ["c2"], ["loss"], keepdims=0)]
+        make_model(path, nodes, {"ids": ([2, 3], TensorProto.INT64)}, w, dtype=dtype)
+        model = onnx.load(path)
+        for name, value in {"starts": [1], "ends": [5], "axes": [2]}.items():
+            model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
+        onnx.save(model, path)
+
+    feeds = {"ids": np.array([[1, 4, 4], [9, 0, 1]])}
+    check(tmp_path, build, feeds, weights, ["table", "gamma", "beta", "mix"])
