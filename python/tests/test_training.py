@@ -123,3 +123,62 @@ def test_replicas_of_a_training_package_are_refused(tmp_path):
     with pytest.raises(kiln.Error, match="replicas of it .* need data-parallel training"):
         kiln.Session(tmp_path / "mlp.kiln", replication_factor=2)
 
+
+
+CNN_INIT = {"k1": (RNG.standard_normal((4, 1, 3, 3)) * 0.5).astype(np.float32),
+            "kb1": (RNG.standard_normal(4) * 0.1).astype(np.float32),
+            "k2": (RNG.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32),
+            "fc": (RNG.standard_normal((10, 8)) * 0.3).astype(np.float32),
+            "fb": np.zeros(10, np.float32)}
+IMAGES = RNG.standard_normal((STEPS, 8, 1, 8, 8)).astype(np.float32)
+DIGITS = RNG.integers(0, 10, (STEPS, 8)).astype(np.int64)
+
+
+def cnn(path):
+    nodes = [helper.make_node("Conv", ["x", "k1", "kb1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "k2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fb"], ["scores"], transB=1),
+             helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"])]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 1, 8, 8]),
+                       helper.make_tensor_value_info("labels", TensorProto.INT64, [8])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(value, name) for name, value in CNN_INIT.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def jax_cnn_loss(p, x, labels):
+    conv = lambda v, k: jax.lax.conv_general_dilated(v, k, (1, 1), [(1, 1), (1, 1)],  # noqa: E731
+                                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    h = jax.nn.relu(conv(x, p["k1"]) + p["kb1"][None, :, None, None])
+    h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    h = jax.nn.relu(conv(h, p["k2"])).mean(axis=(2, 3))
+    log_p = jax.nn.log_softmax(h @ p["fc"].T + p["fb"], axis=1)
+    return -jnp.mean(jnp.take_along_axis(log_p, labels[:, None], axis=1))
+
+
+def test_ten_steps_of_a_small_cnn_match_jax(tmp_path, device):
+    cnn(tmp_path / "cnn.onnx")
+    optimizer = kiln.optim.SGD(0.1, momentum=0.9)
+    kiln.compile_training(tmp_path / "cnn.onnx", tmp_path / "cnn.kiln", loss="loss", optimizer=optimizer)
+    session = kiln.Session(tmp_path / "cnn.kiln", device, num_host_transfers=STEPS)
+    with session:
+        losses = session.run({"x": IMAGES, "labels": DIGITS})["loss"]
+        trained = session.get_tensors_data(list(CNN_INIT))
+    params = {k: jnp.asarray(v) for k, v in CNN_INIT.items()}
+    velocity = {k: jnp.zeros_like(v) for k, v in params.items()}
+    grad = jax.jit(jax.value_and_grad(jax_cnn_loss))
+    want_losses = []
+    for t in range(STEPS):
+        loss, grads = grad(params, IMAGES[t], DIGITS[t])
+        want_losses.append(float(loss))
+        velocity = {k: 0.9 * velocity[k] + grads[k] for k in params}
+        params = {k: params[k] - 0.1 * velocity[k] for k in params}
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for name in CNN_INIT:
+        np.testing.assert_allclose(trained[name], np.asarray(params[name]), rtol=1e-5, atol=1e-6, err_msg=name)
