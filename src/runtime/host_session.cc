@@ -225,11 +225,14 @@ void HostSession::run(const InputMemoryView& inputs, const OutputMemoryView& out
   // some are unknown (only then is the list of them built).
   if (inputs.size() > m.inputs.size() || outputs.size() > m.outputs.size()) {
     std::vector<std::string> unknown;
-    for (const auto& [name, view] : inputs) {
-      if (std::none_of(m.inputs.begin(), m.inputs.end(), [&](const Anchor& a) { return a.name == name; })) unknown.push_back(name);
+    const auto known = [](const std::vector<Anchor>& anchors, const std::string& name) {
+      return std::any_of(anchors.begin(), anchors.end(), [&](const Anchor& a) { return a.name == name; });
+    };
+    for (const auto& entry : inputs) {
+      if (!known(m.inputs, entry.first)) unknown.push_back(entry.first);
     }
-    for (const auto& [name, view] : outputs) {
-      if (std::none_of(m.outputs.begin(), m.outputs.end(), [&](const Anchor& a) { return a.name == name; })) unknown.push_back(name);
+    for (const auto& entry : outputs) {
+      if (!known(m.outputs, entry.first)) unknown.push_back(entry.first);
     }
     throw UsageError(fmt::format("model '{}' has no input or output named {}", m.model, fmt::join(unknown, ", ")));
   }
