@@ -252,7 +252,7 @@ TEST_P(HostSessionTest, TrainingStepsAllocateNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, HostSessionTest, ::testing::Values("cpu", "sim"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // Detaching gives the device back: while attached to sim:0 another
 // DeviceManager (another process, in production) finds it busy; after
