@@ -13,9 +13,12 @@
 // for exactly those shapes with plain (NC...) activations and, when the
 // weights are a constant, reorders them once into the layout the primitive
 // prefers (format_tag::any), kept in the state. Weights that arrive per call
-// stay in the ONNX layout, described to oneDNN with strides (ConvTranspose's
-// [C, M/group, k...] is oneDNN's [group, M/group, C/group, k...] with the
-// first two axes swapped).
+// (a training step's variables) are reordered into that layout on every call,
+// into the execution slot's own buffer: oneDNN has only its reference kernels
+// for weights in the ONNX layout (10x slower on a small CNN's step). The ONNX
+// layout is described to oneDNN with strides (ConvTranspose's [C, M/group,
+// k...] is oneDNN's [group, M/group, C/group, k...] with the first two axes
+// swapped).
 //
 // An output of a few positions (1-D audio front ends, squeeze-excite blocks)
 // runs on small_conv.h's path instead, the primitive its fallback.
@@ -66,6 +69,9 @@ struct ConvState final : KernelState {
   dnnl::primitive primitive;
   bool weights_packed = false;
   dnnl::memory packed_weights;
+  // Weights per call, reordered into the primitive's layout in each call
+  // (null when the primitive takes them as they are).
+  std::optional<dnnl::reorder> weights_reorder;
   bool has_bias = false;
   // A patch ConvTranspose's bias, repeated along the product's columns
   // (patch_conv_transpose.h): the slots' bias memory points here for good.
@@ -485,9 +491,7 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
   const dnnl::memory::desc dst = activationDesc(dst_dims, layout);
   const dnnl::memory::desc weights_plain = onednn::f32Desc(w_dims, w_strides);
   const std::byte* w_constant = constantInput(setup, 1);
-  const dnnl::memory::desc weights =
-      w_constant != nullptr ? dnnl::memory::desc(w_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
-                            : weights_plain;
+  const dnnl::memory::desc weights(w_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
   state->has_bias = setup.inputs.size() >= 3 && setup.inputs[2].dtype != DType::kUndefined;
   // oneDNN 2.6 runs a channels-last deconvolution several times slower with
   // a bias than without (PP-OCR's detector's 2x2 upsampling: 7.8 against
@@ -565,13 +569,21 @@ std::unique_ptr<KernelState> makeState(std::string_view op, const KernelSetup& s
     // Reorder (or copy) the constant weights once.
     state->packed_weights = onednn::reorderConstant(weights_plain, w_constant, pd_weights);
     state->weights_packed = true;
+  } else if (pd_weights != weights_plain) {
+    state->weights_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, weights_plain, engine, pd_weights));
   }
   state->slots.create(engine, pd_scratchpad);
   for (size_t i = 0; i < onednn::kExecutionSlots; ++i) {
     ExecutionSlot& slot = state->slots[i];
     slot.src = dnnl::memory(pd_src, engine, DNNL_MEMORY_NONE);
-    slot.weights = dnnl::memory(pd_weights, engine,
-                                state->weights_packed ? state->packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
+    if (state->weights_reorder) {
+      // Each slot reorders into a buffer of its own (allocated here, once).
+      slot.weights_plain = dnnl::memory(weights_plain, engine, DNNL_MEMORY_NONE);
+      slot.weights = dnnl::memory(pd_weights, engine);
+    } else {
+      slot.weights = dnnl::memory(pd_weights, engine,
+                                  state->weights_packed ? state->packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
+    }
     slot.dst = dnnl::memory(pd_dst, engine, DNNL_MEMORY_NONE);
     if (primitive_bias) slot.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
     if (state->residual_post_op >= 0) slot.binary = dnnl::memory(dst, engine, DNNL_MEMORY_NONE);
@@ -693,7 +705,12 @@ void runConv(const KernelCall& call) {
   int count = 0;
   onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
-  if (!state.weights_packed) onednn::setHandle(kKernel, slot.weights, call.inputs[1].data);
+  if (state.weights_reorder) {
+    onednn::setHandle(kKernel, slot.weights_plain, call.inputs[1].data);
+    onednn::reorderWeights(kKernel, *state.weights_reorder, slot);
+  } else if (!state.weights_packed) {
+    onednn::setHandle(kKernel, slot.weights, call.inputs[1].data);
+  }
   args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
   if (state.has_bias && !state.bias_after) {
     if (state.bias_row.empty()) onednn::setHandle(kKernel, slot.bias, call.inputs[2].data);

@@ -113,4 +113,14 @@ void execute(const char* kernel, const dnnl::primitive& primitive, const Executi
   if (status != dnnl_success) dnnlFailed(kernel, "dnnl_primitive_execute", status);
 }
 
+void reorderWeights(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, slot.weights_plain.get()}, {DNNL_ARG_TO, slot.weights.get()}};
+  dnnl_status_t status = dnnl_primitive_execute(reorder.get(), slot.stream.get(), 2, args);
+  if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
+  if (status != dnnl_success) {
+    slot.busy.store(false, std::memory_order_release);
+    dnnlFailed(kernel, "dnnl_primitive_execute (weights reorder)", status);
+  }
+}
+
 }  // namespace kiln::onednn

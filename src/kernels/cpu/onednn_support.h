@@ -70,6 +70,7 @@ struct ExecutionSlot {
   dnnl::stream stream;
   dnnl::memory src;
   dnnl::memory weights;
+  dnnl::memory weights_plain;  // weights that arrive per call, before their reorder into `weights`
   dnnl::memory bias;
   dnnl::memory dst;
   dnnl::memory binary;  // the second operand of a binary post-op (a residual Add)
@@ -121,5 +122,10 @@ void setHandle(const char* kernel, const dnnl::memory& memory, void* data);
 // releases the slot; aborts through dnnlFailed on failure.
 void execute(const char* kernel, const dnnl::primitive& primitive, const ExecutionSlots& slots, ExecutionSlot& slot,
              dnnl_exec_arg_t* args, int count);
+
+// Runs `reorder` from the slot's weights_plain into its weights on the
+// slot's stream and waits, keeping the slot claimed (the primitive that
+// reads the weights runs next); aborts through dnnlFailed on failure.
+void reorderWeights(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot);
 
 }  // namespace kiln::onednn
