@@ -2,7 +2,7 @@
 inside the scikit-learn wheel: nothing is downloaded) with kiln, then runs
 the trained model as an inference package (docs/training.md).
 
-    PYTHONPATH=build/release/python .venv/bin/python examples/train_digits.py [--device sim] [--epochs 12]
+    PYTHONPATH=build/release/python .venv/bin/python examples/train_digits.py [--device sim] [--epochs 25]
 
 The model is written as ONNX with numpy-initialised weights; kiln compiles
 it into a training package (forward, backward and Adam's update in one main
@@ -70,7 +70,7 @@ def progress(epoch: int, epochs: int, loss: float, seconds: float) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or sim")
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 

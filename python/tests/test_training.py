@@ -182,3 +182,18 @@ def test_ten_steps_of_a_small_cnn_match_jax(tmp_path, device):
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
     for name in CNN_INIT:
         np.testing.assert_allclose(trained[name], np.asarray(params[name]), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_the_digits_example_reaches_97_percent(tmp_path):
+    """examples/train_digits.py, as a user runs it (a process of its own), on cpu and sim."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_digits.py"
+    env = dict(os.environ, KILN_SIM_DEVICES="1", KILN_DEVICE_LOCK_DIR=str(tmp_path / "locks"))
+    for device in ("cpu", "sim"):
+        result = subprocess.run([sys.executable, str(example), "--device", device], env=env, capture_output=True,
+                                text=True, timeout=600)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "test accuracy 9" in result.stdout
