@@ -115,6 +115,11 @@ Grads matmulGrads(GradientBuilder& b, ValueId a, ValueId bb, ValueId g) {
   if (rank_a < 2 || rank_b < 2) {
     throw GraphError("the gradient of a MatMul with a rank-1 operand is not supported yet");
   }
+  if (rank_a == 2 && rank_b == 2) {
+    // Gemm reads a transposed operand in place: no transposed copy of the
+    // weight (or of the activations) is made.
+    return {b.add("Gemm", {g, bb}, {{"transB", int64_t{1}}}), b.add("Gemm", {a, g}, {{"transA", int64_t{1}}})};
+  }
   const ValueId da = b.sumToShape(b.add("MatMul", {g, b.transposeLastTwo(bb)}), b.shapeOf(a));
   const ValueId db = b.sumToShape(b.add("MatMul", {b.transposeLastTwo(a), g}), b.shapeOf(bb));
   return {da, db};
