@@ -3,6 +3,7 @@
 // update written over the variables), driven by a Session.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct TrainingOptions {
   std::string loss;                    // the one-element loss value
   std::vector<std::string> trainable;  // weights to train; empty: every float initializer
   Optimizer optimizer;
+  // The optimiser steps once every this many main-program runs, with the
+  // mean of their gradients (micro-batches summing to a larger batch); the
+  // runs between only accumulate.
+  uint32_t gradient_accumulation = 1;
 };
 
 }  // namespace kiln

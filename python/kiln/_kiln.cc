@@ -41,7 +41,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
                       bool bf16, const std::vector<std::string>& variables, const std::string& gradients_of,
                       const std::vector<std::string>& gradients_wrt, const std::string& training_loss,
                       const std::vector<std::string>& trainable, const std::map<std::string, double>& optimizer,
-                      const std::string& optimizer_kind) {
+                      const std::string& optimizer_kind, uint32_t gradient_accumulation) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -83,6 +83,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
     o.beta1 = number("beta1", o.beta1);
     o.beta2 = number("beta2", o.beta2);
     o.epsilon = number("epsilon", o.epsilon);
+    training.gradient_accumulation = gradient_accumulation;
     compile_options.training = training;
   }
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
@@ -433,7 +434,7 @@ NB_MODULE(_kiln, m) {
         nb::arg("variables") = std::vector<std::string>{}, nb::arg("gradients_of") = "",
         nb::arg("gradients_wrt") = std::vector<std::string>{}, nb::arg("training_loss") = "",
         nb::arg("trainable") = std::vector<std::string>{}, nb::arg("optimizer") = std::map<std::string, double>{},
-        nb::arg("optimizer_kind") = "sgd");
+        nb::arg("optimizer_kind") = "sgd", nb::arg("gradient_accumulation") = 1);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
   m.def("register_host_op", &registerPythonHostOp, nb::arg("domain"), nb::arg("name"), nb::arg("min_inputs"),

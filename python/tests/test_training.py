@@ -197,3 +197,42 @@ def test_the_digits_example_reaches_97_percent(tmp_path):
                                 text=True, timeout=600)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "test accuracy 9" in result.stdout
+
+
+@pytest.mark.parametrize("optimizer", [kiln.optim.SGD(0.1, momentum=0.9, weight_decay=1e-3), kiln.optim.Adam(0.01)],
+                         ids=["sgd", "adam"])
+def test_gradient_accumulation_steps_once_every_k_runs(tmp_path, device, optimizer):
+    """gradient_accumulation=2: ten runs are five optimiser steps, each with the mean gradient of two
+    micro-batches; the same in JAX."""
+    mlp(tmp_path / "mlp.onnx")
+    kiln.compile_training(tmp_path / "mlp.onnx", tmp_path / "mlp.kiln", loss="loss", optimizer=optimizer,
+                          gradient_accumulation=2)
+    session = kiln.Session(tmp_path / "mlp.kiln", device, num_host_transfers=STEPS)
+    with session:
+        losses = session.run({"x": X, "labels": LABELS})["loss"]
+        trained = session.get_tensors_data(list(INIT))
+    params = {k: jnp.asarray(v) for k, v in INIT.items()}
+    state = {k: (jnp.zeros_like(v), jnp.zeros_like(v)) for k, v in params.items()}
+    grad = jax.jit(jax.grad(jax_loss))
+    want_losses = []
+    for t in range(1, STEPS // 2 + 1):
+        pair = [2 * t - 2, 2 * t - 1]
+        want_losses += [float(jax_loss(params, X[i], LABELS[i])) for i in pair]
+        g0, g1 = (grad(params, X[i], LABELS[i]) for i in pair)
+        new = {}
+        for k, w in params.items():
+            g, (m, v) = (g0[k] + g1[k]) / 2, state[k]
+            o = optimizer
+            if o.kind == "sgd":
+                g = g + o.weight_decay * w
+                m = o.momentum * m + g
+                new[k] = w - o.learning_rate * m
+            else:
+                m = o.beta1 * m + (1 - o.beta1) * g
+                v = o.beta2 * v + (1 - o.beta2) * g * g
+                new[k] = w - o.learning_rate * (m / (1 - o.beta1 ** t)) / (jnp.sqrt(v / (1 - o.beta2 ** t)) + o.epsilon)
+            state[k] = (m, v)
+        params = new
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for name in INIT:
+        np.testing.assert_allclose(trained[name], np.asarray(params[name]), rtol=1e-5, atol=1e-6, err_msg=name)

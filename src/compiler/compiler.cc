@@ -1078,7 +1078,8 @@ Assignments appendTrainingUpdates(Graph& graph, const std::map<std::string, int6
   if (!loss) throw UsageError(fmt::format("training: the loss '{}' is no value of the model", training.loss));
   std::vector<ValueId> weights;
   for (const std::string& name : trainable) weights.push_back(*graph.findValue(name));
-  const TrainingStep step = appendTrainingStep(graph, opsets, *loss, weights, training.optimizer);
+  const TrainingStep step =
+      appendTrainingStep(graph, opsets, *loss, weights, training.optimizer, training.gradient_accumulation);
   variables.insert(step.state.begin(), step.state.end());
   Assignments assignments;
   for (const auto& [variable, value] : step.updates) {

@@ -24,14 +24,34 @@ ValueId stateInput(Graph& graph, TrainingStep& step, const std::string& name, DT
 }  // namespace
 
 TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_t>& opsets, ValueId loss,
-                                const std::vector<ValueId>& weights, const Optimizer& optimizer) {
+                                const std::vector<ValueId>& weights, const Optimizer& optimizer, uint32_t accumulation) {
+  if (accumulation < 1) throw UsageError("gradient_accumulation must be 1 or more");
   if (optimizer.learning_rate <= 0) throw UsageError(fmt::format("the learning rate must be positive, got {}", optimizer.learning_rate));
   if (optimizer.momentum < 0 || optimizer.weight_decay < 0) {
     throw UsageError("momentum and weight_decay must be 0 or more");
   }
-  const std::vector<ValueId> gradients = appendGradients(graph, loss, weights, opsets);
+  std::vector<ValueId> gradients = appendGradients(graph, loss, weights, opsets);
   GradientBuilder b(graph, opsets);
   TrainingStep step;
+  // Accumulation: a micro-step count and a sum per weight; `apply` is 1 on
+  // every accumulation-th run, 0 on the others.
+  ValueId apply = kNoValue;
+  if (accumulation > 1) {
+    const ValueId micro = stateInput(graph, step, "optimizer.micro_step", DType::kF32, {});
+    const ValueId micro_next = b.add("Add", {micro, b.scalar(1.0, DType::kF32)});
+    apply = b.add("Cast", {b.add("Greater", {micro_next, b.scalar(accumulation - 0.5, DType::kF32)})},
+                  {{"to", static_cast<int64_t>(DType::kF32)}});
+    const ValueId keep = b.add("Sub", {b.scalar(1.0, DType::kF32), apply});
+    step.updates.emplace_back(graph.value(micro).name, b.add("Mul", {micro_next, keep}));
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const std::string name = graph.value(weights[i]).name;
+      const ValueId sum = stateInput(graph, step, name + ".accumulated", b.dtypeOf(weights[i]), b.shapeOf(weights[i]));
+      const ValueId sum_next = b.add("Add", {sum, gradients[i]});
+      step.updates.emplace_back(graph.value(sum).name, b.add("Mul", {sum_next, keep}));
+      gradients[i] = b.add("Div", {sum_next, b.scalar(accumulation, DType::kF32)});
+    }
+  }
+  const size_t first_gated = step.updates.size();
   // Adam's step count, shared by every weight: t + 1 this step.
   ValueId t = kNoValue;
   if (optimizer.kind != Optimizer::Kind::kSgd) {
@@ -78,6 +98,15 @@ TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_
     }
     const ValueId w_next = b.add("Sub", {w, b.add("Mul", {direction, scalar(optimizer.learning_rate)})});
     step.updates.emplace_back(name, w_next);
+  }
+  // Between the accumulation's steps, the weights and the optimiser's state
+  // keep their values: x + apply * (x_next - x).
+  if (apply != kNoValue) {
+    for (size_t u = first_gated; u < step.updates.size(); ++u) {
+      const ValueId old_value = *graph.findValue(step.updates[u].first);
+      const ValueId change = b.add("Sub", {step.updates[u].second, old_value});
+      step.updates[u].second = b.add("Add", {old_value, b.add("Mul", {change, apply})});
+    }
   }
   return step;
 }

@@ -26,7 +26,11 @@ struct TrainingStep {
 // `weights`: graph inputs standing for the trainable weights (the compiler
 // turned them into inputs so that nothing folds them). Adds the nodes and
 // the state inputs.
+// With `accumulation` > 1 the gradients are summed into state variables and
+// the optimiser's updates (of the weights and of its state) take effect only
+// on every accumulation-th run, with the mean of the summed gradients.
 TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_t>& opsets, ValueId loss,
-                                const std::vector<ValueId>& weights, const Optimizer& optimizer);
+                                const std::vector<ValueId>& weights, const Optimizer& optimizer,
+                                uint32_t accumulation = 1);
 
 }  // namespace kiln
