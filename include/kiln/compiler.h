@@ -26,6 +26,7 @@
 #include <span>
 #include <vector>
 #include <string>
+#include <string_view>
 
 #include "kiln/graph.h"
 #include "kiln/training.h"
@@ -33,6 +34,10 @@
 namespace kiln {
 
 class ParamMap;
+
+// The opaque blob in which a package with variables keeps its source model
+// (CompileOptions::source_model).
+inline constexpr std::string_view kSourceModelBlob = "source.onnx";
 
 // Runs kernel `kernel` once on constant inputs and returns its outputs'
 // bytes (nullopt: it cannot). kiln::evaluateOnce (src/kernels/
@@ -109,6 +114,11 @@ struct CompileOptions {
   // weights (which, with the optimiser's state, become variables: a
   // Session reads and writes them). Its outputs are the model's.
   std::optional<TrainingOptions> training;
+  // The ONNX file the graph was imported from. A package with variables
+  // (or a training package) embeds its bytes as the opaque blob
+  // kSourceModelBlob, from which Session.export_onnx writes the model back
+  // with the variables' values. Empty: nothing is embedded.
+  std::string source_model;
   // The device kind the package is for: "cpu" (also runs on sim) or
   // "cuda". cuda keeps the model's NCHW layout (channels_last is ignored);
   // its packages with run-time shapes are specialized on the GPU.

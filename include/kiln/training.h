@@ -35,6 +35,11 @@ struct TrainingOptions {
   // mean of their gradients (micro-batches summing to a larger batch); the
   // runs between only accumulate.
   uint32_t gradient_accumulation = 1;
+  // Where the Dropout nodes' random streams start (each node its own,
+  // mixed with its position; a seed attribute in the model wins). Each run
+  // draws a new mask; the same package gives the same masks in every
+  // session.
+  uint64_t seed = 0;
 };
 
 }  // namespace kiln

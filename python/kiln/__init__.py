@@ -305,7 +305,7 @@ from . import optim  # noqa: E402
 def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.Optimizer"] = None,
                      trainable: Optional[Sequence[str]] = None,
                      shapes: Optional[Mapping[str, Sequence[int]]] = None, batch: Optional[int] = None,
-                     gradient_accumulation: int = 1) -> dict:
+                     gradient_accumulation: int = 1, seed: int = 0) -> dict:
     """Compiles a training package (docs/training.md): its main program runs
     one training step, the model forward, the gradient of `loss` (a
     one-element value of the model) with respect to the `trainable` weights
@@ -314,10 +314,15 @@ def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.
     it with a kiln.Session: each run() is num_host_transfers steps, and
     get_tensor_data() reads the trained weights. gradient_accumulation=k:
     the optimiser steps once every k runs with the mean of their gradients
-    (k micro-batches as one batch of k times the size)."""
+    (k micro-batches as one batch of k times the size).
+
+    Training mode: BatchNormalization normalises with each batch's
+    statistics and updates its running mean and variance (variables, not
+    trained); Dropout draws a new mask each step from a stream that starts
+    at `seed` (the same masks in every session of the package)."""
     optimizer = optimizer or optim.SGD(0.01)
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), False, "cpu",
                     False, False, False, False, [], "", [], str(loss), [str(t) for t in (trainable or [])],
-                    optimizer.numbers(), optimizer.kind, int(gradient_accumulation))
+                    optimizer.numbers(), optimizer.kind, int(gradient_accumulation), int(seed))
 

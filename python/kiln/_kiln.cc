@@ -41,7 +41,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
                       bool bf16, const std::vector<std::string>& variables, const std::string& gradients_of,
                       const std::vector<std::string>& gradients_wrt, const std::string& training_loss,
                       const std::vector<std::string>& trainable, const std::map<std::string, double>& optimizer,
-                      const std::string& optimizer_kind, uint32_t gradient_accumulation) {
+                      const std::string& optimizer_kind, uint32_t gradient_accumulation, uint64_t seed) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -57,6 +57,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   compile_options.fp16 = fp16;
   compile_options.bf16 = bf16;
   compile_options.variables = variables;
+  compile_options.source_model = onnx_path;
   compile_options.gradients_of = gradients_of;
   compile_options.gradients_wrt = gradients_wrt;
   if (!training_loss.empty()) {
@@ -84,6 +85,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
     o.beta2 = number("beta2", o.beta2);
     o.epsilon = number("epsilon", o.epsilon);
     training.gradient_accumulation = gradient_accumulation;
+    training.seed = seed;
     compile_options.training = training;
   }
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
@@ -434,7 +436,7 @@ NB_MODULE(_kiln, m) {
         nb::arg("variables") = std::vector<std::string>{}, nb::arg("gradients_of") = "",
         nb::arg("gradients_wrt") = std::vector<std::string>{}, nb::arg("training_loss") = "",
         nb::arg("trainable") = std::vector<std::string>{}, nb::arg("optimizer") = std::map<std::string, double>{},
-        nb::arg("optimizer_kind") = "sgd", nb::arg("gradient_accumulation") = 1);
+        nb::arg("optimizer_kind") = "sgd", nb::arg("gradient_accumulation") = 1, nb::arg("seed") = 0);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
   m.def("register_host_op", &registerPythonHostOp, nb::arg("domain"), nb::arg("name"), nb::arg("min_inputs"),

@@ -208,3 +208,44 @@ def test_embeddings_layer_norm_concat_and_slice(tmp_path):
 
     feeds = {"ids": np.array([[1, 4, 4], [9, 0, 1]])}
     check(tmp_path, build, feeds, weights, ["table", "gamma", "beta", "mix"])
+
+
+def test_grouped_convolutions_and_batch_norm_with_running_statistics(tmp_path):
+    """Conv of 2 groups and depthwise (group = channels), BatchNormalization in inference mode (the running
+    statistics given; they get no gradient), Dropout outside training (it passes its input through)."""
+    weights = {"k1": RNG.standard_normal((4, 2, 3, 3)) * 0.3, "dw": RNG.standard_normal((4, 1, 3, 3)) * 0.3,
+               "scale": 1 + RNG.standard_normal(4) * 0.1, "bias": RNG.standard_normal(4) * 0.1,
+               "mean": RNG.standard_normal(4) * 0.1, "var": 1 + RNG.random(4)}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Conv", ["x", "k1"], ["a"], pads=[1, 1, 1, 1], group=2, strides=[2, 1]),
+                 helper.make_node("BatchNormalization", ["a", "scale", "bias", "mean", "var"], ["n"]),
+                 helper.make_node("Tanh", ["n"], ["t"]),
+                 helper.make_node("Conv", ["t", "dw"], ["d"], pads=[0, 1, 0, 1], group=4, dilations=[1, 2]),
+                 helper.make_node("Dropout", ["d"], ["dd"]),
+                 helper.make_node("Mul", ["dd", "dd"], ["sq"]),
+                 helper.make_node("ReduceSum", ["sq"], ["loss"], keepdims=0)]
+        make_model(path, nodes, {"x": ([2, 4, 6, 6], "x")}, w, dtype=dtype)
+
+    feeds = {"x": RNG.standard_normal((2, 4, 6, 6)).astype(np.float32)}
+    check(tmp_path, build, feeds, weights, ["k1", "dw", "scale", "bias"], rtol=1e-2, atol=1e-3, eps=1e-3,
+          dtype=TensorProto.FLOAT)
+
+
+def test_a_training_dropout_scales_the_gradient_by_its_mask(tmp_path):
+    """Dropout with training_mode true: d x = d y * mask / (1 - ratio), with the mask of the same run."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"], seed=3),
+             helper.make_node("Mul", ["y", "r"], ["p"]),
+             helper.make_node("ReduceSum", ["p"], ["loss"], keepdims=0)]
+    r = RNG.standard_normal((4, 50)).astype(np.float32)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [4, 50])],
+        [helper.make_tensor_value_info("loss", f, []), helper.make_tensor_value_info("mask", TensorProto.BOOL, None)],
+        [numpy_helper.from_array(r, "r"), numpy_helper.from_array(np.array(0.3, np.float32), "ratio"),
+         numpy_helper.from_array(np.array(True), "training")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=["x"])
+    out = kiln.Runner(tmp_path / "m.kiln").run({"x": RNG.standard_normal((4, 50)).astype(np.float32)})
+    assert 0.15 < 1 - out["mask"].mean() < 0.45
+    np.testing.assert_allclose(out["x_grad"], r * out["mask"] / 0.7, rtol=1e-6)

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -42,6 +44,7 @@
 #include "plugins/package_plugins.h"
 #include "plugins/plugin_instance.h"
 #include "training/autodiff.h"
+#include "training/training_mode.h"
 #include "training/training_step.h"
 #include "passes/transpose_composition.h"
 #include "passes/unit_axis_cancellation.h"
@@ -1030,6 +1033,16 @@ Variables detachVariables(Graph& graph, const std::vector<std::string>& names) {
   return variables;
 }
 
+// A package with variables keeps the ONNX model it was compiled from, so
+// that trained or rewritten weights can be exported back into it
+// (Session.export_onnx): the opaque blob kSourceModelBlob.
+void embedSourceModel(PackageWriter& writer, const CompileOptions& options) {
+  std::ifstream file(options.source_model, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (!file.good() && !file.eof()) throw UsageError(fmt::format("cannot read the source model '{}'", options.source_model));
+  writer.writeOpaque(std::string(kSourceModelBlob), options.model_name, std::as_bytes(std::span(bytes)));
+}
+
 // CompileOptions::gradients_of: the gradients as outputs named
 // "<value>_grad", after the model's own.
 void appendGradientOutputs(Graph& graph, const std::map<std::string, int64_t>& opsets, const CompileOptions& options,
@@ -1055,14 +1068,32 @@ void appendGradientOutputs(Graph& graph, const std::map<std::string, int64_t>& o
 }
 
 // The weights a training package trains: those named, or every f32
-// initializer of the main graph.
-std::vector<std::string> trainableWeights(const Graph& graph, const TrainingOptions& training) {
+// initializer of the main graph the loss has a gradient for, running
+// statistics aside.
+std::vector<std::string> trainableWeights(const Graph& graph, const std::map<std::string, int64_t>& opsets,
+                                         const TrainingOptions& training) {
+  const std::vector<std::string> statistics = runningStatistics(graph);
+  const auto isStatistic = [&](const std::string& name) {
+    return std::find(statistics.begin(), statistics.end(), name) != statistics.end();
+  };
+  for (const std::string& name : training.trainable) {
+    if (isStatistic(name)) {
+      throw UsageError(fmt::format("training: '{}' is a BatchNormalization running statistic, which training updates "
+                                   "from the batches and never trains",
+                                   name));
+    }
+  }
   if (!training.trainable.empty()) return training.trainable;
-  std::vector<std::string> names;
+  std::vector<std::string> candidates;
   for (ValueId id : graph.initializers()) {
     const Value& value = graph.value(id);
-    if (value.initializer && value.initializer->info.dtype == DType::kF32) names.push_back(value.name);
+    if (value.initializer && value.initializer->info.dtype == DType::kF32 && !isStatistic(value.name)) {
+      candidates.push_back(value.name);
+    }
   }
+  // Only those with a gradient: a Dropout's ratio or an exponent stays a
+  // constant the compiler can fold and the rules can read.
+  const std::vector<std::string> names = namesWithGradients(graph, training.loss, candidates, opsets);
   if (names.empty()) throw UsageError("training: the model has no f32 weights (initializers) to train");
   return names;
 }
@@ -1078,8 +1109,10 @@ Assignments appendTrainingUpdates(Graph& graph, const std::map<std::string, int6
   if (!loss) throw UsageError(fmt::format("training: the loss '{}' is no value of the model", training.loss));
   std::vector<ValueId> weights;
   for (const std::string& name : trainable) weights.push_back(*graph.findValue(name));
-  const TrainingStep step =
+  const std::vector<std::pair<std::string, ValueId>> statistics = enterTrainingMode(graph, training.seed);
+  TrainingStep step =
       appendTrainingStep(graph, opsets, *loss, weights, training.optimizer, training.gradient_accumulation);
+  step.updates.insert(step.updates.end(), statistics.begin(), statistics.end());
   variables.insert(step.state.begin(), step.state.end());
   Assignments assignments;
   for (const auto& [variable, value] : step.updates) {
@@ -1183,19 +1216,26 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // model's outputs keep their names.
   std::vector<std::string> output_names;
   for (ValueId id : graph.outputs()) output_names.push_back(graph.value(id).name);
+  // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
+  // infers types (ops/plugin_ops.cc infers them through the plugin), and
+  // before autodiff, which differentiates composite ops through their
+  // bodies and the others through their gradient ops.
+  bindPluginOps(graph, opsets);
   std::vector<std::string> variable_names = options.variables;
-  const std::vector<std::string> trainable = options.training ? trainableWeights(graph, *options.training)
+  const std::vector<std::string> trainable = options.training ? trainableWeights(graph, opsets, *options.training)
                                                                : std::vector<std::string>{};
   variable_names.insert(variable_names.end(), trainable.begin(), trainable.end());
+  if (options.training) {
+    const std::vector<std::string> statistics = runningStatistics(graph);
+    variable_names.insert(variable_names.end(), statistics.begin(), statistics.end());
+  }
   Variables variables = detachVariables(graph, variable_names);
   if (!options.gradients_of.empty()) appendGradientOutputs(graph, opsets, options, output_names);
   Assignments assignments;
   if (options.training) {
     assignments = appendTrainingUpdates(graph, opsets, *options.training, trainable, variables, output_names);
+    // The gradients' plugin nodes are bound as autodiff adds them.
   }
-  // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
-  // infers types (ops/plugin_ops.cc infers them through the plugin).
-  bindPluginOps(graph, opsets);
   // kiln.Expression nodes become the ONNX operators they are written with.
   expandExpressions(graph, opsets.contains("") ? opsets.at("") : 1);
   if (options.float16_in_float32) computeFloat16InFloat32(graph);
@@ -1301,6 +1341,7 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     const double share = static_cast<double>(written) / static_cast<double>(std::max<uint64_t>(report.constant_bytes, 1));
     progress("writing package", std::min(1.0, 0.2 + 0.8 * share));
   }
+  if (!variables.empty() && !options.source_model.empty()) embedSourceModel(writer, options);
   writer.close();
   progress("done", 1.0);
   return report;

@@ -220,20 +220,7 @@ size_t bindIn(Graph& graph, const std::map<std::string, int64_t>& opsets, std::v
       ++expanded;
       continue;
     }
-    Attributes params;
-    params["plugin_domain"] = op->domain;
-    params["plugin_op"] = op->name;
-    params["plugin_version"] = int64_t{op->abi.since_version};
-    params["plugin_library"] = op->library->name;
-    params["attributes"] = attributesJson(node);
-    params["plugin_stateless"] = int64_t{op->abi.is_stateless != 0};
-    params["plugin_inplace"] = int64_t{op->abi.num_inplace};
-    params["plugin_elementwise"] = int64_t{op->abi.is_elementwise != 0};
-    if (!op->gradient_op.empty()) {
-      params["plugin_gradient"] = op->gradient_op;
-      params["plugin_separate_gradients"] = int64_t{op->abi.separate_gradients != 0};
-    }
-    node.attributes = std::move(params);
+    node.attributes = boundPluginAttributes(*op, attributesJson(node));
     node.domain = "kiln";
     node.op_type = "Plugin";
     if (std::find(used.begin(), used.end(), op->library) == used.end()) used.push_back(op->library);
@@ -242,6 +229,23 @@ size_t bindIn(Graph& graph, const std::map<std::string, int64_t>& opsets, std::v
 }
 
 }  // namespace
+
+Attributes boundPluginAttributes(const PluginOp& op, const std::string& attributes_json) {
+  Attributes params;
+  params["plugin_domain"] = op.domain;
+  params["plugin_op"] = op.name;
+  params["plugin_version"] = int64_t{op.abi.since_version};
+  params["plugin_library"] = op.library->name;
+  params["attributes"] = attributes_json;
+  params["plugin_stateless"] = int64_t{op.abi.is_stateless != 0};
+  params["plugin_inplace"] = int64_t{op.abi.num_inplace};
+  params["plugin_elementwise"] = int64_t{op.abi.is_elementwise != 0};
+  if (!op.gradient_op.empty()) {
+    params["plugin_gradient"] = op.gradient_op;
+    params["plugin_separate_gradients"] = int64_t{op.abi.separate_gradients != 0};
+  }
+  return params;
+}
 
 std::vector<const PluginLibrary*> bindPluginOps(Graph& graph, const std::map<std::string, int64_t>& opsets) {
   // Composite bodies may use composite ops in turn: a few rounds, no more

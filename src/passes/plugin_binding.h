@@ -23,10 +23,15 @@
 namespace kiln {
 
 struct PluginLibrary;
+struct PluginOp;
 
 // Binds the plugin ops of `graph` and its subgraphs; returns the libraries
 // they come from (each once), for the package to record.
 std::vector<const PluginLibrary*> bindPluginOps(Graph& graph, const std::map<std::string, int64_t>& opsets);
+
+// The attributes of a bound node of `op` whose own attributes are
+// `attributes_json` (autodiff binds the gradient nodes it adds with them).
+Attributes boundPluginAttributes(const PluginOp& op, const std::string& attributes_json);
 
 // The libraries of the plugin ops `graph` (with its subgraphs) still holds.
 std::vector<const PluginLibrary*> usedPluginLibraries(const Graph& graph);

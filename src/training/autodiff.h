@@ -28,8 +28,18 @@ namespace kiln {
 // (the rules use ReduceSum with axes as an input). Throws GraphError naming
 // the node when an operator on the way has no rule, UsageError when the
 // loss is not a single element or the opset is below 13.
+// `has_gradient`, when given, tells for each of `wrt` whether the loss
+// depends on it along a differentiable path (false: it got zeros).
 std::vector<ValueId> appendGradients(Graph& graph, ValueId loss, std::span<const ValueId> wrt,
-                                     const std::map<std::string, int64_t>& opsets);
+                                     const std::map<std::string, int64_t>& opsets,
+                                     std::vector<bool>* has_gradient = nullptr);
+
+// Of `candidates`, the names of those the loss `loss` has a gradient for:
+// not, say, a Dropout's ratio or a Pow's exponent. Differentiates a copy;
+// `graph` is unchanged.
+std::vector<std::string> namesWithGradients(const Graph& graph, const std::string& loss,
+                                            const std::vector<std::string>& candidates,
+                                            const std::map<std::string, int64_t>& opsets);
 
 // The operators appendGradients has a rule for, sorted (docs/training.md).
 std::vector<std::string> differentiableOps();

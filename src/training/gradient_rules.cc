@@ -77,17 +77,20 @@ ValueId GradientBuilder::transposeLastTwo(ValueId value) {
   return add("Transpose", {value}, {{"perm", perm}});
 }
 
+ValueId GradientBuilder::meanOver(ValueId value, const std::vector<int64_t>& axes) {
+  return opset_ >= 18 ? add("ReduceMean", {value, int64s(axes)}, {{"keepdims", int64_t{1}}})
+                      : add("ReduceMean", {value}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+}
+
 namespace {
 
 using Grads = std::vector<ValueId>;
-
-ValueId in(const Node& node, size_t i) { return i < node.inputs.size() ? node.inputs[i] : kNoValue; }
 
 // The axes of a reduction: its `axes` attribute (before opset 18 for most,
 // 13 for ReduceSum) or its constant second input; all axes when neither.
 std::vector<int64_t> reductionAxes(GradientBuilder& b, const Node& node, size_t rank) {
   std::vector<int64_t> axes = node.intsAttribute("axes", {});
-  if (axes.empty() && in(node, 1) != kNoValue) {
+  if (axes.empty() && inputOf(node, 1) != kNoValue) {
     const ConstantPtr& data = b.graph().value(node.inputs[1]).initializer;
     if (!data) throw GraphError(fmt::format("node '{}' ({}): gradients need constant axes", node.name, node.op_type));
     axes.resize(data->bytes.size() / sizeof(int64_t));
@@ -128,7 +131,7 @@ Grads matmulGrads(GradientBuilder& b, ValueId a, ValueId bb, ValueId g) {
 // The constant int64 values of input `index` (Slice's starts, ...), or
 // `fallback` when the input is omitted.
 std::vector<int64_t> constantInts(GradientBuilder& b, const Node& node, size_t index, std::vector<int64_t> fallback) {
-  if (in(node, index) == kNoValue) return fallback;
+  if (inputOf(node, index) == kNoValue) return fallback;
   const ConstantPtr& data = b.graph().value(node.inputs[index]).initializer;
   if (!data || data->info.dtype != DType::kI64) {
     throw GraphError(fmt::format("node '{}' ({}): gradients need its input {} constant int64", node.name, node.op_type, index));
@@ -193,124 +196,6 @@ void addShapeRules(std::map<std::string, GradientRule>& rules) {
     const ValueId rows = b.add("Reshape", {g[0], b.int64s({-1, row})});
     const ValueId summed = b.add("MatMul", {b.add("Transpose", {picks}, {{"perm", std::vector<int64_t>{1, 0}}}), rows});
     return {b.add("Reshape", {summed, b.int64s(shape)}), kNoValue};
-  };
-}
-
-// Pooling windows that tile the input (kernel == stride, no padding or
-// dilation, the size a multiple): the gradient spread back by repeating
-// each output over its window.
-ValueId spreadOverWindows(GradientBuilder& b, const Node& n, ValueId value, const std::vector<int64_t>& input) {
-  const std::vector<int64_t> kernel = n.intsAttribute("kernel_shape", {});
-  const std::vector<int64_t> strides = n.intsAttribute("strides", std::vector<int64_t>(kernel.size(), 1));
-  const std::vector<int64_t> pads = n.intsAttribute("pads", std::vector<int64_t>(2 * kernel.size(), 0));
-  const std::vector<int64_t> dilations = n.intsAttribute("dilations", std::vector<int64_t>(kernel.size(), 1));
-  const bool tiles = kernel.size() + 2 == input.size() && strides == kernel &&
-                     std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
-                     std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; }) &&
-                     n.stringAttribute("auto_pad", "NOTSET") == "NOTSET";
-  for (size_t i = 0; tiles && i < kernel.size(); ++i) {
-    if (input[i + 2] % kernel[i] != 0) throw GraphError(fmt::format("node '{}' ({}): gradients need windows that tile the input", n.name, n.op_type));
-  }
-  if (!tiles) {
-    throw GraphError(fmt::format("node '{}' ({}): gradients support windows that tile the input (kernel == strides, "
-                                 "no pads or dilations) yet",
-                                 n.name, n.op_type));
-  }
-  // [N, C, h, w] -> [N, C, h, 1, w, 1] -> [N, C, h, kh, w, kw] -> [N, C, H, W]
-  std::vector<int64_t> split = {input[0], input[1]}, expanded = {input[0], input[1]};
-  for (size_t i = 0; i < kernel.size(); ++i) {
-    split.insert(split.end(), {input[i + 2] / kernel[i], 1});
-    expanded.insert(expanded.end(), {input[i + 2] / kernel[i], kernel[i]});
-  }
-  const ValueId wide = b.add("Expand", {b.add("Reshape", {value, b.int64s(split)}), b.int64s(expanded)});
-  return b.add("Reshape", {wide, b.int64s(input)});
-}
-
-void addConvolutionRules(std::map<std::string, GradientRule>& rules) {
-  rules["Conv"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]), w = b.shapeOf(n.inputs[1]), y = b.shapeOf(n.outputs[0]);
-    const size_t spatial = x.size() - 2;
-    if (n.intAttribute("group", 1) != 1 || n.stringAttribute("auto_pad", "NOTSET") != "NOTSET" || spatial != 2) {
-      throw GraphError(fmt::format("node '{}' (Conv): gradients support 2-D convolutions of one group with explicit "
-                                   "pads yet",
-                                   n.name));
-    }
-    const std::vector<int64_t> strides = n.intsAttribute("strides", {1, 1});
-    const std::vector<int64_t> dilations = n.intsAttribute("dilations", {1, 1});
-    const std::vector<int64_t> pads = n.intsAttribute("pads", {0, 0, 0, 0});
-    // dX: the transposed convolution of dY by W, padded out to X's size.
-    std::vector<int64_t> output_padding;
-    for (size_t i = 0; i < spatial; ++i) {
-      const int64_t reach = strides[i] * (y[i + 2] - 1) + (w[i + 2] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial];
-      output_padding.push_back(x[i + 2] - reach);
-    }
-    const ValueId dx = b.add("ConvTranspose", {g[0], n.inputs[1]},
-                             {{"strides", strides}, {"dilations", dilations}, {"pads", pads},
-                              {"output_padding", output_padding}});
-    // dW[o, i, kh, kw] = sum over n, y, x of dY[n, o, y, x] X[n, i, y s + k d - p]: a convolution of
-    // X with channels and batch swapped by dY likewise, stride and dilation exchanged.
-    const std::vector<int64_t> swap = {1, 0, 2, 3};
-    const ValueId xs = b.add("Transpose", {n.inputs[0]}, {{"perm", swap}});
-    const ValueId gs = b.add("Transpose", {g[0]}, {{"perm", swap}});
-    const ValueId z = b.add("Conv", {xs, gs}, {{"strides", dilations}, {"dilations", strides}, {"pads", pads}});
-    const ValueId cropped = b.add("Slice", {z, b.int64s({0, 0}), b.int64s({w[2], w[3]}), b.int64s({2, 3})});
-    Grads grads = {dx, b.add("Transpose", {cropped}, {{"perm", swap}})};
-    if (in(n, 2) != kNoValue) {
-      grads.push_back(b.add("ReduceSum", {g[0], b.int64s({0, 2, 3})}, {{"keepdims", int64_t{0}}}));
-    }
-    return grads;
-  };
-  rules["MaxPool"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    // To the window's maximum (every tied one: a measure-zero case).
-    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
-    const ValueId is_max = b.add("Equal", {n.inputs[0], spreadOverWindows(b, n, n.outputs[0], x)});
-    return {b.add("Where", {is_max, spreadOverWindows(b, n, g[0], x), b.scalar(0.0, b.dtypeOf(g[0]))})};
-  };
-  rules["AveragePool"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
-    int64_t window = 1;
-    for (int64_t k : n.intsAttribute("kernel_shape", {})) window *= k;
-    return {b.add("Div", {spreadOverWindows(b, n, g[0], x), b.scalar(static_cast<double>(window), b.dtypeOf(g[0]))})};
-  };
-  rules["GlobalAveragePool"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
-    int64_t count = 1;
-    for (size_t i = 2; i < x.size(); ++i) count *= x[i];
-    const ValueId spread = b.add("Expand", {g[0], b.int64s(x)});
-    return {b.add("Div", {spread, b.scalar(static_cast<double>(count), b.dtypeOf(g[0]))})};
-  };
-}
-
-void addNormalizationRules(std::map<std::string, GradientRule>& rules) {
-  rules["LayerNormalization"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    // Over the axes from `axis` on: xhat = (x - mean) * rstd, y = xhat * gamma + beta;
-    // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * gamma.
-    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
-    const auto rank = static_cast<int64_t>(x.size());
-    int64_t axis = n.intAttribute("axis", -1);
-    if (axis < 0) axis += rank;
-    std::vector<int64_t> normalized, kept;
-    for (int64_t i = 0; i < rank; ++i) (i >= axis ? normalized : kept).push_back(i);
-    const DType dtype = b.dtypeOf(n.inputs[0]);
-    // ReduceMean takes its axes as an input from opset 18, as an attribute before.
-    const auto meanOf = [&](ValueId v) {
-      return b.opset() >= 18 ? b.add("ReduceMean", {v, b.int64s(normalized)}, {{"keepdims", int64_t{1}}})
-                             : b.add("ReduceMean", {v}, {{"axes", normalized}, {"keepdims", int64_t{1}}});
-    };
-    const ValueId centered = b.add("Sub", {n.inputs[0], meanOf(n.inputs[0])});
-    const ValueId variance = meanOf(b.add("Mul", {centered, centered}));
-    const ValueId rstd = b.add("Reciprocal", {b.add("Sqrt", {b.add("Add", {variance, b.scalar(n.floatAttribute("epsilon", 1e-5f), dtype)})})});
-    const ValueId xhat = b.add("Mul", {centered, rstd});
-    const ValueId dxhat = b.add("Mul", {g[0], n.inputs[1]});
-    const ValueId dx = b.add("Mul", {rstd, b.add("Sub", {b.add("Sub", {dxhat, meanOf(dxhat)}),
-                                                          b.add("Mul", {xhat, meanOf(b.add("Mul", {dxhat, xhat}))})})});
-    Grads grads = {dx};
-    const auto sumKept = [&](ValueId v) {
-      return kept.empty() ? v : b.add("ReduceSum", {v, b.int64s(kept)}, {{"keepdims", int64_t{0}}});
-    };
-    grads.push_back(sumKept(b.add("Mul", {g[0], xhat})));
-    if (in(n, 2) != kNoValue) grads.push_back(sumKept(g[0]));
-    return grads;
   };
 }
 
@@ -398,7 +283,7 @@ std::map<std::string, GradientRule> makeRules() {
     Grads grads = matmulGrads(b, op_a, op_b, gy);
     if (trans_a) grads[0] = b.transposeLastTwo(grads[0]);
     if (trans_b) grads[1] = b.transposeLastTwo(grads[1]);
-    if (in(n, 2) != kNoValue) {
+    if (inputOf(n, 2) != kNoValue) {
       const ValueId gc = beta == 1.0 ? g[0] : b.add("Mul", {g[0], b.scalar(beta, b.dtypeOf(g[0]))});
       grads.push_back(b.sumToShape(gc, b.shapeOf(n.inputs[2])));
     }
@@ -438,7 +323,7 @@ std::map<std::string, GradientRule> makeRules() {
   rules["SoftmaxCrossEntropyLoss"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
     // scores [N, C], labels [N]: d scores = (softmax(scores) - onehot(labels)) * dloss (/ N for "mean").
     const std::vector<int64_t> shape = b.shapeOf(n.inputs[0]);
-    if (shape.size() != 2 || in(n, 2) != kNoValue || n.hasAttribute("ignore_index")) {
+    if (shape.size() != 2 || inputOf(n, 2) != kNoValue || n.hasAttribute("ignore_index")) {
       throw GraphError(fmt::format("node '{}' (SoftmaxCrossEntropyLoss): gradients support [N, C] scores without "
                                    "weights or ignore_index yet",
                                    n.name));

@@ -38,6 +38,9 @@ class GradientBuilder {
   ValueId sumToShape(ValueId gradient, const std::vector<int64_t>& shape);
   // x^T of the last two axes.
   ValueId transposeLastTwo(ValueId value);
+  // The mean over `axes`, kept as 1s (ReduceMean's axes are an input from
+  // opset 18, an attribute before).
+  ValueId meanOver(ValueId value, const std::vector<int64_t>& axes);
 
  private:
   TensorInfo infoOf(ValueId value);
@@ -49,6 +52,18 @@ class GradientBuilder {
 
 using GradientRule =
     std::function<std::vector<ValueId>(GradientBuilder& b, const Node& node, const std::vector<ValueId>& output_grads)>;
+
+// Input `i` of `node`, kNoValue when omitted.
+inline ValueId inputOf(const Node& node, size_t i) { return i < node.inputs.size() ? node.inputs[i] : kNoValue; }
+
+// The rules of gradient_rules_nn.cc: convolution and pooling; the
+// normalisations and Dropout.
+void addConvolutionRules(std::map<std::string, GradientRule>& rules);
+void addNormalizationRules(std::map<std::string, GradientRule>& rules);
+
+// Whether Dropout `node` drops (its training_mode a constant true); throws
+// GraphError when training_mode is not constant.
+bool dropoutTrains(const Graph& graph, const Node& node);
 
 // The rule for a default-domain op, or null.
 const GradientRule* findGradientRule(const std::string& op_type);

@@ -151,6 +151,7 @@ Command addCompileCommand(CLI::App& app) {
     compile_options.bf16 = args->bf16;
     compile_options.target = args->target;
     compile_options.variables = args->variables;
+    compile_options.source_model = args->model;
     compile_options.gradients_of = args->gradients_of;
     compile_options.gradients_wrt = args->wrt;
     compile_options.model_name = std::filesystem::path(args->model).stem().string();

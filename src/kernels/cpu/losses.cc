@@ -16,7 +16,10 @@
 // element with probability `ratio` and scales the rest by 1 / (1 - ratio).
 // Its random numbers are kiln's own (a SplitMix64 stream from the seed
 // attribute, restarted each call, so a seeded Dropout is deterministic); they
-// cannot match the numpy generator of the ONNX reference.
+// cannot match the numpy generator of the ONNX reference. A training package
+// sets kiln_mask_per_run (training/training_mode.h): its seeded stream then
+// moves on each call, a new mask per training step, the same sequence in
+// every session of the package.
 #include <fmt/format.h>
 
 #include <atomic>
@@ -178,6 +181,7 @@ struct DropoutState final : KernelState {
   bool has_mask = false;
   bool seeded = false;
   uint64_t seed = 0;
+  bool mask_per_run = false;
   mutable std::atomic<uint64_t> calls{0};  // varies the stream of an unseeded Dropout per call
 };
 
@@ -215,6 +219,7 @@ std::unique_ptr<KernelState> prepareDropout(const KernelSetup& setup) {
   s->default_ratio = setup.params.getFloat("ratio", 0.5);
   s->seeded = setup.params.has("seed");
   s->seed = static_cast<uint64_t>(setup.params.getInt("seed", 0));
+  s->mask_per_run = setup.params.getInt("kiln_mask_per_run", 0) != 0;
   return s;
 }
 
@@ -265,6 +270,11 @@ void runDropout(const KernelCall& call) {
     return;
   }
   uint64_t state = s.seeded ? s.seed : 0x5EED0000ull + s.calls.fetch_add(1);
+  if (s.seeded && s.mask_per_run) {
+    // Call k starts at a hashed point of the stream, far from call k - 1's.
+    uint64_t start = s.seed ^ ((s.calls.fetch_add(1) + 1) * 0xD1B54A32D192ED03ull);
+    state = splitMix64(start);
+  }
   const double keep_scale = ratio >= 1 ? 0.0 : 1.0 / (1.0 - ratio);
   for (int64_t i = 0; i < s.size; ++i) {
     const double u = static_cast<double>(splitMix64(state) >> 11) * 0x1.0p-53;  // uniform in [0, 1)
