@@ -1,18 +1,21 @@
-// Example kiln plugin: six ops in the domain "com.example", after the
+// Example kiln plugin: eight ops in the domain "com.example", after the
 // reference's custom-op examples (docs/plugins.md walks through it).
 //
 //   Rotate(x, y, angle) -> (x', y')      x' = x cos a - y sin a,
 //                                        y' = x sin a + y cos a
 //       three inputs, two outputs, elementwise and stateless: kiln may run
 //       it in slices on several threads, fold it and merge equal nodes. It
-//       declares RotateGrad as its gradient op (the reference's
-//       Build_grad), kept for training.
+//       declares RotateGrad as its gradient op (the reference's Build_grad),
+//       which gives the gradients of all three inputs at once
+//       (separate_gradients = 0).
 //   AddInPlace(a, b) -> a + b            written over a (num_inplace = 1).
 //   SerializedMatMul(lhs, rhs) -> lhs @ rhs, attribute
 //       serialization_factor: the product is computed in that many slices
 //       of the inner dimension, each accumulated into the output through a
 //       workspace the op asks kiln for (the reference's serialized matmul,
-//       attributes as JSON).
+//       attributes as JSON). Its gradient op SerializedMatMulGrad gives one
+//       input's gradient per node, the one named by input_grad_index
+//       (separate_gradients = 1).
 //   BlockScale(x) -> factor * x, attributes factor (default 2), block
 //       (default 16) and alignment (default 64): computed in whole blocks of
 //       `block` floats with no remainder loop. Its allocator hook (the
@@ -22,7 +25,7 @@
 //   Swish(x) -> x * sigmoid(beta * x), attribute beta (default 1): a
 //       composite op, built from ONNX's Mul and Sigmoid; kiln fuses the body
 //       with its neighbours into one elementwise step, and the package needs
-//       no plugin at run time. It declares SwishGrad as its gradient op.
+//       no plugin at run time. Training differentiates it through its body.
 //
 // Build: c++ -std=c++20 -O2 -fPIC -shared -I<kiln>/include example_ops.cc -o libkiln_example_ops.so
 #include <algorithm>
@@ -71,6 +74,37 @@ class Rotate {
       const float c = std::cos(angle[i]), s = std::sin(angle[i]);
       x_out[i] = x[i] * c - y[i] * s;
       y_out[i] = x[i] * s + y[i] * c;
+    }
+  }
+};
+
+// RotateGrad(gx', gy', x, y, angle, x', y') -> (dx, dy, dangle): the
+// gradient op's inputs are the forward outputs' gradients, then the forward
+// inputs, then the forward outputs.
+class RotateGrad {
+ public:
+  explicit RotateGrad(const Attributes&) {}
+
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const {
+    requireSameFloatShapes(inputs, "RotateGrad");
+    for (KilnTensorType& output : outputs) output = inputs[0];
+  }
+
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    const uint64_t n = kiln::plugin::elementCount(outputs[0]);
+    const float* gx = kiln::plugin::data<const float>(inputs[0]);
+    const float* gy = kiln::plugin::data<const float>(inputs[1]);
+    const float* angle = kiln::plugin::data<const float>(inputs[4]);
+    const float* x_out = kiln::plugin::data<const float>(inputs[5]);
+    const float* y_out = kiln::plugin::data<const float>(inputs[6]);
+    float* dx = kiln::plugin::data<float>(outputs[0]);
+    float* dy = kiln::plugin::data<float>(outputs[1]);
+    float* dangle = kiln::plugin::data<float>(outputs[2]);
+    for (uint64_t i = 0; i < n; ++i) {
+      const float c = std::cos(angle[i]), s = std::sin(angle[i]);
+      dx[i] = gx[i] * c + gy[i] * s;
+      dy[i] = gy[i] * c - gx[i] * s;
+      dangle[i] = gy[i] * x_out[i] - gx[i] * y_out[i];  // d x'/da = -y', d y'/da = x'
     }
   }
 };
@@ -194,6 +228,47 @@ class BlockScale {
   int64_t alignment_;
 };
 
+// SerializedMatMulGrad(g, lhs, rhs, out), attribute input_grad_index: g @
+// rhs^T (0, the gradient of lhs) or lhs^T @ g (1, of rhs).
+class SerializedMatMulGrad {
+ public:
+  explicit SerializedMatMulGrad(const Attributes& attributes) : input_(attributes.getInt("input_grad_index", -1)) {
+    if (input_ != 0 && input_ != 1) throw Error("SerializedMatMulGrad: input_grad_index must be 0 or 1");
+  }
+
+  void infer(std::span<const KilnTensorType> inputs, std::span<KilnTensorType> outputs) const {
+    outputs[0] = inputs[1 + input_];  // the gradient has its input's type
+  }
+
+  void compute(std::span<const KilnTensor> inputs, std::span<KilnTensor> outputs, std::span<std::byte>) const {
+    const int64_t m = inputs[1].dims[0], k = inputs[1].dims[1], n = inputs[2].dims[1];
+    const float* g = kiln::plugin::data<const float>(inputs[0]);
+    const float* lhs = kiln::plugin::data<const float>(inputs[1]);
+    const float* rhs = kiln::plugin::data<const float>(inputs[2]);
+    float* out = kiln::plugin::data<float>(outputs[0]);
+    if (input_ == 0) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < k; ++p) {
+          float sum = 0;
+          for (int64_t j = 0; j < n; ++j) sum += g[i * n + j] * rhs[p * n + j];
+          out[i * k + p] = sum;
+        }
+      }
+    } else {
+      for (int64_t p = 0; p < k; ++p) {
+        for (int64_t j = 0; j < n; ++j) {
+          float sum = 0;
+          for (int64_t i = 0; i < m; ++i) sum += lhs[i * k + p] * g[i * n + j];
+          out[p * n + j] = sum;
+        }
+      }
+    }
+  }
+
+ private:
+  int64_t input_;
+};
+
 class Swish {
  public:
   explicit Swish(const Attributes& attributes) : beta_(attributes.getFloat("beta", 1.0)) {}
@@ -217,13 +292,18 @@ KILN_PLUGIN_REGISTER(host) {
   kiln::plugin::addOp<Rotate>(host, {.domain = "com.example", .name = "Rotate", .min_inputs = 3, .max_inputs = 3,
                                      .min_outputs = 2, .max_outputs = 2, .elementwise = true, .stateless = true,
                                      .gradient_op = "RotateGrad"});
+  kiln::plugin::addOp<RotateGrad>(host, {.domain = "com.example", .name = "RotateGrad", .min_inputs = 7,
+                                         .max_inputs = 7, .min_outputs = 3, .max_outputs = 3, .elementwise = true,
+                                         .stateless = true});
   kiln::plugin::addOp<AddInPlace>(host, {.domain = "com.example", .name = "AddInPlace", .min_inputs = 2,
                                          .max_inputs = 2, .num_inplace = 1});
   kiln::plugin::addOp<SerializedMatMul>(host, {.domain = "com.example", .name = "SerializedMatMul", .min_inputs = 2,
-                                               .max_inputs = 2, .stateless = true});
+                                               .max_inputs = 2, .stateless = true,
+                                               .gradient_op = "SerializedMatMulGrad", .separate_gradients = true});
+  kiln::plugin::addOp<SerializedMatMulGrad>(host, {.domain = "com.example", .name = "SerializedMatMulGrad",
+                                                   .min_inputs = 4, .max_inputs = 4, .stateless = true});
   kiln::plugin::addOp<BlockScale>(host, {.domain = "com.example", .name = "BlockScale", .stateless = true});
   kiln::plugin::addOp<BlockScale>(host, {.domain = "com.example", .name = "BlockScaleInPlace", .num_inplace = 1,
                                          .stateless = true});
-  kiln::plugin::addOp<Swish>(host, {.domain = "com.example", .name = "Swish", .stateless = true,
-                                    .gradient_op = "SwishGrad"});
+  kiln::plugin::addOp<Swish>(host, {.domain = "com.example", .name = "Swish", .stateless = true});
 }

@@ -305,7 +305,7 @@ from . import optim  # noqa: E402
 def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.Optimizer"] = None,
                      trainable: Optional[Sequence[str]] = None,
                      shapes: Optional[Mapping[str, Sequence[int]]] = None, batch: Optional[int] = None,
-                     gradient_accumulation: int = 1, seed: int = 0) -> dict:
+                     gradient_accumulation: int = 1, seed: int = 0, plugins: Sequence = ()) -> dict:
     """Compiles a training package (docs/training.md): its main program runs
     one training step, the model forward, the gradient of `loss` (a
     one-element value of the model) with respect to the `trainable` weights
@@ -319,7 +319,11 @@ def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.
     Training mode: BatchNormalization normalises with each batch's
     statistics and updates its running mean and variance (variables, not
     trained); Dropout draws a new mask each step from a stream that starts
-    at `seed` (the same masks in every session of the package)."""
+    at `seed` (the same masks in every session of the package). plugins:
+    plugin libraries to load first; their ops are differentiated through
+    the gradient ops they declare (docs/plugins.md)."""
+    for plugin in plugins:
+        load_plugin(plugin)
     optimizer = optimizer or optim.SGD(0.01)
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), False, "cpu",

@@ -53,7 +53,8 @@ def test_load_plugin_describes_the_library():
     plugin = kiln.load_plugin(EXAMPLE)
     assert plugin["name"] == "libkiln_example_ops.so"
     assert plugin["api_level"] == 2 and len(plugin["hash"]) == 16
-    assert plugin["ops"] == ["com.example.Rotate", "com.example.AddInPlace", "com.example.SerializedMatMul",
+    assert plugin["ops"] == ["com.example.Rotate", "com.example.RotateGrad", "com.example.AddInPlace",
+                             "com.example.SerializedMatMul", "com.example.SerializedMatMulGrad",
                              "com.example.BlockScale", "com.example.BlockScaleInPlace", "com.example.Swish"]
 
 
