@@ -7,9 +7,9 @@ the trained model as an inference package (docs/training.md).
 The model is written as ONNX with numpy-initialised weights; kiln compiles
 it into a training package (forward, backward and Adam's update in one main
 program); a kiln.Session runs one epoch per call (num_host_transfers
-batches); the trained weights, read back with get_tensors_data, go into the
-ONNX model, which is compiled for inference and checked on the held-out
-images with kiln.Runner.
+batches); Session.export_package writes the trained model back as ONNX (the
+scores as its output, the loss cut away, any batch size) and compiles it
+for inference; kiln.Runner checks it on the held-out images.
 """
 
 import argparse
@@ -28,9 +28,8 @@ import kiln
 BATCH = 32
 
 
-def build_model(path: pathlib.Path, weights: dict, batch: int, training: bool) -> None:
-    """conv 3x3 (8) - relu - maxpool 2 - conv 3x3 (16) - relu - maxpool 2 - dense 10; the training form adds the
-    loss."""
+def build_model(path: pathlib.Path, weights: dict, batch: int) -> None:
+    """conv 3x3 (8) - relu - maxpool 2 - conv 3x3 (16) - relu - maxpool 2 - dense 10, and the loss."""
     nodes = [helper.make_node("Conv", ["x", "k1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
@@ -39,12 +38,10 @@ def build_model(path: pathlib.Path, weights: dict, batch: int, training: bool) -
              helper.make_node("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("Flatten", ["p2"], ["f"]),
              helper.make_node("Gemm", ["f", "w", "b"], ["scores"], transB=1)]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 8, 8])]
-    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, 10])]
-    if training:
-        nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"]))
-        inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [batch]))
-        outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"]))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 8, 8]),
+              helper.make_tensor_value_info("labels", TensorProto.INT64, [batch])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
     graph = helper.make_graph(nodes, "digits", inputs, outputs,
                               [numpy_helper.from_array(value, name) for name, value in weights.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
@@ -84,7 +81,7 @@ def main() -> int:
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="kiln-digits-"))
     weights = initial_weights(rng)
-    build_model(work / "train.onnx", weights, BATCH, training=True)
+    build_model(work / "train.onnx", weights, BATCH)
     kiln.compile_training(work / "train.onnx", work / "train.kiln", loss="loss", optimizer=kiln.optim.Adam(0.01))
     session = kiln.Session(work / "train.kiln", device=args.device, num_host_transfers=batches)
     start = time.perf_counter()
@@ -93,12 +90,10 @@ def main() -> int:
             picks = rng.permutation(train)[:batches * BATCH].reshape(batches, BATCH)
             losses = session.run({"x": images[picks], "labels": labels[picks]})["loss"]
             progress(epoch, args.epochs, float(losses.mean()), time.perf_counter() - start)
-        trained = session.get_tensors_data(list(weights))
     print()
 
-    # The trained weights in the inference form of the model, run by kiln.Runner on the held-out images.
-    build_model(work / "digits.onnx", trained, len(test), training=False)
-    kiln.compile(work / "digits.onnx", work / "digits.kiln")
+    # The trained model for inference: the scores of any number of images, run by kiln.Runner on the held-out ones.
+    session.export_package(work / "digits.kiln", outputs=["scores"], batch=len(test))
     scores = kiln.Runner(work / "digits.kiln").run({"x": images[test]})["scores"]
     accuracy = float((scores.argmax(axis=1) == labels[test]).mean())
     print(f"test accuracy {accuracy:.1%} on {len(test)} held-out digits ({args.device}, {args.epochs} epochs of "

@@ -297,6 +297,16 @@ std::string packageTarget(const std::string& path, const std::string& model) {
   return chosen->metadata().target.device_kind;
 }
 
+// The ONNX model a package with variables was compiled from (the opaque
+// blob kSourceModelBlob), or None when it keeps none.
+nb::object sourceModel(const std::string& path) {
+  kiln::PackageReader reader(path);
+  const kiln::OpaqueBlob* blob = reader.findOpaque(kiln::kSourceModelBlob);
+  if (blob == nullptr) return nb::none();
+  const std::span<const std::byte> data = blob->data();
+  return nb::bytes(reinterpret_cast<const char*>(data.data()), data.size());
+}
+
 // A loaded plugin library as a dict (kiln.load_plugin).
 nb::dict pluginDict(const kiln::LoadedPlugin& plugin) {
   nb::dict d;
@@ -438,6 +448,7 @@ NB_MODULE(_kiln, m) {
         nb::arg("trainable") = std::vector<std::string>{}, nb::arg("optimizer") = std::map<std::string, double>{},
         nb::arg("optimizer_kind") = "sgd", nb::arg("gradient_accumulation") = 1, nb::arg("seed") = 0);
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
+  m.def("source_model", &sourceModel, nb::arg("path"));
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));
   m.def("register_host_op", &registerPythonHostOp, nb::arg("domain"), nb::arg("name"), nb::arg("min_inputs"),
         nb::arg("max_inputs"), nb::arg("outputs"), nb::arg("call"), nb::arg("infer"));

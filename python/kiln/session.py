@@ -5,12 +5,14 @@ the work; this file speaks numpy."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
 
 from . import _NUMPY_DTYPES, _as_bits, package_target
-from ._kiln import Error, HostSession
+from ._kiln import Error, HostSession, source_model
+from .export import inference_model
 
 
 class Session:
@@ -39,6 +41,7 @@ class Session:
         if replication_factor < 1 or num_host_transfers < 1:
             raise Error(f"replication_factor ({replication_factor}) and num_host_transfers "
                         f"({num_host_transfers}) must be 1 or more")
+        self.package = str(package)
         self.device = device or package_target(str(package), model)
         self.replication_factor = int(replication_factor)
         self.num_host_transfers = int(num_host_transfers)
@@ -161,6 +164,34 @@ class Session:
     def weights_from_host(self) -> None:
         """Sends the host's variables to the device(s) now."""
         self._session.weights_from_host()
+
+    # Exporting -------------------------------------------------------------
+
+    def export_onnx(self, path, outputs: Optional[Iterable[str]] = None, batch=None) -> None:
+        """Writes the ONNX model the package was compiled from with the
+        variables' current values (the trained weights, BatchNormalization's
+        running statistics), in inference mode. outputs: the values to keep
+        as outputs (say the scores rather than the loss), with only what
+        computes them; batch: a number or a name for the leading dimension
+        of the inputs and outputs. Reads the variables as get_tensors_data
+        does (fetching them when a run changed them)."""
+        import onnx
+        source = source_model(self.package)
+        if source is None:
+            raise Error(f"{self.package} keeps no source model: it has no variables (compile it with variables=, "
+                        f"or with compile_training)")
+        values = self.get_tensors_data(list(self.variables))
+        onnx.save(inference_model(source, values, None if outputs is None else list(outputs), batch), str(path))
+
+    def export_package(self, path, outputs: Optional[Iterable[str]] = None, batch=None, **compile_options) -> dict:
+        """export_onnx, then kiln.compile of that model into an inference
+        package at `path` (compile_options as kiln.compile takes them);
+        returns the compile report. The ONNX model is written beside it
+        (path with the suffix .onnx)."""
+        from . import compile as compile_model
+        onnx_path = Path(str(path)).with_suffix(".onnx")
+        self.export_onnx(onnx_path, outputs, batch)
+        return compile_model(onnx_path, path, **compile_options)
 
     @property
     def weights_to_host_count(self) -> int:

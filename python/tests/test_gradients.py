@@ -249,3 +249,11 @@ def test_a_training_dropout_scales_the_gradient_by_its_mask(tmp_path):
     out = kiln.Runner(tmp_path / "m.kiln").run({"x": RNG.standard_normal((4, 50)).astype(np.float32)})
     assert 0.15 < 1 - out["mask"].mean() < 0.45
     np.testing.assert_allclose(out["x_grad"], r * out["mask"] / 0.7, rtol=1e-6)
+
+
+def test_a_value_reaching_the_loss_only_through_undifferentiated_inputs_is_refused(tmp_path):
+    """Pow's exponent gets no gradient: asking for it is an error, not zeros."""
+    nodes = [helper.make_node("Pow", ["x", "p"], ["y"]), helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    make_model(tmp_path / "m.onnx", nodes, {"x": ([3], "x")}, {"p": np.array([2.0, 3.0, 1.5])})
+    with pytest.raises(kiln.Error, match="the loss depends on 'p' only through inputs kiln does not differentiate"):
+        kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=["p"])

@@ -154,7 +154,17 @@ std::vector<ValueId> appendGradients(Graph& graph, ValueId loss, std::span<const
       result.push_back(found->second);
       continue;
     }
-    // The loss does not depend on it: zeros of its shape.
+    // The loss does not depend on it: zeros of its shape. (Asked for by
+    // name, a value the loss depends on only through inputs that get no
+    // gradient is an error: zeros would be a wrong answer.)
+    if (has_gradient == nullptr) {
+      const ValueId one[] = {value};
+      if (dependents(graph, order, one).contains(loss)) {
+        throw UsageError(fmt::format("the loss depends on '{}' only through inputs kiln does not differentiate (an "
+                                     "exponent, a Dropout ratio, running statistics, shapes or indices)",
+                                     graph.value(value).name));
+      }
+    }
     const DType value_type = b.dtypeOf(value);
     result.push_back(b.add("Expand", {b.scalar(0.0, value_type), b.int64s(b.shapeOf(value))}));
   }
