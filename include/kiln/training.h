@@ -40,6 +40,13 @@ struct TrainingOptions {
   // draws a new mask; the same package gives the same masks in every
   // session.
   uint64_t seed = 0;
+  // Data-parallel training: "domain.name" of a registered op (a plugin's or
+  // a host callback's: one f32 input, one output of its shape) that
+  // returns the mean of its input over the processes training together.
+  // The step sends every gradient through it in one flat buffer, between
+  // the backward pass and the optimiser, so each process applies the same
+  // update. kiln.distributed provides one over MPI. Empty: one process.
+  std::string gradient_all_reduce;
 };
 
 }  // namespace kiln

@@ -300,12 +300,14 @@ def _show(shape: tuple) -> str:
 
 from .session import Session  # noqa: E402 (it uses the dtype tables above)
 from . import optim  # noqa: E402
+from . import distributed  # noqa: E402 (registers the all-reduce op of data-parallel packages)
 
 
 def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.Optimizer"] = None,
                      trainable: Optional[Sequence[str]] = None,
                      shapes: Optional[Mapping[str, Sequence[int]]] = None, batch: Optional[int] = None,
-                     gradient_accumulation: int = 1, seed: int = 0, plugins: Sequence = ()) -> dict:
+                     gradient_accumulation: int = 1, seed: int = 0, plugins: Sequence = (),
+                     data_parallel: bool = False) -> dict:
     """Compiles a training package (docs/training.md): its main program runs
     one training step, the model forward, the gradient of `loss` (a
     one-element value of the model) with respect to the `trainable` weights
@@ -321,12 +323,16 @@ def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.
     trained); Dropout draws a new mask each step from a stream that starts
     at `seed` (the same masks in every session of the package). plugins:
     plugin libraries to load first; their ops are differentiated through
-    the gradient ops they declare (docs/plugins.md)."""
+    the gradient ops they declare (docs/plugins.md). data_parallel: the
+    step averages its gradients over the processes of an MPI job before
+    updating (kiln.distributed), for training on one shard of each global
+    batch per process."""
     for plugin in plugins:
         load_plugin(plugin)
+    all_reduce = distributed.ALL_REDUCE if data_parallel else ""
     optimizer = optimizer or optim.SGD(0.01)
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), False, "cpu",
                     False, False, False, False, [], "", [], str(loss), [str(t) for t in (trainable or [])],
-                    optimizer.numbers(), optimizer.kind, int(gradient_accumulation), int(seed))
+                    optimizer.numbers(), optimizer.kind, int(gradient_accumulation), int(seed), all_reduce)
 

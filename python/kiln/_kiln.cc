@@ -41,7 +41,8 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
                       bool bf16, const std::vector<std::string>& variables, const std::string& gradients_of,
                       const std::vector<std::string>& gradients_wrt, const std::string& training_loss,
                       const std::vector<std::string>& trainable, const std::map<std::string, double>& optimizer,
-                      const std::string& optimizer_kind, uint32_t gradient_accumulation, uint64_t seed) {
+                      const std::string& optimizer_kind, uint32_t gradient_accumulation, uint64_t seed,
+                      const std::string& gradient_all_reduce) {
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
@@ -86,6 +87,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
     o.epsilon = number("epsilon", o.epsilon);
     training.gradient_accumulation = gradient_accumulation;
     training.seed = seed;
+    training.gradient_all_reduce = gradient_all_reduce;
     compile_options.training = training;
   }
   const kiln::CompileReport report = kiln::compile(*model.graph, model.opsets, output_path, compile_options);
@@ -446,7 +448,8 @@ NB_MODULE(_kiln, m) {
         nb::arg("variables") = std::vector<std::string>{}, nb::arg("gradients_of") = "",
         nb::arg("gradients_wrt") = std::vector<std::string>{}, nb::arg("training_loss") = "",
         nb::arg("trainable") = std::vector<std::string>{}, nb::arg("optimizer") = std::map<std::string, double>{},
-        nb::arg("optimizer_kind") = "sgd", nb::arg("gradient_accumulation") = 1, nb::arg("seed") = 0);
+        nb::arg("optimizer_kind") = "sgd", nb::arg("gradient_accumulation") = 1, nb::arg("seed") = 0,
+        nb::arg("gradient_all_reduce") = "");
   m.def("package_target", &packageTarget, nb::arg("path"), nb::arg("model") = "");
   m.def("source_model", &sourceModel, nb::arg("path"));
   m.def("load_plugin", [](const std::string& path) { return pluginDict(kiln::loadPlugin(path)); }, nb::arg("path"));

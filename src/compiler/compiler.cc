@@ -1110,8 +1110,8 @@ Assignments appendTrainingUpdates(Graph& graph, const std::map<std::string, int6
   std::vector<ValueId> weights;
   for (const std::string& name : trainable) weights.push_back(*graph.findValue(name));
   const std::vector<std::pair<std::string, ValueId>> statistics = enterTrainingMode(graph, training.seed);
-  TrainingStep step =
-      appendTrainingStep(graph, opsets, *loss, weights, training.optimizer, training.gradient_accumulation);
+  TrainingStep step = appendTrainingStep(graph, opsets, *loss, weights, training.optimizer,
+                                         training.gradient_accumulation, training.gradient_all_reduce);
   step.updates.insert(step.updates.end(), statistics.begin(), statistics.end());
   variables.insert(step.state.begin(), step.state.end());
   Assignments assignments;
@@ -1234,7 +1234,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   Assignments assignments;
   if (options.training) {
     assignments = appendTrainingUpdates(graph, opsets, *options.training, trainable, variables, output_names);
-    // The gradients' plugin nodes are bound as autodiff adds them.
+    // The gradients' plugin nodes, and the all-reduce, are bound as they
+    // are added.
   }
   // kiln.Expression nodes become the ONNX operators they are written with.
   expandExpressions(graph, opsets.contains("") ? opsets.at("") : 1);

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "kiln/error.h"
+#include "passes/plugin_binding.h"
+#include "plugins/plugin_registry.h"
 #include "training/autodiff.h"
 #include "training/gradient_rules.h"
 
@@ -21,10 +23,50 @@ ValueId stateInput(Graph& graph, TrainingStep& step, const std::string& name, DT
   return graph.addInput(unique, ValueType::tensor(dtype, shape));
 }
 
+// The gradients averaged over the processes by the op `all_reduce`
+// ("domain.name", a registered plugin or host op, bound here): flattened and concatenated, so that one collective call
+// per step carries them all, then cut and reshaped back.
+std::vector<ValueId> allReduced(GradientBuilder& b, const std::vector<ValueId>& gradients, const std::string& all_reduce) {
+  const size_t dot = all_reduce.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == all_reduce.size()) {
+    throw UsageError(fmt::format("gradient_all_reduce '{}' must name an op as domain.name", all_reduce));
+  }
+  std::vector<ValueId> flat;
+  std::vector<int64_t> sizes;
+  for (ValueId g : gradients) {
+    int64_t size = 1;
+    for (int64_t d : b.shapeOf(g)) size *= d;
+    sizes.push_back(size);
+    flat.push_back(b.add("Reshape", {g, b.int64s({size})}));
+  }
+  const ValueId joined = flat.size() == 1 ? flat[0] : b.add("Concat", flat, {{"axis", int64_t{0}}});
+  const std::string domain = all_reduce.substr(0, dot), name = all_reduce.substr(dot + 1);
+  const PluginOp* op = PluginRegistry::global().findOp(domain, name, 1);
+  if (op == nullptr) {
+    throw UsageError(fmt::format("gradient_all_reduce: no op {} is registered in this process (kiln.distributed "
+                                 "registers its MPI one; a plugin or kiln.register_host_op can give another)",
+                                 all_reduce));
+  }
+  Graph& graph = b.graph();
+  const NodeId reduce = graph.addNode("Plugin", {joined}, {uniqueName(graph, "gradients.all_reduced")},
+                                      boundPluginAttributes(*op, "{}"), "kiln");
+  graph.node(reduce).name = "gradient_all_reduce";
+  const ValueId averaged = graph.node(reduce).outputs[0];
+  std::vector<ValueId> result;
+  int64_t at = 0;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const ValueId piece = b.add("Slice", {averaged, b.int64s({at}), b.int64s({at + sizes[i]}), b.int64s({0})});
+    result.push_back(b.add("Reshape", {piece, b.int64s(b.shapeOf(gradients[i]))}));
+    at += sizes[i];
+  }
+  return result;
+}
+
 }  // namespace
 
 TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_t>& opsets, ValueId loss,
-                                const std::vector<ValueId>& weights, const Optimizer& optimizer, uint32_t accumulation) {
+                                const std::vector<ValueId>& weights, const Optimizer& optimizer, uint32_t accumulation,
+                                const std::string& all_reduce) {
   if (accumulation < 1) throw UsageError("gradient_accumulation must be 1 or more");
   if (optimizer.learning_rate <= 0) throw UsageError(fmt::format("the learning rate must be positive, got {}", optimizer.learning_rate));
   if (optimizer.momentum < 0 || optimizer.weight_decay < 0) {
@@ -32,6 +74,7 @@ TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_
   }
   std::vector<ValueId> gradients = appendGradients(graph, loss, weights, opsets);
   GradientBuilder b(graph, opsets);
+  if (!all_reduce.empty()) gradients = allReduced(b, gradients, all_reduce);
   TrainingStep step;
   // Accumulation: a micro-step count and a sum per weight; `apply` is 1 on
   // every accumulation-th run, 0 on the others.

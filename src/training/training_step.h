@@ -29,8 +29,11 @@ struct TrainingStep {
 // With `accumulation` > 1 the gradients are summed into state variables and
 // the optimiser's updates (of the weights and of its state) take effect only
 // on every accumulation-th run, with the mean of the summed gradients.
+// With `all_reduce` ("domain.name", TrainingOptions::gradient_all_reduce)
+// the gradients go through that op, flattened into one buffer, before
+// anything uses them (UsageError when no such op is registered).
 TrainingStep appendTrainingStep(Graph& graph, const std::map<std::string, int64_t>& opsets, ValueId loss,
                                 const std::vector<ValueId>& weights, const Optimizer& optimizer,
-                                uint32_t accumulation = 1);
+                                uint32_t accumulation = 1, const std::string& all_reduce = "");
 
 }  // namespace kiln
