@@ -46,7 +46,7 @@ struct TrainingOptions {
   // The step sends every gradient through it in one flat buffer, between
   // the backward pass and the optimiser, so each process applies the same
   // update. kiln.distributed provides one over MPI. Empty: one process.
-  std::string gradient_all_reduce;
+  std::string gradient_all_reduce{};
 };
 
 }  // namespace kiln
