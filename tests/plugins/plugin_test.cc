@@ -134,8 +134,9 @@ TEST_F(PluginTest, LoadingListsTheOpsAndIsIdempotent) {
   EXPECT_EQ(plugin.name, "libkiln_example_ops.so");
   EXPECT_EQ(plugin.api_level, 2u);
   EXPECT_EQ(plugin.hash.size(), 16u);
-  EXPECT_EQ(plugin.ops, (std::vector<std::string>{"com.example.Rotate", "com.example.AddInPlace",
-                                                  "com.example.SerializedMatMul", "com.example.BlockScale",
+  EXPECT_EQ(plugin.ops, (std::vector<std::string>{"com.example.Rotate", "com.example.RotateGrad",
+                                                  "com.example.AddInPlace", "com.example.SerializedMatMul",
+                                                  "com.example.SerializedMatMulGrad", "com.example.BlockScale",
                                                   "com.example.BlockScaleInPlace", "com.example.Swish"}));
   EXPECT_EQ(loadPlugin(KILN_EXAMPLE_PLUGIN).hash, plugin.hash);
 }
