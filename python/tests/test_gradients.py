@@ -257,3 +257,19 @@ def test_a_value_reaching_the_loss_only_through_undifferentiated_inputs_is_refus
     make_model(tmp_path / "m.onnx", nodes, {"x": ([3], "x")}, {"p": np.array([2.0, 3.0, 1.5])})
     with pytest.raises(kiln.Error, match="the loss depends on 'p' only through inputs kiln does not differentiate"):
         kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln", gradients_of="loss", wrt=["p"])
+
+
+def test_dilated_and_overlapping_pooling(tmp_path):
+    """MaxPool with dilations (JAX has no gradient for it) and overlapping AveragePool windows."""
+    weights = {"k": RNG.standard_normal((3, 2, 1, 1))}
+
+    def build(path, w, dtype):
+        nodes = [helper.make_node("Conv", ["x", "k"], ["c"]),
+                 helper.make_node("MaxPool", ["c"], ["m"], kernel_shape=[2, 2], dilations=[2, 2], pads=[1, 0, 0, 1]),
+                 helper.make_node("AveragePool", ["m"], ["a"], kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1]),
+                 helper.make_node("Mul", ["a", "a"], ["sq"]),
+                 helper.make_node("ReduceSum", ["sq"], ["loss"], keepdims=0)]
+        make_model(path, nodes, {"x": ([2, 2, 7, 6], "x")}, w, dtype=dtype)
+
+    feeds = {"x": RNG.standard_normal((2, 2, 7, 6)).astype(np.float32)}
+    check(tmp_path, build, feeds, weights, ["k"], rtol=1e-2, atol=1e-3, eps=1e-3, dtype=TensorProto.FLOAT)

@@ -351,6 +351,17 @@ CASES = [
          {"x": normal(1, 2, 4, 6)}),
     Case("AveragePool[2x3_tiles]", [node("AveragePool", ["x"], kernel_shape=[2, 3], strides=[2, 3])],
          {"x": normal(2, 2, 4, 6)}),
+    # Overlapping and padded windows (ResNet's stem pooling, and others).
+    Case("MaxPool[3x3_stride2_pad1]", [node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+         {"x": normal(2, 3, 7, 8)}),
+    Case("MaxPool[2x2_stride1_asymmetric_pads]", [node("MaxPool", ["x"], kernel_shape=[2, 2], pads=[0, 1, 1, 0])],
+         {"x": normal(1, 2, 5, 6)}),
+    Case("AveragePool[3x3_stride2_pad1]",
+         [node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+         {"x": normal(2, 3, 7, 8)}),
+    Case("AveragePool[3x2_pad_counted]",
+         [node("AveragePool", ["x"], kernel_shape=[3, 2], pads=[1, 0, 1, 1], count_include_pad=1)],
+         {"x": normal(1, 2, 5, 5)}),
     Case("GlobalAveragePool", [node("GlobalAveragePool", ["x"])], {"x": normal(2, 3, 4, 5)}),
     # Reductions.
     Case("ReduceSum[axis_1]", [node("ReduceSum", ["x", "axes"], keepdims=0)], {"x": normal(2, 3, 4)},

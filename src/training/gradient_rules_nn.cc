@@ -3,7 +3,6 @@
 // modes) and Dropout. See gradient_rules.h for what a rule gets and gives.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -16,34 +15,76 @@ namespace {
 
 using Grads = std::vector<ValueId>;
 
-// Pooling windows that tile the input (kernel == stride, no padding or
-// dilation, the size a multiple): the gradient spread back by repeating
-// each output over its window.
-ValueId spreadOverWindows(GradientBuilder& b, const Node& n, ValueId value, const std::vector<int64_t>& input) {
-  const std::vector<int64_t> kernel = n.intsAttribute("kernel_shape", {});
-  const std::vector<int64_t> strides = n.intsAttribute("strides", std::vector<int64_t>(kernel.size(), 1));
-  const std::vector<int64_t> pads = n.intsAttribute("pads", std::vector<int64_t>(2 * kernel.size(), 0));
-  const std::vector<int64_t> dilations = n.intsAttribute("dilations", std::vector<int64_t>(kernel.size(), 1));
-  const bool tiles = kernel.size() + 2 == input.size() && strides == kernel &&
-                     std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
-                     std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; }) &&
-                     n.stringAttribute("auto_pad", "NOTSET") == "NOTSET";
-  for (size_t i = 0; tiles && i < kernel.size(); ++i) {
-    if (input[i + 2] % kernel[i] != 0) throw GraphError(fmt::format("node '{}' ({}): gradients need windows that tile the input", n.name, n.op_type));
+struct WindowGeometry {
+  std::vector<int64_t> kernel, strides, pads, dilations;
+};
+
+WindowGeometry windowGeometry(const Node& n) {
+  WindowGeometry w;
+  w.kernel = n.intsAttribute("kernel_shape", {});
+  w.strides = n.intsAttribute("strides", std::vector<int64_t>(w.kernel.size(), 1));
+  w.pads = n.intsAttribute("pads", std::vector<int64_t>(2 * w.kernel.size(), 0));
+  w.dilations = n.intsAttribute("dilations", std::vector<int64_t>(w.kernel.size(), 1));
+  if (n.stringAttribute("auto_pad", "NOTSET") != "NOTSET" || n.intAttribute("ceil_mode", 0) != 0) {
+    throw GraphError(fmt::format("node '{}' ({}): gradients need explicit pads and ceil_mode 0", n.name, n.op_type));
   }
-  if (!tiles) {
-    throw GraphError(fmt::format("node '{}' ({}): gradients support windows that tile the input (kernel == strides, "
-                                 "no pads or dilations) yet",
-                                 n.name, n.op_type));
+  return w;
+}
+
+// Windows that tile the input: kernel == stride, no padding or dilation,
+// each size a multiple of the kernel.
+bool windowsTile(const WindowGeometry& w, const std::vector<int64_t>& input) {
+  if (w.kernel.size() + 2 != input.size() || w.strides != w.kernel) return false;
+  for (size_t i = 0; i < w.kernel.size(); ++i) {
+    if (w.pads[i] != 0 || w.pads[i + w.kernel.size()] != 0 || w.dilations[i] != 1 || input[i + 2] % w.kernel[i] != 0) return false;
   }
+  return true;
+}
+
+// Over tiling windows: `value` (of the pooled shape) spread back by
+// repeating each element over its window.
+ValueId spreadOverWindows(GradientBuilder& b, const WindowGeometry& w, ValueId value, const std::vector<int64_t>& input) {
   // [N, C, h, w] -> [N, C, h, 1, w, 1] -> [N, C, h, kh, w, kw] -> [N, C, H, W]
   std::vector<int64_t> split = {input[0], input[1]}, expanded = {input[0], input[1]};
-  for (size_t i = 0; i < kernel.size(); ++i) {
-    split.insert(split.end(), {input[i + 2] / kernel[i], 1});
-    expanded.insert(expanded.end(), {input[i + 2] / kernel[i], kernel[i]});
+  for (size_t i = 0; i < w.kernel.size(); ++i) {
+    split.insert(split.end(), {input[i + 2] / w.kernel[i], 1});
+    expanded.insert(expanded.end(), {input[i + 2] / w.kernel[i], w.kernel[i]});
   }
   const ValueId wide = b.add("Expand", {b.add("Reshape", {value, b.int64s(split)}), b.int64s(expanded)});
   return b.add("Reshape", {wide, b.int64s(input)});
+}
+
+// The output_padding that makes a ConvTranspose of `output` by windows
+// `w` (a pooling's, or a convolution's geometry) come back to `input`'s
+// size.
+std::vector<int64_t> outputPadding(const WindowGeometry& w, const std::vector<int64_t>& input,
+                                   const std::vector<int64_t>& output) {
+  std::vector<int64_t> padding;
+  const size_t spatial = w.kernel.size();
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t reach = w.strides[i] * (output[i + 2] - 1) + (w.kernel[i] - 1) * w.dilations[i] + 1 -
+                          w.pads[i] - w.pads[i + spatial];
+    padding.push_back(input[i + 2] - reach);
+  }
+  return padding;
+}
+
+// Over any windows: `value` (pooled shape) summed back onto the input
+// positions each window covers: a depthwise ConvTranspose by a kernel of
+// ones.
+ValueId sumOverWindows(GradientBuilder& b, const Node& n, const WindowGeometry& w, ValueId value,
+                       const std::vector<int64_t>& input, const std::vector<int64_t>& output) {
+  if (w.kernel.size() != 2) {
+    throw GraphError(fmt::format("node '{}' ({}): gradients of overlapping or padded windows support 2-D pooling yet",
+                                 n.name, n.op_type));
+  }
+  const DType dtype = b.dtypeOf(value);
+  std::vector<int64_t> ones_shape = {input[1], 1};
+  ones_shape.insert(ones_shape.end(), w.kernel.begin(), w.kernel.end());
+  const ValueId ones = b.add("Expand", {b.scalar(1.0, dtype), b.int64s(ones_shape)});
+  return b.add("ConvTranspose", {value, ones},
+               {{"strides", w.strides}, {"dilations", w.dilations}, {"pads", w.pads}, {"group", input[1]},
+                {"output_padding", outputPadding(w, input, output)}});
 }
 
 // dW of a 2-D convolution of `groups` groups, X [N, C, H, W] and dY [N, M,
@@ -122,20 +163,14 @@ void addConvolutionRules(std::map<std::string, GradientRule>& rules) {
       throw GraphError(fmt::format("node '{}' (Conv): gradients support 2-D convolutions with explicit pads yet", n.name));
     }
     const int64_t groups = n.intAttribute("group", 1);
-    const std::vector<int64_t> strides = n.intsAttribute("strides", {1, 1});
-    const std::vector<int64_t> dilations = n.intsAttribute("dilations", {1, 1});
-    const std::vector<int64_t> pads = n.intsAttribute("pads", {0, 0, 0, 0});
+    const WindowGeometry geometry{{w[2], w[3]}, n.intsAttribute("strides", {1, 1}), n.intsAttribute("pads", {0, 0, 0, 0}),
+                              n.intsAttribute("dilations", {1, 1})};
     // dX: the transposed convolution of dY by W (ConvTranspose reads W
     // [M, C/g, kh, kw] as its [C_in, C_out/g, ...] of the same groups),
     // padded out to X's size.
-    std::vector<int64_t> output_padding;
-    for (size_t i = 0; i < spatial; ++i) {
-      const int64_t reach = strides[i] * (y[i + 2] - 1) + (w[i + 2] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial];
-      output_padding.push_back(x[i + 2] - reach);
-    }
     const ValueId dx = b.add("ConvTranspose", {g[0], n.inputs[1]},
-                             {{"strides", strides}, {"dilations", dilations}, {"pads", pads},
-                              {"output_padding", output_padding}, {"group", groups}});
+                             {{"strides", geometry.strides}, {"dilations", geometry.dilations}, {"pads", geometry.pads},
+                              {"output_padding", outputPadding(geometry, x, y)}, {"group", groups}});
     Grads grads = {dx, convolutionWeightGradient(b, n, g[0], groups)};
     if (inputOf(n, 2) != kNoValue) {
       grads.push_back(b.add("ReduceSum", {g[0], b.int64s({0, 2, 3})}, {{"keepdims", int64_t{0}}}));
@@ -143,16 +178,50 @@ void addConvolutionRules(std::map<std::string, GradientRule>& rules) {
     return grads;
   };
   rules["MaxPool"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    // To the window's maximum (every tied one: a measure-zero case).
     const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
-    const ValueId is_max = b.add("Equal", {n.inputs[0], spreadOverWindows(b, n, n.outputs[0], x)});
-    return {b.add("Where", {is_max, spreadOverWindows(b, n, g[0], x), b.scalar(0.0, b.dtypeOf(g[0]))})};
+    const WindowGeometry w = windowGeometry(n);
+    if (windowsTile(w, x)) {
+      // To the window's maximum (every tied one: a measure-zero case).
+      const ValueId is_max = b.add("Equal", {n.inputs[0], spreadOverWindows(b, w, n.outputs[0], x)});
+      return {b.add("Where", {is_max, spreadOverWindows(b, w, g[0], x), b.scalar(0.0, b.dtypeOf(g[0]))})};
+    }
+    // Overlapping or padded windows: each output's gradient added at the
+    // position of its maximum, from the Indices output of the same pooling
+    // (flat positions in x, the node's storage_order).
+    Graph& graph = b.graph();
+    Attributes attributes = n.attributes;
+    const NodeId argmax = graph.addNode("MaxPool", {n.inputs[0]}, {"", ""}, std::move(attributes));
+    const ValueId indices = graph.node(argmax).outputs[1];
+    int64_t size = 1;
+    for (int64_t d : x) size *= d;
+    const ValueId zeros = b.add("Expand", {b.scalar(0.0, b.dtypeOf(g[0])), b.int64s({size})});
+    const ValueId flat = b.add("ScatterElements", {zeros, b.add("Reshape", {indices, b.int64s({-1})}),
+                                                   b.add("Reshape", {g[0], b.int64s({-1})})},
+                               {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
+    return {b.add("Reshape", {flat, b.int64s(x)})};
   };
   rules["AveragePool"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
+    const std::vector<int64_t> x = b.shapeOf(n.inputs[0]), y = b.shapeOf(n.outputs[0]);
+    const WindowGeometry w = windowGeometry(n);
+    const DType dtype = b.dtypeOf(g[0]);
     int64_t window = 1;
-    for (int64_t k : n.intsAttribute("kernel_shape", {})) window *= k;
-    return {b.add("Div", {spreadOverWindows(b, n, g[0], x), b.scalar(static_cast<double>(window), b.dtypeOf(g[0]))})};
+    for (int64_t k : w.kernel) window *= k;
+    if (windowsTile(w, x)) {
+      return {b.add("Div", {spreadOverWindows(b, w, g[0], x), b.scalar(static_cast<double>(window), dtype)})};
+    }
+    // Each output divided by its divisor (the window, or the part of it
+    // inside the input without count_include_pad), then summed back.
+    ValueId divisor = b.scalar(static_cast<double>(window), dtype);
+    if (n.intAttribute("count_include_pad", 0) == 0) {
+      std::vector<int64_t> plane = {1, 1};
+      plane.insert(plane.end(), x.begin() + 2, x.end());
+      const ValueId ones = b.add("Expand", {b.scalar(1.0, dtype), b.int64s(plane)});
+      std::vector<int64_t> kernel_shape = {1, 1};
+      kernel_shape.insert(kernel_shape.end(), w.kernel.begin(), w.kernel.end());
+      divisor = b.add("Conv", {ones, b.add("Expand", {b.scalar(1.0, dtype), b.int64s(kernel_shape)})},
+                      {{"strides", w.strides}, {"dilations", w.dilations}, {"pads", w.pads}});
+    }
+    return {sumOverWindows(b, n, w, b.add("Div", {g[0], divisor}), x, y)};
   };
   rules["GlobalAveragePool"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
     const std::vector<int64_t> x = b.shapeOf(n.inputs[0]);
