@@ -139,12 +139,15 @@ def _pool(average):
 
 
 def _softmax_cross_entropy_loss(inputs, attrs):
+    """scores [N, C, D...], labels [N, D...], optional class weights [C]; ignore_index: weight 0."""
     scores, labels = inputs[:2]
-    assert len(inputs) < 3 and "ignore_index" not in attrs, "class weights and ignore_index: no case uses them"
+    ignored = labels == attrs["ignore_index"] if "ignore_index" in attrs else np.zeros(labels.shape, bool)
+    safe = np.where(ignored, 0, labels)
+    weight = (inputs[2][safe] if len(inputs) > 2 and inputs[2] is not None else 1.0) * ~ignored
     log_p = jax.nn.log_softmax(scores, axis=1)
-    loss = -jnp.take_along_axis(log_p, np.expand_dims(labels, 1), axis=1).squeeze(1)
+    loss = -jnp.take_along_axis(log_p, np.expand_dims(safe, 1), axis=1).squeeze(1) * weight
     reduction = attrs.get("reduction", "mean")
-    return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.mean()
+    return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.sum() / np.sum(weight)
 
 
 def _layer_normalization(inputs, attrs):
@@ -381,6 +384,13 @@ CASES = [
     *[Case(f"SoftmaxCrossEntropyLoss[{reduction}]", [node("SoftmaxCrossEntropyLoss", ["x", "labels"],
                                                            reduction=reduction)],
            {"x": normal(6, 4), "labels": ints(0, 3, 1, 1, 2, 3)}) for reduction in ("mean", "sum", "none")],
+    *[Case(f"SoftmaxCrossEntropyLoss[weights_ignore_index_{reduction}]",
+           [node("SoftmaxCrossEntropyLoss", ["x", "labels", "w"], reduction=reduction, ignore_index=-100)],
+           {"x": normal(6, 4), "labels": ints(0, -100, 1, 3, -100, 2)}, constants={"w": positive(4)})
+      for reduction in ("mean", "sum", "none")],
+    Case("SoftmaxCrossEntropyLoss[NCD_ignore_index_1]",
+         [node("SoftmaxCrossEntropyLoss", ["x", "labels"], ignore_index=1)],
+         {"x": normal(2, 4, 3), "labels": ints(0, 1, 3, 2, 2, 1).reshape(2, 3)}),
     Case("LayerNormalization[last_axis_bias]", [node("LayerNormalization", ["x", "scale", "bias"])],
          {"x": normal(2, 3, 4)}, {"scale": positive(4), "bias": normal(4)}),
     Case("LayerNormalization[axis=1_no_bias_eps]", [node("LayerNormalization", ["x", "scale"], axis=1, epsilon=1e-3)],

@@ -321,29 +321,41 @@ std::map<std::string, GradientRule> makeRules() {
   });
   // Losses.
   rules["SoftmaxCrossEntropyLoss"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    // scores [N, C], labels [N]: d scores = (softmax(scores) - onehot(labels)) * dloss (/ N for "mean").
+    // scores [N, C, D...], labels [N, D...], optional class weights [C]:
+    // d scores = (softmax(scores) - onehot(labels)) * w[label] * dloss,
+    // where w[label] is 0 at ignore_index (and 1 without weights), and
+    // "mean" divides by the sum of the w[label].
     const std::vector<int64_t> shape = b.shapeOf(n.inputs[0]);
-    if (shape.size() != 2 || inputOf(n, 2) != kNoValue || n.hasAttribute("ignore_index")) {
-      throw GraphError(fmt::format("node '{}' (SoftmaxCrossEntropyLoss): gradients support [N, C] scores without "
-                                   "weights or ignore_index yet",
-                                   n.name));
-    }
     const std::string reduction = n.stringAttribute("reduction", "mean");
     const DType dtype = b.dtypeOf(n.inputs[0]);
+    ValueId labels = n.inputs[1];
+    ValueId weight = kNoValue;  // per label: [N, D...]
+    if (n.hasAttribute("ignore_index")) {
+      const ValueId ignored = b.add("Equal", {labels, b.add("CastLike", {b.int64s({n.intAttribute("ignore_index", 0)}), labels})});
+      labels = b.add("Where", {ignored, b.add("CastLike", {b.int64s({0}), labels}), labels});  // OneHot of a valid class
+      weight = b.add("Cast", {b.add("Not", {ignored})}, {{"to", static_cast<int64_t>(dtype)}});
+    }
+    if (inputOf(n, 2) != kNoValue) {
+      const ValueId picked = b.add("Gather", {n.inputs[2], labels}, {{"axis", int64_t{0}}});
+      weight = weight == kNoValue ? picked : b.add("Mul", {weight, picked});
+    }
     const ValueId probabilities = b.add("Softmax", {n.inputs[0]}, {{"axis", int64_t{1}}});
-    const ValueId depth = b.int64s({shape[1]});
     const ValueId on_off = b.add("Concat", {b.add("Reshape", {b.scalar(0.0, dtype), b.int64s({1})}),
                                             b.add("Reshape", {b.scalar(1.0, dtype), b.int64s({1})})},
                                  {{"axis", int64_t{0}}});
-    const ValueId onehot = b.add("OneHot", {n.inputs[1], depth, on_off}, {{"axis", int64_t{-1}}});
-    ValueId d = b.add("Sub", {probabilities, onehot});
-    if (reduction == "none") {
-      d = b.add("Mul", {d, b.add("Unsqueeze", {g[0], b.int64s({1})})});
-    } else {
-      d = b.add("Mul", {d, g[0]});
-      if (reduction == "mean") d = b.add("Div", {d, b.scalar(static_cast<double>(shape[0]), dtype)});
+    const ValueId onehot = b.add("OneHot", {labels, b.int64s({shape[1]}), on_off}, {{"axis", int64_t{1}}});
+    // The factor of each label's row: dloss, times its weight, over the mean's divisor.
+    ValueId factor = g[0];
+    if (weight != kNoValue) factor = b.add("Mul", {factor, weight});
+    if (reduction == "mean") {
+      int64_t count = 1;  // labels: every axis but the classes'
+      for (size_t i = 0; i < shape.size(); ++i) count *= i == 1 ? 1 : shape[i];
+      const ValueId divisor = weight == kNoValue ? b.scalar(static_cast<double>(count), dtype)
+                                                 : b.add("ReduceSum", {weight}, {{"keepdims", int64_t{0}}});
+      factor = b.add("Div", {factor, divisor});
     }
-    return {d, kNoValue};
+    if (reduction == "none" || weight != kNoValue) factor = b.add("Unsqueeze", {factor, b.int64s({1})});
+    return {b.add("Mul", {b.add("Sub", {probabilities, onehot}), factor}), kNoValue, kNoValue};
   };
   addShapeRules(rules);
   addConvolutionRules(rules);
