@@ -114,7 +114,7 @@ def main() -> int:
     rows = []
 
     init = train_digits.initial_weights(rng)
-    train_digits.build_model(work / "cnn.onnx", init, 32, training=True)
+    train_digits.build_model(work / "cnn.onnx", init, 32)
     xs = rng.random((args.steps, 32, 1, 8, 8), dtype=np.float32)
     ys = rng.integers(0, 10, (args.steps, 32)).astype(np.int64)
     rows.append(("digits CNN, batch 32, Adam", time_kiln(work / "cnn.onnx", work, kiln.optim.Adam(0.01), xs, ys),

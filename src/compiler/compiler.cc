@@ -666,6 +666,40 @@ class Lowering {
     return {static_cast<uint32_t>(spec_.subprograms.size() - 1), bytes};
   }
 
+  // A training update `value` of `variable` computed by a fused elementwise
+  // step that no later step reads the variable after (nor an alias of it)
+  // is written straight over the variable: the value becomes the variable's
+  // constant, and no kiln.Assign copies it. The step may read the variable
+  // itself (same shape: it reads each block before storing it). Returns
+  // false, changing nothing, where that does not hold.
+  bool updateInPlace(uint32_t value, uint32_t variable) {
+    ValueSpec& update = spec_.values[value];
+    const ValueSpec& target = spec_.values[variable];
+    if (update.storage != ValueStorage::kArena || target.storage != ValueStorage::kConstant ||
+        update.info != target.info || layouts_.contains(value)) {
+      return false;
+    }
+    size_t producer = spec_.steps.size();
+    for (size_t s = 0; s < spec_.steps.size(); ++s) {
+      const std::vector<uint32_t>& outputs = spec_.steps[s].outputs;
+      if (std::find(outputs.begin(), outputs.end(), value) != outputs.end()) producer = s;
+    }
+    if (producer == spec_.steps.size() || spec_.steps[producer].kernel != "kiln.FusedElementwise") return false;
+    for (size_t s = producer + 1; s < spec_.steps.size(); ++s) {
+      if (!spec_.steps[s].subprograms.empty()) return false;  // its sub-programs may read the variable
+      for (uint32_t input : spec_.steps[s].inputs) {
+        if (input != kNoValueIndex && rootOf(input) == variable) return false;
+      }
+    }
+    for (const ValueSpec& other : spec_.values) {
+      if (other.storage == ValueStorage::kAlias && other.index == value) return false;  // a view of the update
+    }
+    update.storage = ValueStorage::kConstant;
+    update.index = target.index;
+    update.offset = 0;
+    return true;
+  }
+
   // Graph outputs live in the caller's buffers. An output that a step writes
   // becomes kOutput; one that is a graph input, a constant, a view or another
   // output's value gets a copy step.
@@ -678,6 +712,7 @@ class Lowering {
         // that reads the variable (these are the program's last steps).
         const std::optional<ValueId> variable = graph_.findValue(assigned->second);
         if (!variable) throw GraphError(fmt::format("variable '{}' is gone from the graph", assigned->second));
+        if (updateInPlace(value, indexOf(*variable))) continue;
         spec_.steps.push_back(StepSpec{"kiln.Assign", {value}, {indexOf(*variable)}, {}, {}});
         continue;
       }

@@ -225,6 +225,9 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
   // (the kernel checks the op really is in place).
   auto checkDisjoint = [&](const StepSpec& step) {
     const int64_t inplace = step.kernel == "kiln.Plugin" ? step.params.getInt("plugin_inplace", 0) : 0;
+    // A fused elementwise step reads each block of an input of its output's
+    // shape before it stores that block: it may write over such an input.
+    const bool elementwise = step.kernel == "kiln.FusedElementwise";
     for (size_t o = 0; o < step.outputs.size(); ++o) {
       const Extent out = extentOf(step.outputs[o]);
       if (out.begin == out.end) continue;
@@ -232,7 +235,9 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
         for (size_t k = 0; k < list->size(); ++k) {
           const uint32_t other = (*list)[k];
           if (other == kNoValueIndex || (list == &step.outputs && k <= o)) continue;
-          if (list == &step.inputs && k == o && static_cast<int64_t>(o) < inplace) {
+          const bool may_alias = (k == o && static_cast<int64_t>(o) < inplace) ||
+                                 (elementwise && spec.values[other].info.shape == spec.values[step.outputs[o]].info.shape);
+          if (list == &step.inputs && may_alias) {
             const Extent read = extentOf(other);
             const bool same = read.storage == out.storage && read.index == out.index && read.begin == out.begin &&
                               read.end == out.end;
@@ -279,6 +284,12 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
       }
     }
   };
+  // A fused elementwise step writing its output straight over a variable
+  // (a whole constant: the value is the constant itself).
+  auto writesConstantInPlace = [&](const StepSpec& step, uint32_t index) {
+    return step.kernel == "kiln.FusedElementwise" && step.outputs.size() == 1 &&
+           spec.values[index].storage == ValueStorage::kConstant && spec.values[index].offset == 0;
+  };
   // `limit`: the sub-programs a step may run (those listed before its own
   // sub-program), so that sub-programs cannot run themselves.
   auto checkSteps = [&](const std::vector<StepSpec>& steps, size_t limit) {
@@ -302,6 +313,7 @@ ExecutableSpec decodeExecutable(std::span<const std::byte> bytes, const std::str
             spec.values[step.inputs[0]].info.sizeInBytes() == spec.values[index].info.sizeInBytes()) {
           continue;
         }
+        if (writesConstantInPlace(step, index)) continue;
         if (root == ValueStorage::kConstant || root == ValueStorage::kInput) {
           fail(fmt::format("step '{}' writes value '{}', which lies in {}", step.kernel, spec.values[index].name,
                            root == ValueStorage::kConstant ? "a constant" : "a model input"));
@@ -347,7 +359,7 @@ std::set<std::string> writtenConstants(const ExecutableSpec& spec) {
   std::set<std::string> written;
   const auto scan = [&](const std::vector<StepSpec>& steps) {
     for (const StepSpec& step : steps) {
-      if (step.kernel != "kiln.Assign") continue;
+      if (step.kernel != "kiln.Assign" && step.kernel != "kiln.FusedElementwise") continue;
       for (uint32_t output : step.outputs) {
         if (output < spec.values.size() && spec.values[output].storage == ValueStorage::kConstant &&
             spec.values[output].index < spec.constants.size()) {

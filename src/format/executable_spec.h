@@ -103,10 +103,12 @@ std::vector<std::byte> encodeExecutable(const ExecutableSpec& spec);
 struct Metadata;
 
 // The constants a program writes: the variables its kiln.Assign steps
-// update (a training package's weights and optimiser state), by name. They
-// need writable memory, and no kernel may treat them as constant (pack
-// them at prepare time). The verifier lets kiln.Assign, and only it, write
-// a constant, and only whole.
+// replace, and those an elementwise step updates in place (a training
+// update written straight over its variable). The runtimes give them
+// writable memory, and no kernel may treat them as constant (pack them at
+// prepare time). The verifier lets a step write a constant only whole (a
+// value stored as the constant itself, not an alias into it): kiln.Assign
+// from a value of the same size, kiln.FusedElementwise as its output.
 std::set<std::string> writtenConstants(const ExecutableSpec& spec);
 
 // Callers size their memory by a model's anchors while the steps write (or

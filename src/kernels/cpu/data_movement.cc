@@ -818,11 +818,26 @@ void whereLoop(const WhereState& state, const std::byte* c_bytes, const std::byt
   int64_t co = 0, ao = 0, bo = 0;
   for (int64_t row = 0; row < rows; ++row) {
     T* out = y + row * n;
+    // Contiguous rows select branch-free, by masks (T is an unsigned
+    // integer of the element's size): a condition that changes at random,
+    // as a ReLU's gradient's does, would mispredict half the branches.
+    const uint8_t* cr = c + co;
+    const auto pick = [](uint8_t condition, T yes, T no) {
+      const T mask = static_cast<T>(T{0} - static_cast<T>(condition != 0));
+      return static_cast<T>((yes & mask) | (no & static_cast<T>(~mask)));
+    };
     if (sc == 1 && sa == 1 && sb == 1) {
-      const uint8_t* cr = c + co;
       const T* ar = a + ao;
       const T* br = b + bo;
-      for (int64_t i = 0; i < n; ++i) out[i] = cr[i] != 0 ? ar[i] : br[i];
+      for (int64_t i = 0; i < n; ++i) out[i] = pick(cr[i], ar[i], br[i]);
+    } else if (sc == 1 && sa == 1 && sb == 0) {
+      const T* ar = a + ao;
+      const T fill = b[bo];
+      for (int64_t i = 0; i < n; ++i) out[i] = pick(cr[i], ar[i], fill);
+    } else if (sc == 1 && sa == 0 && sb == 1) {
+      const T fill = a[ao];
+      const T* br = b + bo;
+      for (int64_t i = 0; i < n; ++i) out[i] = pick(cr[i], fill, br[i]);
     } else {
       for (int64_t i = 0; i < n; ++i) out[i] = c[co + i * sc] != 0 ? a[ao + i * sa] : b[bo + i * sb];
     }
