@@ -129,6 +129,25 @@ TEST(HostilePackage, StepsWritingIntoConstantsOrInputsAreRefused) {
   }
 }
 
+// A fused elementwise step may write a training update straight over its
+// variable, but only the whole constant: writing through an alias into part
+// of one is refused like any other step's write.
+TEST(HostilePackage, AnElementwiseStepWritingPartOfAConstantIsRefused) {
+  TempPackage package("hostile_partial_write");
+  writeEdited(package.path(), [&](ExecutableSpec& spec) {
+    for (uint32_t i = 0; i < spec.values.size(); ++i) {
+      if (spec.values[i].storage != ValueStorage::kConstant) continue;
+      ValueSpec part{spec.values[i].name + ":part", TensorInfo{DType::kF32, {1}}, ValueStorage::kAlias, 4, i};
+      spec.values.push_back(part);
+      spec.steps.front().kernel = "kiln.FusedElementwise";
+      spec.steps.front().outputs = {static_cast<uint32_t>(spec.values.size() - 1)};
+      return;
+    }
+  });
+  const std::string error = loadError(package.path());
+  EXPECT_NE(error.find("which lies in a constant"), std::string::npos) << error;
+}
+
 // Control flow copied bytesOf(source) into its destination unchecked: a
 // sub-program whose formal input or output lists name a value of another
 // size made the copies write past their destination (a carried [4] float
