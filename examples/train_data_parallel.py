@@ -2,7 +2,7 @@
 
     mpirun -np 2 python examples/train_data_parallel.py --out DIR
 
-Every process compiles the same training package (data_parallel=True), takes
+Every process compiles the same training package (data_parallel="mpi"), takes
 its shard of each global batch, and runs the steps with a kiln.Session; the
 step averages the gradients over the processes (MPI Allreduce) before the
 update, so every process ends with the same weights, those of one process
@@ -60,7 +60,7 @@ def main() -> int:
     model, package = args.out / f"rank{rank}.onnx", args.out / f"rank{rank}.kiln"
     mlp(model, shard)
     kiln.compile_training(model, package, loss="loss", optimizer=kiln.optim.SGD(0.1, momentum=0.9),
-                          data_parallel=True)
+                          data_parallel="mpi")
     x, labels = data(args.steps)
     mine = slice(rank * shard, (rank + 1) * shard)
     with kiln.Session(package, num_host_transfers=args.steps) as session:

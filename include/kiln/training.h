@@ -27,6 +27,12 @@ struct Optimizer {
   float epsilon = 1e-8f;
 };
 
+// The all-reduce of kiln's own: over the replicas of one HostSession.
+inline constexpr const char* kReplicaAllReduce = "kiln.replicas.AllReduceMean";
+// The metadata option in which a training package records its
+// gradient_all_reduce.
+inline constexpr const char* kGradientAllReduceOption = "training.gradient_all_reduce";
+
 struct TrainingOptions {
   std::string loss;                    // the one-element loss value
   std::vector<std::string> trainable;  // weights to train; empty: every float initializer
@@ -45,7 +51,9 @@ struct TrainingOptions {
   // returns the mean of its input over the processes training together.
   // The step sends every gradient through it in one flat buffer, between
   // the backward pass and the optimiser, so each process applies the same
-  // update. kiln.distributed provides one over MPI. Empty: one process.
+  // update. kReplicaAllReduce averages over the replicas of one HostSession
+  // (replication_factor); kiln.distributed provides one over MPI. Empty:
+  // one process, one replica.
   std::string gradient_all_reduce{};
 };
 

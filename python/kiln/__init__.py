@@ -307,7 +307,7 @@ def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.
                      trainable: Optional[Sequence[str]] = None,
                      shapes: Optional[Mapping[str, Sequence[int]]] = None, batch: Optional[int] = None,
                      gradient_accumulation: int = 1, seed: int = 0, plugins: Sequence = (),
-                     data_parallel: bool = False) -> dict:
+                     data_parallel: Optional[str] = None) -> dict:
     """Compiles a training package (docs/training.md): its main program runs
     one training step, the model forward, the gradient of `loss` (a
     one-element value of the model) with respect to the `trainable` weights
@@ -324,12 +324,16 @@ def compile_training(onnx_path, out_path, loss: str, optimizer: Optional["optim.
     at `seed` (the same masks in every session of the package). plugins:
     plugin libraries to load first; their ops are differentiated through
     the gradient ops they declare (docs/plugins.md). data_parallel: the
-    step averages its gradients over the processes of an MPI job before
-    updating (kiln.distributed), for training on one shard of each global
-    batch per process."""
+    step averages its gradients before updating, so that copies training on
+    shards of each global batch stay in step: "replicas" over the replicas
+    of a Session (replication_factor, inputs [steps, replicas, *shape]),
+    "mpi" over the processes of an MPI job (kiln.distributed)."""
     for plugin in plugins:
         load_plugin(plugin)
-    all_reduce = distributed.ALL_REDUCE if data_parallel else ""
+    all_reduces = {None: "", "replicas": "kiln.replicas.AllReduceMean", "mpi": distributed.ALL_REDUCE}
+    if data_parallel not in all_reduces:
+        raise Error(f"data_parallel is None, 'replicas' or 'mpi', not {data_parallel!r}")
+    all_reduce = all_reduces[data_parallel]
     optimizer = optimizer or optim.SGD(0.01)
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
     return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), False, "cpu",

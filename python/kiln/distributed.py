@@ -5,7 +5,7 @@ Allreduce (Open MPI, by mpi4py), before the optimiser updates the weights:
 each process applies the same update, so the weights stay in step and
 equal those of one process training on the whole batch.
 
-    kiln.compile_training(model, package, loss="loss", data_parallel=True)
+    kiln.compile_training(model, package, loss="loss", data_parallel="mpi")
     mpirun -np 2 python train.py      # each process: kiln.Session(package), its shard
 
 Importing kiln registers the all-reduce op (ALL_REDUCE), so any process

@@ -24,14 +24,14 @@ X = RNG.standard_normal((STEPS, BATCH, FEATURES)).astype(np.float32)
 LABELS = RNG.integers(0, CLASSES, (STEPS, BATCH)).astype(np.int64)
 
 
-def mlp(path):
+def mlp(path, batch=BATCH):
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
              helper.make_node("Relu", ["h1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["s0"]),
              helper.make_node("Add", ["s0", "b2"], ["scores"]),
              helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"])]
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, FEATURES]),
-                       helper.make_tensor_value_info("labels", TensorProto.INT64, [BATCH])],
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, FEATURES]),
+                       helper.make_tensor_value_info("labels", TensorProto.INT64, [batch])],
         [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
         [numpy_helper.from_array(value, name) for name, value in INIT.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
@@ -120,12 +120,42 @@ def test_training_continues_across_runs_and_restarts_from_written_weights(tmp_pa
         np.testing.assert_allclose(session.get_tensor_data("w2"), want["w2"], rtol=1e-5, atol=1e-6)
 
 
-def test_replicas_of_a_training_package_are_refused(tmp_path):
+def test_replicas_of_a_training_package_compiled_without_them_are_refused(tmp_path):
     mlp(tmp_path / "mlp.onnx")
     kiln.compile_training(tmp_path / "mlp.onnx", tmp_path / "mlp.kiln", loss="loss")
-    with pytest.raises(kiln.Error, match="replicas of it .* need data-parallel training"):
+    with pytest.raises(kiln.Error, match="replicas of it .* would train apart: compile it for replicas"):
         kiln.Session(tmp_path / "mlp.kiln", replication_factor=2)
+    with pytest.raises(kiln.Error, match="data_parallel is None, 'replicas' or 'mpi'"):
+        kiln.compile_training(tmp_path / "mlp.onnx", tmp_path / "x.kiln", loss="loss", data_parallel=True)
 
+
+@pytest.mark.parametrize("optimizer", [kiln.optim.SGD(0.1, momentum=0.9), kiln.optim.Adam(0.01)], ids=["sgd", "adam"])
+def test_replicas_train_in_step_like_one_copy_on_the_global_batch(tmp_path, device, monkeypatch, optimizer):
+    """Two replicas, each on its half of every global batch of 16, their gradients averaged by the replicas'
+    all-reduce: the same steps as one copy training on the whole batches."""
+    monkeypatch.setenv("KILN_SIM_DEVICES", "2")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((STEPS, 2 * BATCH, FEATURES)).astype(np.float32)
+    labels = rng.integers(0, CLASSES, (STEPS, 2 * BATCH)).astype(np.int64)
+    mlp(tmp_path / "shard.onnx")
+    kiln.compile_training(tmp_path / "shard.onnx", tmp_path / "replicas.kiln", loss="loss", optimizer=optimizer,
+                          data_parallel="replicas")
+    with kiln.Session(tmp_path / "replicas.kiln", device, replication_factor=2, num_host_transfers=STEPS) as session:
+        # [steps, replicas, *shape]: replica r takes rows r*BATCH .. (r+1)*BATCH of each global batch.
+        losses = session.run({"x": x.reshape(STEPS, 2, BATCH, FEATURES),
+                              "labels": labels.reshape(STEPS, 2, BATCH)})["loss"]
+        trained = session.get_tensors_data(list(INIT))
+    mlp(tmp_path / "global.onnx", batch=2 * BATCH)
+    kiln.compile_training(tmp_path / "global.onnx", tmp_path / "global.kiln", loss="loss", optimizer=optimizer)
+    with kiln.Session(tmp_path / "global.kiln", device, num_host_transfers=STEPS) as session:
+        want_losses = session.run({"x": x, "labels": labels})["loss"]
+        want = session.get_tensors_data(list(INIT))
+    assert losses.shape == (STEPS, 2)
+    # Both replicas' losses follow the global run's weights at every step: they stayed in step.
+    np.testing.assert_allclose(losses.mean(axis=1), want_losses, rtol=1e-5, atol=1e-6)
+    for name in INIT:
+        np.testing.assert_allclose(trained[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not np.allclose(trained["w1"], INIT["w1"])
 
 
 CNN_INIT = {"k1": (RNG.standard_normal((4, 1, 3, 3)) * 0.5).astype(np.float32),

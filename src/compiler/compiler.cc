@@ -1333,6 +1333,10 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
                       {"memory.lower_bound_bytes", std::to_string(report.lower_bound_bytes)},
                       {"memory.naive_bytes", std::to_string(report.naive_bytes)}};
   recordPlugins(metadata.options, usedPluginLibraries(graph));
+  if (options.training && !options.training->gradient_all_reduce.empty()) {
+    // How the replicas (or processes) of this training package stay in step.
+    metadata.options[std::string(kGradientAllReduceOption)] = options.training->gradient_all_reduce;
+  }
   for (uint32_t value : spec.inputs) {
     metadata.anchors.push_back(anchorFor(spec.values[value], AnchorDirection::kInput, kMainProgram));
   }

@@ -4,11 +4,17 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "kiln/error.h"
 #include "kiln/package_reader.h"
+#include "kiln/training.h"
+#include "plugins/replica_all_reduce.h"
 #include "runtime/device_internal.h"
 #include "runtime/device_sync.h"
 
@@ -32,12 +38,105 @@ struct Replica {
   std::vector<std::byte*> outputs;
   // Reused job lists: a round allocates nothing.
   std::vector<DeviceJob> copies_in, compute, copies_out;
+  // A training package's replicas: the group its gradients are averaged
+  // over (plugins/replica_all_reduce.h), and its index there.
+  ReplicaGroup* group = nullptr;
+  uint32_t index = 0;
 };
 
+// The main program, on whichever thread runs it (the caller's, or a sim
+// device's), as replica `index` of its group.
 void runMainOf(void* context) {
   Replica& replica = *static_cast<Replica*>(context);
+  const ReplicaScope scope(replica.group, replica.index);
   replica.executable->runMain(replica.inputs, replica.outputs);
 }
+
+// One replica's round, its operands set: copies in, the main program,
+// copies out.
+void runReplicaRound(Replica& replica) {
+  if (replica.device->usesHostMemory()) {
+    runMainOf(&replica);
+    return;
+  }
+  runJobsAndWait(*replica.device, replica.copies_in);
+  replica.compute[0] = DeviceJob{.kind = DeviceJob::Kind::kCompute, .compute = &runMainOf, .context = &replica};
+  runJobsAndWait(*replica.device, replica.compute);
+  runJobsAndWait(*replica.device, replica.copies_out);
+}
+
+// The replicas of a training package run each round at once, one thread
+// each, as their all-reduce needs: threads started at attach and kept, so
+// that a round allocates nothing.
+class ReplicaWorkers {
+ public:
+  explicit ReplicaWorkers(std::vector<Replica>& replicas) : replicas_(replicas), group_(static_cast<uint32_t>(replicas.size())) {
+    for (uint32_t r = 0; r < replicas.size(); ++r) {
+      replicas[r].group = &group_;
+      replicas[r].index = r;
+    }
+    for (uint32_t r = 0; r < replicas.size(); ++r) threads_.emplace_back([this, r] { work(r); });
+  }
+
+  ~ReplicaWorkers() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  // Runs one round on every replica; rethrows the first replica's error.
+  void runRound() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = 0;
+      error_ = nullptr;
+      ++round_;
+    }
+    start_.notify_all();
+    std::unique_lock lock(mutex_);
+    finished_.wait(lock, [&] { return done_ == threads_.size(); });
+    if (error_) {
+      group_.reset();
+      std::rethrow_exception(error_);
+    }
+  }
+
+ private:
+  void work(uint32_t r) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, [&] { return stopping_ || round_ != seen; });
+        if (stopping_) return;
+        seen = round_;
+      }
+      std::exception_ptr error;
+      try {
+        runReplicaRound(replicas_[r]);
+      } catch (...) {
+        error = std::current_exception();
+        group_.abort();  // the others stop waiting for this replica's gradients
+      }
+      std::lock_guard lock(mutex_);
+      if (error && !error_) error_ = error;
+      if (++done_ == threads_.size()) finished_.notify_one();
+    }
+  }
+
+  std::vector<Replica>& replicas_;
+  ReplicaGroup group_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable start_, finished_;
+  uint64_t round_ = 0;
+  size_t done_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+};
 
 }  // namespace
 
@@ -50,6 +149,7 @@ struct HostSession::Impl {
   std::vector<Anchor> inputs, outputs, variables, constants;
   std::map<std::string, HostBytes> host;  // the host copy of each variable
   std::vector<Replica> replicas;          // empty while detached
+  std::unique_ptr<ReplicaWorkers> workers;  // a training package's replicas (more than one), while attached
   std::vector<const std::byte*> input_base;  // run()'s operands, reused: a run allocates nothing
   std::vector<std::byte*> output_base;
   bool stale = false;                     // the devices' variables may differ from the host copy
@@ -102,10 +202,15 @@ HostSession::HostSession(std::shared_ptr<const PackageReader> package, HostSessi
   m.model = chosen->name();
   m.metadata = chosen->metadata();
   // Replicas of a training step would each train on their own slices and
-  // drift apart: keeping them in step needs the gradients' all-reduce.
-  if (!m.metadata.is_inference && m.options.replication_factor > 1) {
-    throw UsageError(fmt::format("model '{}' is a training package; replicas of it (replication_factor {}) need "
-                                 "data-parallel training, which kiln does not have yet",
+  // drift apart: keeping them in step needs the gradients averaged over
+  // them (kReplicaAllReduce), which the package must have been compiled with.
+  registerReplicaAllReduce();
+  const auto all_reduce = m.metadata.options.find(kGradientAllReduceOption);
+  const bool replicated = all_reduce != m.metadata.options.end() && all_reduce->second == kReplicaAllReduce;
+  if (!m.metadata.is_inference && m.options.replication_factor > 1 && !replicated) {
+    throw UsageError(fmt::format("model '{}' is a training package; replicas of it (replication_factor {}) would "
+                                 "train apart: compile it for replicas (kiln.compile_training(..., "
+                                 "data_parallel=\"replicas\"))",
                                  m.model, m.options.replication_factor));
   }
   for (const Anchor* anchor : m.metadata.mainInputs()) m.inputs.push_back(*anchor);
@@ -181,6 +286,7 @@ bool HostSession::attach() {
     m.replicas.clear();
     throw;
   }
+  if (!m.metadata.is_inference && replicas > 1) m.workers = std::make_unique<ReplicaWorkers>(m.replicas);
   return true;
 }
 
@@ -188,6 +294,7 @@ bool HostSession::detach() {
   Impl& m = *impl_;
   if (m.replicas.empty()) return false;
   if (m.stale) weightsToHost();
+  m.workers.reset();
   m.replicas.clear();  // gives the devices back
   return true;
 }
@@ -280,16 +387,10 @@ void HostSession::run(const InputMemoryView& inputs, const OutputMemoryView& out
         replica.copies_out[o] = DeviceJob{.kind = DeviceJob::Kind::kCopyToHost, .destination = host,
                                           .source = replica.staged_outputs[o].data(), .bytes = bytes};
       }
-      if (replica.device->usesHostMemory()) {
-        replica.executable->runMain(replica.inputs, replica.outputs);
-      } else {
-        runJobsAndWait(*replica.device, replica.copies_in);
-        replica.compute[0] = DeviceJob{.kind = DeviceJob::Kind::kCompute, .compute = &runMainOf, .context = &replica};
-        runJobsAndWait(*replica.device, replica.compute);
-        runJobsAndWait(*replica.device, replica.copies_out);
-      }
+      if (!m.workers) runReplicaRound(replica);  // replicas of an inference package: one after another
       ++m.main_runs;
     }
+    if (m.workers) m.workers->runRound();  // a training package's: all at once
   }
 }
 

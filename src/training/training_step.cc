@@ -7,6 +7,7 @@
 #include "kiln/error.h"
 #include "passes/plugin_binding.h"
 #include "plugins/plugin_registry.h"
+#include "plugins/replica_all_reduce.h"
 #include "training/autodiff.h"
 #include "training/gradient_rules.h"
 
@@ -40,6 +41,7 @@ std::vector<ValueId> allReduced(GradientBuilder& b, const std::vector<ValueId>& 
     flat.push_back(b.add("Reshape", {g, b.int64s({size})}));
   }
   const ValueId joined = flat.size() == 1 ? flat[0] : b.add("Concat", flat, {{"axis", int64_t{0}}});
+  if (all_reduce == kReplicaAllReduce) registerReplicaAllReduce();
   const std::string domain = all_reduce.substr(0, dot), name = all_reduce.substr(dot + 1);
   const PluginOp* op = PluginRegistry::global().findOp(domain, name, 1);
   if (op == nullptr) {
