@@ -32,13 +32,6 @@ def package(tmp_path):
     return tmp_path / "m.kiln"
 
 
-@pytest.fixture(params=["cpu", "sim"])
-def device(request, monkeypatch, tmp_path):
-    monkeypatch.setenv("KILN_SIM_DEVICES", "2")
-    monkeypatch.setenv("KILN_DEVICE_LOCK_DIR", str(tmp_path / "locks"))
-    return request.param
-
-
 def test_the_references_lazy_transfer_example_line_by_line(package, device):
     session = kiln.Session(package, device)
     assert session.variables == {"w": ((3, 4), "f32")} and session.constants == {"b": ((3,), "f32")}

@@ -75,13 +75,6 @@ def jax_training(optimizer):
     return {k: np.asarray(v) for k, v in params.items()}, np.array(losses, np.float32)
 
 
-@pytest.fixture(params=["cpu", "sim"])
-def device(request, monkeypatch, tmp_path):
-    monkeypatch.setenv("KILN_SIM_DEVICES", "1")
-    monkeypatch.setenv("KILN_DEVICE_LOCK_DIR", str(tmp_path / "locks"))
-    return request.param
-
-
 @pytest.mark.parametrize("optimizer", [kiln.optim.SGD(0.1, momentum=0.9, weight_decay=1e-3),
                                        kiln.optim.Adam(0.01, weight_decay=1e-3), kiln.optim.AdamW(0.01)],
                          ids=["sgd", "adam", "adamw"])
@@ -130,10 +123,9 @@ def test_replicas_of_a_training_package_compiled_without_them_are_refused(tmp_pa
 
 
 @pytest.mark.parametrize("optimizer", [kiln.optim.SGD(0.1, momentum=0.9), kiln.optim.Adam(0.01)], ids=["sgd", "adam"])
-def test_replicas_train_in_step_like_one_copy_on_the_global_batch(tmp_path, device, monkeypatch, optimizer):
+def test_replicas_train_in_step_like_one_copy_on_the_global_batch(tmp_path, device, optimizer):
     """Two replicas, each on its half of every global batch of 16, their gradients averaged by the replicas'
     all-reduce: the same steps as one copy training on the whole batches."""
-    monkeypatch.setenv("KILN_SIM_DEVICES", "2")
     rng = np.random.default_rng(3)
     x = rng.standard_normal((STEPS, 2 * BATCH, FEATURES)).astype(np.float32)
     labels = rng.integers(0, CLASSES, (STEPS, 2 * BATCH)).astype(np.int64)

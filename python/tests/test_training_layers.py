@@ -69,13 +69,6 @@ def jax_forward(p, x, labels, mask):
     return -jnp.mean(jnp.take_along_axis(log_p, labels[:, None], axis=1)), (mean, var)
 
 
-@pytest.fixture(params=["cpu", "sim"])
-def device(request, monkeypatch, tmp_path):
-    monkeypatch.setenv("KILN_SIM_DEVICES", "1")
-    monkeypatch.setenv("KILN_DEVICE_LOCK_DIR", str(tmp_path / "locks"))
-    return request.param
-
-
 def test_batch_norm_dropout_and_grouped_convs_train_as_in_jax(tmp_path, device):
     model(tmp_path / "m.onnx")
     kiln.compile_training(tmp_path / "m.onnx", tmp_path / "m.kiln", loss="loss", optimizer=kiln.optim.SGD(0.1))
