@@ -254,7 +254,9 @@ TEST_P(HostSessionTest, TrainingStepsAllocateNothing) {
       EXPECT_EQ(count.mallocs, 0u);
     }
     EXPECT_LT(loss[slices - 1], 1e-4f * first);  // w went to 0.5: the loss fell
-    if (replicas > 1) EXPECT_EQ(loss[slices - 1], loss[slices - 2]);  // in step: same data, same weights, same loss
+    if (replicas > 1) {
+      EXPECT_EQ(loss[slices - 1], loss[slices - 2]);  // in step: same data, same weights, same loss
+    }
     const std::vector<float> learned = floats(session.readTensor("w"));
     for (float value : learned) EXPECT_NEAR(value, 0.5f, 1e-3f);
   }
