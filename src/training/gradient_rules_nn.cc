@@ -25,8 +25,8 @@ WindowGeometry windowGeometry(const Node& n) {
   w.strides = n.intsAttribute("strides", std::vector<int64_t>(w.kernel.size(), 1));
   w.pads = n.intsAttribute("pads", std::vector<int64_t>(2 * w.kernel.size(), 0));
   w.dilations = n.intsAttribute("dilations", std::vector<int64_t>(w.kernel.size(), 1));
-  if (n.stringAttribute("auto_pad", "NOTSET") != "NOTSET" || n.intAttribute("ceil_mode", 0) != 0) {
-    throw GraphError(fmt::format("node '{}' ({}): gradients need explicit pads and ceil_mode 0", n.name, n.op_type));
+  if (n.stringAttribute("auto_pad", "NOTSET") != "NOTSET") {
+    throw GraphError(fmt::format("node '{}' ({}): gradients need explicit pads (auto_pad NOTSET)", n.name, n.op_type));
   }
   return w;
 }
@@ -185,11 +185,12 @@ void addConvolutionRules(std::map<std::string, GradientRule>& rules) {
       const ValueId is_max = b.add("Equal", {n.inputs[0], spreadOverWindows(b, w, n.outputs[0], x)});
       return {b.add("Where", {is_max, spreadOverWindows(b, w, g[0], x), b.scalar(0.0, b.dtypeOf(g[0]))})};
     }
-    // Overlapping or padded windows: each output's gradient added at the
-    // position of its maximum, from the Indices output of the same pooling
-    // (flat positions in x, the node's storage_order).
+    // Overlapping, padded, dilated or ceil_mode windows: each output's
+    // gradient added at the position of its maximum, from the Indices
+    // output of the same pooling (flat positions in x).
     Graph& graph = b.graph();
     Attributes attributes = n.attributes;
+    attributes["storage_order"] = int64_t{0};  // row-major positions, as the scatter reads them
     const NodeId argmax = graph.addNode("MaxPool", {n.inputs[0]}, {"", ""}, std::move(attributes));
     const ValueId indices = graph.node(argmax).outputs[1];
     int64_t size = 1;
@@ -208,6 +209,11 @@ void addConvolutionRules(std::map<std::string, GradientRule>& rules) {
     for (int64_t k : w.kernel) window *= k;
     if (windowsTile(w, x)) {
       return {b.add("Div", {spreadOverWindows(b, w, g[0], x), b.scalar(static_cast<double>(window), dtype)})};
+    }
+    if (n.intAttribute("ceil_mode", 0) != 0) {
+      throw GraphError(fmt::format("node '{}' (AveragePool): gradients of overlapping or padded windows with "
+                                   "ceil_mode are not supported yet",
+                                   n.name));
     }
     // Each output divided by its divisor (the window, or the part of it
     // inside the input without count_include_pad), then summed back.
