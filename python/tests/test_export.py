@@ -39,10 +39,11 @@ def model(path, batch=16):
 
 
 @pytest.fixture
-def trained(tmp_path):
+def trained(tmp_path, device):
+    """A session that trained 8 steps, on cpu and on sim."""
     model(tmp_path / "m.onnx")
     kiln.compile_training(tmp_path / "m.onnx", tmp_path / "m.kiln", loss="loss", optimizer=kiln.optim.Adam(0.05))
-    session = kiln.Session(tmp_path / "m.kiln", num_host_transfers=8)
+    session = kiln.Session(tmp_path / "m.kiln", device, num_host_transfers=8)
     with session:
         session.run({"x": RNG.standard_normal((8, 16, 6)).astype(np.float32),
                      "labels": RNG.integers(0, 3, (8, 16)).astype(np.int64)})
@@ -80,10 +81,10 @@ def test_export_package_runs_like_onnxruntime(tmp_path, trained):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_an_inference_package_with_variables_exports_written_weights(tmp_path):
+def test_an_inference_package_with_variables_exports_written_weights(tmp_path, device):
     model(tmp_path / "m.onnx")
     kiln.compile(tmp_path / "m.onnx", tmp_path / "v.kiln", variables=["w2"])
-    with kiln.Session(tmp_path / "v.kiln") as session:
+    with kiln.Session(tmp_path / "v.kiln", device) as session:
         session.write_variable_data("w2", np.full((8, 3), 0.5, np.float32))
         session.export_onnx(tmp_path / "v.onnx")
     values = {i.name: numpy_helper.to_array(i) for i in onnx.load(tmp_path / "v.onnx").graph.initializer}
