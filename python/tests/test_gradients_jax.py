@@ -329,6 +329,10 @@ CASES = [
          constants={"starts": ints(1), "ends": ints(-1), "steps": ints(1)}),
     Case("Gather[embedding_repeated_ids]", [node("Gather", ["table", "ids"])], {"ids": ints([1, 4, 4], [9, 0, 1])},
          {"table": normal(10, 3)}),
+    Case("Gather[axis1_scalar_index]", [node("Gather", ["x", "i"], axis=1)], {"x": normal(2, 4, 3)},
+         constants={"i": np.array(0, np.int64)}),
+    Case("Gather[axis2_negative_repeated]", [node("Gather", ["x", "i"], axis=-1)], {"x": normal(2, 3, 5)},
+         constants={"i": ints([-1, 2], [2, 0])}),
     # Products.
     Case("MatMul[2d]", [node("MatMul", ["x", "w"])], {"x": normal(5, 4)}, {"w": normal(4, 3)}),
     Case("MatMul[3d@2d]", [node("MatMul", ["x", "w"])], {"x": normal(2, 5, 4)}, {"w": normal(4, 3)}),

@@ -181,21 +181,48 @@ void addShapeRules(std::map<std::string, GradientRule>& rules) {
     return grads;
   };
   rules["Gather"] = [](GradientBuilder& b, const Node& n, const Grads& g) -> Grads {
-    // Rows of data [V, ...] picked by indices (an embedding): d data =
-    // onehot(indices)^T @ g, the rows summed where an index repeats.
-    if (n.intAttribute("axis", 0) != 0) throw GraphError(fmt::format("node '{}' (Gather): gradients support axis 0 yet", n.name));
+    // Rows of data picked by indices (an embedding, on axis 0): d data =
+    // onehot(indices)^T @ g, the rows summed where an index repeats. On
+    // axis k, the same with axis k of data moved to the front (and g's
+    // index axes to the front too), then moved back.
     const std::vector<int64_t> shape = b.shapeOf(n.inputs[0]);
+    const auto rank = static_cast<int64_t>(shape.size());
+    int64_t axis = n.intAttribute("axis", 0);
+    if (axis < 0) axis += rank;
+    const auto index_rank = static_cast<int64_t>(b.shapeOf(n.inputs[1]).size());
+    // data_t = data with axis first: [V, data[:axis], data[axis+1:]].
+    std::vector<int64_t> to_front = {axis}, moved = {shape[static_cast<size_t>(axis)]};
+    for (int64_t i = 0; i < rank; ++i) {
+      if (i == axis) continue;
+      to_front.push_back(i);
+      moved.push_back(shape[static_cast<size_t>(i)]);
+    }
+    ValueId gy = g[0];
+    if (axis > 0) {
+      // g is data[:axis] + indices + data[axis+1:]: indices first.
+      std::vector<int64_t> perm;
+      for (int64_t i = 0; i < index_rank; ++i) perm.push_back(axis + i);
+      for (int64_t i = 0; i < axis; ++i) perm.push_back(i);
+      for (int64_t i = axis + index_rank; i < rank - 1 + index_rank; ++i) perm.push_back(i);
+      gy = b.add("Transpose", {gy}, {{"perm", perm}});
+    }
     int64_t row = 1;
-    for (size_t i = 1; i < shape.size(); ++i) row *= shape[i];
+    for (size_t i = 1; i < moved.size(); ++i) row *= moved[i];
     const DType dtype = b.dtypeOf(n.inputs[0]);
     const ValueId on_off = b.add("Concat", {b.add("Reshape", {b.scalar(0.0, dtype), b.int64s({1})}),
                                             b.add("Reshape", {b.scalar(1.0, dtype), b.int64s({1})})},
                                  {{"axis", int64_t{0}}});
-    const ValueId onehot = b.add("OneHot", {n.inputs[1], b.int64s({shape[0]}), on_off}, {{"axis", int64_t{-1}}});
-    const ValueId picks = b.add("Reshape", {onehot, b.int64s({-1, shape[0]})});
-    const ValueId rows = b.add("Reshape", {g[0], b.int64s({-1, row})});
+    const ValueId onehot = b.add("OneHot", {n.inputs[1], b.int64s({moved[0]}), on_off}, {{"axis", int64_t{-1}}});
+    const ValueId picks = b.add("Reshape", {onehot, b.int64s({-1, moved[0]})});
+    const ValueId rows = b.add("Reshape", {gy, b.int64s({-1, row})});
     const ValueId summed = b.add("MatMul", {b.add("Transpose", {picks}, {{"perm", std::vector<int64_t>{1, 0}}}), rows});
-    return {b.add("Reshape", {summed, b.int64s(shape)}), kNoValue};
+    ValueId grad = b.add("Reshape", {summed, b.int64s(moved)});
+    if (axis > 0) {
+      std::vector<int64_t> back(static_cast<size_t>(rank));
+      for (size_t i = 0; i < to_front.size(); ++i) back[static_cast<size_t>(to_front[i])] = static_cast<int64_t>(i);
+      grad = b.add("Transpose", {grad}, {{"perm", back}});
+    }
+    return {grad, kNoValue};
   };
 }
 
