@@ -27,7 +27,11 @@
 // replication_factor slices of its anchor, in that order (the reference's
 // [num_host_transfers, replication_factor, *shape]); each output too. One
 // call runs the main program num_host_transfers times on every replica,
-// replica r reading and writing slice (n, r) in round n.
+// replica r reading and writing slice (n, r) in round n. An inference
+// package's replicas run one after another; a training package's only when
+// it was compiled for replicas (TrainingOptions::gradient_all_reduce =
+// kReplicaAllReduce), and then all at once, one thread each (started by
+// attach), their gradients averaged so that their variables stay in step.
 //
 // Thread safety: none; one thread drives a session at a time.
 #pragma once

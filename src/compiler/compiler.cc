@@ -1254,7 +1254,8 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   // Nodes of loaded plugins' ops become kiln.Plugin nodes before anything
   // infers types (ops/plugin_ops.cc infers them through the plugin), and
   // before autodiff, which differentiates composite ops through their
-  // bodies and the others through their gradient ops.
+  // bodies and the others through their gradient ops (the gradient nodes
+  // and the all-reduce it adds are bound as they are added).
   bindPluginOps(graph, opsets);
   std::vector<std::string> variable_names = options.variables;
   const std::vector<std::string> trainable = options.training ? trainableWeights(graph, opsets, *options.training)
@@ -1269,8 +1270,6 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   Assignments assignments;
   if (options.training) {
     assignments = appendTrainingUpdates(graph, opsets, *options.training, trainable, variables, output_names);
-    // The gradients' plugin nodes, and the all-reduce, are bound as they
-    // are added.
   }
   // kiln.Expression nodes become the ONNX operators they are written with.
   expandExpressions(graph, opsets.contains("") ? opsets.at("") : 1);
