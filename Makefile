@@ -5,7 +5,7 @@
 #                    ModelRunner (async requests, dynamic batching, a sim device);
 #                    read rendered text with a real OCR model (examples/ocr_demo.py)
 #   make zoo         the real public models of bench/zoo against onnxruntime and OpenVINO
-#   make test        unit tests, command-line tests, a 60-second fuzz run
+#   make test        unit tests, command-line tests, kiln serve's tests, a 60-second fuzz run
 #   make test-asan   the same tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
 #                    ThreadSanitizer
@@ -28,6 +28,7 @@ FUZZ_RUNS ?= 100000000
 BENCH_SIZE_MIB ?= 1024
 CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
+PYTEST_SERVE := .venv-serve/bin/python -m pytest -q
 
 .PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan soak bench fuzz fuzz-run fuzz-long fuzz-merge clean \
 	conformance conformance-data conformance-check zoo
@@ -66,6 +67,7 @@ test-unit: build
 	ctest --test-dir build/release --output-on-failure -j2
 	KILN_BUILD_DIR=build/release $(PYTEST) tests/cli
 	PYTHONPATH=build/release/python $(PYTEST) python/tests
+	KILN_BUILD_DIR=build/release $(PYTEST_SERVE) tests/server
 	.venv/bin/python bench/zoo/zoo.py check
 	$(MAKE) --no-print-directory conformance-check
 

@@ -17,6 +17,11 @@ endif()
 find_package(Protobuf REQUIRED)
 find_package(ONNX REQUIRED)
 find_package(Threads REQUIRED)
+# kiln serve's transports: gRPC (with protoc's gRPC plugin) and cpp-httplib.
+if(KILN_BUILD_SERVER)
+  find_package(gRPC CONFIG REQUIRED)
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+endif()
 # Optional: the CPU kernels split large steps across OpenMP's threads, the
 # pool oneDNN runs on (src/kernels/cpu/parallel.h); without it they run on
 # the calling thread.

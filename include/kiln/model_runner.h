@@ -168,6 +168,9 @@ class ModelRunner {
   uint64_t batchesFlushed() const;
   const ModelRunnerConfig& config() const;
   std::vector<std::string> deviceIds() const;
+  // Device memory the replicas' devices hold now, summed (for cpu devices:
+  // the host memory they allocated).
+  uint64_t deviceMemoryInUse() const;
 
  private:
   struct Impl;

@@ -773,4 +773,15 @@ std::vector<std::string> ModelRunner::deviceIds() const {
   return ids;
 }
 
+uint64_t ModelRunner::deviceMemoryInUse() const {
+  uint64_t bytes = 0;
+  std::vector<const Device*> counted;  // replicas may share a device
+  for (const auto& replica : impl_->replicas) {
+    if (std::find(counted.begin(), counted.end(), replica.device.get()) != counted.end()) continue;
+    counted.push_back(replica.device.get());
+    bytes += replica.device->memoryInUse();
+  }
+  return bytes;
+}
+
 }  // namespace kiln

@@ -16,5 +16,8 @@ Command addCompileCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
 Command addBenchCommand(CLI::App& app);
 Command addDevicesCommand(CLI::App& app);
+#ifdef KILN_HAS_SERVER
+Command addServeCommand(CLI::App& app);
+#endif
 
 }  // namespace kiln::cli

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   commands["devices"] = kiln::cli::addDevicesCommand(app);
   commands["dump"] = kiln::cli::addDumpCommand(app);
   commands["run"] = kiln::cli::addRunCommand(app);
+#ifdef KILN_HAS_SERVER
+  commands["serve"] = kiln::cli::addServeCommand(app);
+#endif
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,48 @@
+// A served model's settings: the optional config.json beside its versions
+// in the model repository (docs/serving.md lists the keys).
+//
+//   models/
+//     resnet/
+//       config.json          optional
+//       1/model.kiln
+//       2/model.kiln
+//
+// Unknown keys and values of the wrong type are refused with a message
+// that names them, so that a typo does not silently fall back to a default.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/device.h"
+
+namespace kiln::server {
+
+enum class VersionPolicy { kLatest, kAll };
+
+struct ModelConfig {
+  // Rows a request may carry on the batching dimension; 0: the compiled
+  // batch's rows. Requests with more rows are refused (400).
+  int64_t max_batch_size = 0;
+  // The dimension requests batch on. Unset: dimension 0 when every input
+  // and output has the same leading size (a model compiled with --batch),
+  // else none (requests carry whole compiled tensors). -1 turns it off.
+  std::optional<int64_t> batching_dim;
+  // How long a partial device batch waits for rows of other requests (the
+  // ModelRunner's timeout_ns: the queue delay).
+  std::chrono::microseconds max_queue_delay{2000};
+  // Rows the model's queues hold before requests are refused with 503;
+  // 0: 64 compiled batches.
+  int64_t max_queue_rows = 0;
+  uint32_t instances = 1;   // replicas (ModelRunner replication_factor)
+  std::optional<DeviceKind> device_kind;  // unset: the package's target
+  int threads = 0;          // kernel threads per instance; 0: the device's
+  VersionPolicy version_policy = VersionPolicy::kLatest;
+};
+
+// Parses config.json text; throws kiln::UsageError naming the file and key.
+ModelConfig parseModelConfig(const std::string& json_text, const std::string& source);
+
+}  // namespace kiln::server
