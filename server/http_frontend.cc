@@ -69,7 +69,9 @@ HttpFrontend::HttpFrontend(ServerContext& context) : context_(context), http_(st
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options.max_body_bytes);
   http_->set_keep_alive_max_count(1u << 30);
-  http_->set_keep_alive_timeout(60);
+  // An idle keep-alive connection holds its thread this long, and stop()
+  // waits for it: short.
+  http_->set_keep_alive_timeout(2);
   http_->set_tcp_nodelay(true);
   routes();
   port_ = bindPort(*http_, options.host, options.http_port, "HTTP");
