@@ -257,9 +257,13 @@ void ServedModel::infer(InferRequest&& request, InferDone done) {
   if (!future) {
     fail_.fetch_add(1, std::memory_order_relaxed);
     fail_ns_.fetch_add(nanosSince(start), std::memory_order_relaxed);
-    flight->done(ServerError(StatusCode::kUnavailable,
-                             fmt::format("model '{}' version {}: its request queues are full; retry later", name_,
-                                         version_)));
+    flight->done(ServerError(
+        StatusCode::kUnavailable,
+        runner_->isReady()
+            ? fmt::format("model '{}' version {}: its request queues are full; retry later", name_, version_)
+            : fmt::format("model '{}' version {} is not serving now (its device is resetting after an error, or "
+                          "stopped); retry later",
+                          name_, version_)));
     return;
   }
   // on_complete owns the request from now on; the Future is not needed.
