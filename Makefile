@@ -54,7 +54,7 @@ build-tsan: setup
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz package_fuzz graph_run_fuzz plugin_fuzz
+	cmake --build --preset fuzz --target reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz package_fuzz graph_run_fuzz plugin_fuzz http_infer_fuzz
 
 demo: build
 	@mkdir -p build/demo
@@ -130,6 +130,7 @@ fuzz-run: build-fuzz
 	@scripts/fuzz package_fuzz tests/runtime/package_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz graph_run_fuzz "" "" $$(( $(FUZZ_SECONDS) / 2 ))
 	@scripts/fuzz plugin_fuzz tests/plugins/fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
+	@scripts/fuzz http_infer_fuzz tests/server/http_infer_fuzz_seeds "" $$(( $(FUZZ_SECONDS) / 4 ))
 
 # Long campaigns: each target for FUZZ_RUNS inputs (10^8 by default: hours per
 # target on 2 cores), then its finds merged into the committed corpus.
@@ -142,12 +143,13 @@ fuzz-long: build-fuzz
 	@scripts/fuzz package_fuzz tests/runtime/package_fuzz_seeds "" 0 $(FUZZ_RUNS)
 	@scripts/fuzz graph_run_fuzz "" "" 0 $(FUZZ_RUNS)
 	@scripts/fuzz plugin_fuzz tests/plugins/fuzz_seeds "" 0 $(FUZZ_RUNS)
+	@scripts/fuzz http_infer_fuzz tests/server/http_infer_fuzz_seeds "" 0 $(FUZZ_RUNS)
 	$(MAKE) --no-print-directory fuzz-merge
 
 # Minimises each target's committed corpus together with the last run's
 # (libFuzzer -merge=1: the smallest set of inputs with the same coverage).
 fuzz-merge: build-fuzz
-	@for t in reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz package_fuzz graph_run_fuzz plugin_fuzz; do \
+	@for t in reader_fuzz onnx_import_fuzz graph_codec_fuzz npy_fuzz request_fuzz package_fuzz graph_run_fuzz plugin_fuzz http_infer_fuzz; do \
 	  mkdir -p tests/fuzz/corpus/$$t build/fuzz/merged-$$t && rm -rf build/fuzz/merged-$$t/*; \
 	  build/fuzz/tests/$$t -merge=1 -max_len=8192 build/fuzz/merged-$$t tests/fuzz/corpus/$$t build/fuzz/corpus-$$t \
 	    > build/fuzz/$$t-merge.log 2>&1 || { tail -n 20 build/fuzz/$$t-merge.log; exit 1; }; \

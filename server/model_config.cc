@@ -1,5 +1,6 @@
 #include "server/model_config.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "kiln/error.h"
@@ -25,6 +26,14 @@ int64_t integer(const json& value, const std::string& key, const std::string& so
 }
 
 }  // namespace
+
+bool isValidModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name[0] == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+  });
+}
 
 ModelConfig parseModelConfig(const std::string& json_text, const std::string& source) {
   json document;

@@ -42,6 +42,11 @@ struct ModelConfig {
   VersionPolicy version_policy = VersionPolicy::kLatest;
 };
 
+// Model names are single folder names of [A-Za-z0-9_.-], at most 128
+// characters, not starting with a dot: a name from a request can never
+// reach outside the repository.
+bool isValidModelName(const std::string& name);
+
 // Parses config.json text; throws kiln::UsageError naming the file and key.
 ModelConfig parseModelConfig(const std::string& json_text, const std::string& source);
 

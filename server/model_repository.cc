@@ -30,14 +30,6 @@ std::string readFile(const std::filesystem::path& path) {
 
 }  // namespace
 
-bool isValidModelName(const std::string& name) {
-  if (name.empty() || name.size() > 128 || name[0] == '.') return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-           c == '.';
-  });
-}
-
 ModelRepository::ModelRepository(std::filesystem::path root) : root_(std::move(root)) {
   if (!std::filesystem::is_directory(root_)) {
     throw UsageError(fmt::format("the model repository {} is not a folder", root_.string()));

@@ -37,8 +37,6 @@ struct ModelIndexEntry {
   std::string reason;   // why it is not READY
 };
 
-bool isValidModelName(const std::string& name);
-
 class ModelRepository {
  public:
   explicit ModelRepository(std::filesystem::path root);
