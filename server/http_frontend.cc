@@ -70,8 +70,9 @@ HttpFrontend::HttpFrontend(ServerContext& context) : context_(context), http_(st
   http_->set_payload_max_length(options.max_body_bytes);
   http_->set_keep_alive_max_count(1u << 30);
   // An idle keep-alive connection holds its thread this long, and stop()
-  // waits for it: short.
-  http_->set_keep_alive_timeout(2);
+  // waits for it: short, but long enough that a client's pause does not
+  // race the close against its next request (clients do not retry POSTs).
+  http_->set_keep_alive_timeout(5);
   http_->set_tcp_nodelay(true);
   routes();
   port_ = bindPort(*http_, options.host, options.http_port, "HTTP");
