@@ -10,10 +10,13 @@
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
 #                    ThreadSanitizer
 #   make soak        100,000 requests through a ModelRunner with random faults, bad
-#                    requests, deadlines and cancellations (make test runs 10,000)
+#                    requests, deadlines and cancellations (make test runs 10,000),
+#                    then 100,000 through kiln serve over HTTP and gRPC (make test: 2,000)
 #   make bench       benchmarks: zero-copy open, RingBuffer against boost, the model
-#                    runner's overhead and pipelining, and six models against
-#                    onnxruntime and OpenVINO (bench/compare.py writes bench/RESULTS.md)
+#                    runner's overhead and pipelining, six models against
+#                    onnxruntime and OpenVINO (bench/compare.py writes bench/RESULTS.md),
+#                    and kiln serve under perf_analyzer against KServe's server
+#                    (bench/serve/serve_bench.py)
 #   make conformance the ONNX backend node tests through kiln and onnxruntime; writes
 #                    docs/conformance.md
 #   make fuzz        build the fuzz targets with clang and fuzz (FUZZ_SECONDS)
@@ -92,6 +95,7 @@ zoo: build
 
 soak: build
 	KILN_SOAK_REQUESTS=$(SOAK_REQUESTS) build/release/tests/runtime/kiln_soak_tests
+	KILN_SERVE_SOAK=$(SOAK_REQUESTS) KILN_BUILD_DIR=build/release $(PYTEST_SERVE) -s tests/server/test_soak.py
 
 bench: build
 	@mkdir -p build/bench
@@ -100,6 +104,7 @@ bench: build
 	build/release/bench/runner_bench
 	.venv/bin/python bench/models/make_models.py build/bench/models
 	.venv/bin/python bench/compare.py
+	.venv-serve/bin/python bench/serve/serve_bench.py
 
 conformance-data: setup
 	.venv/bin/python tests/conformance/generate_node_tests.py build/conformance/node

@@ -37,15 +37,24 @@ std::string version(const httplib::Request& req) { return req.matches.size() > 2
 int bindPort(httplib::Server& http, const std::string& host, int port, const char* what) {
   // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets
   // a second server bind the same port and silently take half the traffic.
-  http.set_socket_options([](socket_t sock) {
+  // The callback sees the listening socket; it is kept to deepen its
+  // backlog below.
+  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
+  http.set_socket_options([listening](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listening = sock;
   });
   const int bound = port == 0 ? http.bind_to_any_port(host.c_str()) : (http.bind_to_port(host.c_str(), port) ? port : -1);
   if (bound < 0) {
     throw UsageError(fmt::format("cannot listen for {} on {}:{} (in use, or not an address of this machine)", what,
                                  host, port));
   }
+  // httplib listens with a backlog of 5: a burst of new connections (a load
+  // generator starting 64 clients) overflows it, and the kernel drops their
+  // handshakes, which clients see as connections that fail. Listening again
+  // on the bound socket deepens the queue.
+  if (*listening != INVALID_SOCKET) ::listen(*listening, SOMAXCONN);
   return bound;
 }
 

@@ -60,7 +60,7 @@ def stop(process):
 def perf(model, url, protocol, concurrency, interval_ms, out_dir):
     csv_path = out_dir / f"pa-{model}-{protocol}-{concurrency}-{time.monotonic_ns()}.csv"
     args = [str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
-            "--measurement-interval", str(interval_ms), "--stability-percentage", "20", "--max-trials", "6",
+            "--measurement-interval", str(interval_ms), "--stability-percentage", "25", "--max-trials", "10",
             "-f", str(csv_path)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600)
     if result.returncode != 0 or not csv_path.exists():
