@@ -11,8 +11,6 @@
 namespace kiln::server {
 namespace {
 
-constexpr auto kRetireDrainBound = std::chrono::seconds(30);
-
 // Version folders: positive integers without leading zeros' ambiguity.
 std::optional<int64_t> versionNumber(const std::string& folder) {
   if (folder.empty() || folder.size() > 18 || folder[0] == '0') return std::nullopt;
@@ -240,10 +238,12 @@ void ModelRepository::reap() {
     const bool stopping = stopping_;
     lock.unlock();
     for (auto& model : batch) {
-      model->drain(kRetireDrainBound);
-      // Requests still finishing hold the model; the last one lets go on a
-      // runner thread, which must not destroy its runner: wait until only
-      // this reference is left.
+      // Every holder of the model is a request in flight on it or a call
+      // that found it just before the swap and is about to submit (which
+      // must still be served, so the model is not drained). Each lets go
+      // when its request is answered, the last possibly on a runner thread,
+      // which must not destroy its own runner: wait until only this
+      // reference is left, then free it here.
       while (model.use_count() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       model.reset();
     }

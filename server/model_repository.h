@@ -9,9 +9,9 @@
 //
 // Loading a model (again) builds the new versions beside the old ones and
 // swaps them in at once, so traffic never sees the model missing; the
-// replaced versions finish the requests they took, then go (retire()).
-// Unloading takes the model out of the index at once, with the same
-// draining of what it took.
+// replaced versions serve every request that reached them (even one that
+// found them just before the swap), then go (retire()). Unloading takes the
+// model out of the index at once, with the same care for what reached it.
 //
 // Thread safety: every method may be called from any number of threads;
 // loads and unloads run one at a time.
@@ -73,8 +73,8 @@ class ModelRepository {
     std::string state = "UNAVAILABLE";
     std::string reason;
   };
-  // Drains `model` and frees it once no request holds it, off the caller's
-  // thread (a runner thread must never destroy its own runner).
+  // Frees `model` once no request holds it, off the caller's thread (a
+  // runner thread must never destroy its own runner).
   void retire(std::shared_ptr<ServedModel> model);
   void reap();
 
