@@ -71,6 +71,7 @@ test-unit: build
 	KILN_BUILD_DIR=build/release $(PYTEST) tests/cli
 	PYTHONPATH=build/release/python $(PYTEST) python/tests
 	KILN_BUILD_DIR=build/release $(PYTEST_SERVE) tests/server
+	KILN_BUILD_DIR=build/release .venv-ray/bin/python -m pytest -q tests/ray
 	.venv/bin/python bench/zoo/zoo.py check
 	$(MAKE) --no-print-directory conformance-check
 
