@@ -6,7 +6,7 @@
 #                    read rendered text with a real OCR model (examples/ocr_demo.py)
 #   make zoo         the real public models of bench/zoo against onnxruntime and OpenVINO
 #   make test        unit tests, command-line tests, kiln serve's tests, a 60-second fuzz run
-#   make test-asan   the same tests under AddressSanitizer + UBSan
+#   make test-asan   the unit, command-line and kiln serve tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
 #                    ThreadSanitizer
 #   make soak        100,000 requests through a ModelRunner with random faults, bad
@@ -84,6 +84,7 @@ test: build
 test-asan: build-asan
 	ctest --test-dir build/asan --output-on-failure -j2
 	KILN_BUILD_DIR=build/asan $(PYTEST) tests/cli
+	KILN_BUILD_DIR=build/asan $(PYTEST_SERVE) tests/server
 
 # Any race report fails its test (TSan exits with 66). The suppressions
 # silence libgomp, which TSan cannot see into (tests/tsan_suppressions.txt).
