@@ -31,8 +31,11 @@ struct ModelConfig {
   // else none (requests carry whole compiled tensors). -1 turns it off.
   std::optional<int64_t> batching_dim;
   // How long a partial device batch waits for rows of other requests (the
-  // ModelRunner's timeout_ns: the queue delay).
-  std::chrono::microseconds max_queue_delay{2000};
+  // ModelRunner's timeout_ns: the queue delay). 0, as Triton's default: a
+  // batch runs with the rows there are, and requests that arrive while it
+  // runs form the next one, so batches grow with the load by themselves
+  // and a lone request never waits (bench/RESULTS.md measures both).
+  std::chrono::microseconds max_queue_delay{0};
   // Rows the model's queues hold before requests are refused with 503;
   // 0: 64 compiled batches.
   int64_t max_queue_rows = 0;

@@ -25,7 +25,7 @@ struct Options {
   int clients = 4;
   int64_t rows = 1;
   double seconds = 5;
-  int64_t queue_delay_us = 2000;
+  int64_t queue_delay_us = 0;  // the server's default
 };
 
 Options parse(int argc, char** argv) {

@@ -127,9 +127,15 @@ def test_grpc_streaming(server):
         np.testing.assert_allclose(y, Mlp(0).reference(inputs[key])["y"], rtol=1e-5, atol=1e-5)
 
 
-def test_concurrent_requests_are_batched(server):
-    """16 connections at once, each with its own thread and client."""
+def test_concurrent_requests_are_batched(start_server, tmp_path, mlp_package):
+    """16 connections at once, each with its own thread and client; a queue
+    delay of 2 ms lets their requests meet in device batches."""
     import concurrent.futures
+
+    from conftest import add_model
+    repo = tmp_path / "models"
+    add_model(repo, "mlp", mlp_package, config={"max_queue_delay_microseconds": 2000})
+    server = start_server(repo)
 
     def one(i):
         client = httpclient.InferenceServerClient(server.http_url)
