@@ -14,6 +14,11 @@ share the cores, as the client of a one-machine test must). Prints a
 markdown table and the three goals of issue 16 as ratios.
 
     .venv-serve/bin/python bench/serve/serve_bench.py [--models mlp,mobilenetv2] [--interval-ms 3000]
+
+With --pinned, the server (and the in-process run) get core 0 with one
+kernel thread and perf_analyzer core 1, so that the client's work does not
+come out of the server's share; only kiln is measured then, at concurrency
+16, against the in-process ceiling on the same core.
 """
 
 import argparse
@@ -33,9 +38,13 @@ PERF_ANALYZER = REPO / "bench/serve/perf_analyzer"
 CONCURRENCIES = [1, 4, 16, 64]
 
 
-def start(args, ready_pattern, log_path):
+SERVER_CPU, CLIENT_CPU = [], []  # taskset prefixes (--pinned)
+
+
+def start(args, ready_pattern, log_path, env=None):
     log = open(log_path, "w")
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(SERVER_CPU + args, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         found = re.search(ready_pattern, pathlib.Path(log_path).read_text())
@@ -59,7 +68,7 @@ def stop(process):
 
 def perf(model, url, protocol, concurrency, interval_ms, out_dir):
     csv_path = out_dir / f"pa-{model}-{protocol}-{concurrency}-{time.monotonic_ns()}.csv"
-    args = [str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
+    args = CLIENT_CPU + [str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
             "--measurement-interval", str(interval_ms), "--stability-percentage", "25", "--max-trials", "10",
             "-f", str(csv_path)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600)
@@ -76,7 +85,15 @@ def main():
     parser.add_argument("--models", default="mlp,mobilenetv2")
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--out", default=str(REPO / "build/bench/serve"))
+    parser.add_argument("--pinned", action="store_true", help="server on core 0, perf_analyzer on core 1")
     args = parser.parse_args()
+    concurrencies = CONCURRENCIES
+    env = None
+    if args.pinned:
+        SERVER_CPU.extend(["taskset", "-c", "0"])
+        CLIENT_CPU.extend(["taskset", "-c", "1"])
+        concurrencies = [16]
+        env = {"OMP_NUM_THREADS": "1"}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.models.split(",")
@@ -94,51 +111,69 @@ def main():
         results = {}
         server, found = start([str(KILN), "serve", "--model-repository", str(repo), "--http-port", "0",
                                "--grpc-port", "0", "--metrics-port", "-1"],
-                              r"HTTP (\d+), gRPC (\d+)", out / f"kiln-{name}.log")
+                              r"HTTP (\d+), gRPC (\d+)", out / f"kiln-{name}.log", env)
         http_port, grpc_port = found.groups()
         try:
-            for c in CONCURRENCIES:
+            for c in concurrencies:
                 results[("kiln serve", "http", c)] = perf(name, f"127.0.0.1:{http_port}", "http", c,
                                                           args.interval_ms, out)
                 results[("kiln serve", "grpc", c)] = perf(name, f"127.0.0.1:{grpc_port}", "grpc", c,
                                                           args.interval_ms, out)
         finally:
             stop(server)
-        kserve, _ = start([sys.executable, str(REPO / "bench/serve/kserve_onnx_server.py"), str(onnx_path), "--name",
-                           name, "--http-port", "18590", "--grpc-port", "18591", "--threads", "2"],
-                          r"Uvicorn running|Application startup complete", out / f"kserve-{name}.log")
-        try:
-            for c in CONCURRENCIES:
-                results[("KServe + onnxruntime", "http", c)] = perf(name, "127.0.0.1:18590", "http", c,
-                                                                     args.interval_ms, out)
-        finally:
-            stop(kserve)
-        runner = subprocess.run([str(RUNNER_THROUGHPUT), str(package), "--clients", "16", "--seconds", "5"],
-                                capture_output=True, text=True, check=True)
+        if not args.pinned:
+            run_baseline(name, onnx_path, out, args.interval_ms, results)
+        runner = subprocess.run(SERVER_CPU + [str(RUNNER_THROUGHPUT), str(package), "--clients", "16", "--seconds", "5"],
+                                capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
         in_process = float(re.search(r'"requests_per_second": ([\d.]+)', runner.stdout).group(1))
-        for (server_name, protocol, c), r in results.items():
-            if "error" in r:
-                rows.append(f"| {name} | {server_name} | {protocol} | {c} | failed: {r['error']} | | |")
-            else:
-                rows.append(f"| {name} | {server_name} | {protocol} | {c} | {r['throughput']:.0f} | "
-                            f"{r['p50_us'] / 1000:.2f} | {r['p99_us'] / 1000:.2f} |")
-        rows.append(f"| {name} | in-process ModelRunner, 16 threads | - | 16 | {in_process:.0f} | | |")
-        kiln16 = max((results[("kiln serve", p, 16)] for p in ("http", "grpc")),
-                     key=lambda r: r.get("throughput", 0))
-        base16 = results[("KServe + onnxruntime", "http", 16)]
-        kiln_http16 = results[("kiln serve", "http", 16)]
-        if "throughput" in kiln_http16 and "throughput" in base16:
-            goals.append(f"{name}: kiln serve / KServe at concurrency 16 over HTTP: "
-                         f"{kiln_http16['throughput'] / base16['throughput']:.2f}x (goal >= 3)")
-        if "throughput" in kiln16:
-            goals.append(f"{name}: kiln serve (best protocol) / in-process ModelRunner at 16: "
-                         f"{kiln16['throughput'] / in_process:.2f} (goal >= 0.9)")
-            goals.append(f"{name}: kiln serve p99 / p50 at 16: {kiln16['p99_us'] / kiln16['p50_us']:.2f} (goal < 2)")
+        rows.extend(table_rows(name, results, in_process))
+        goals.extend(goal_lines(name, results, in_process))
     table = ["| model | server | protocol | concurrency | infer/s | p50 ms | p99 ms |",
              "|---|---|---|---|---|---|---|", *rows]
     text = "\n".join(table) + "\n\n" + "\n".join(f"- {g}" for g in goals) + "\n"
-    (out / "results.md").write_text(text)
+    (out / ("results-pinned.md" if args.pinned else "results.md")).write_text(text)
     print(text)
+
+
+def run_baseline(name, onnx_path, out, interval_ms, results):
+    """KServe's server with onnxruntime over HTTP (SERVER_CPU does not apply:
+    the baseline runs only unpinned)."""
+    kserve, _ = start([sys.executable, str(REPO / "bench/serve/kserve_onnx_server.py"), str(onnx_path), "--name",
+                       name, "--http-port", "18590", "--grpc-port", "18591", "--threads", "2"],
+                      r"Uvicorn running|Application startup complete", out / f"kserve-{name}.log")
+    try:
+        for c in CONCURRENCIES:
+            results[("KServe + onnxruntime", "http", c)] = perf(name, "127.0.0.1:18590", "http", c, interval_ms, out)
+    finally:
+        stop(kserve)
+
+
+def table_rows(name, results, in_process):
+    rows = []
+    for (server_name, protocol, c), r in results.items():
+        if "error" in r:
+            rows.append(f"| {name} | {server_name} | {protocol} | {c} | failed: {r['error']} | | |")
+        else:
+            rows.append(f"| {name} | {server_name} | {protocol} | {c} | {r['throughput']:.0f} | "
+                        f"{r['p50_us'] / 1000:.2f} | {r['p99_us'] / 1000:.2f} |")
+    rows.append(f"| {name} | in-process ModelRunner, 16 threads | - | 16 | {in_process:.0f} | | |")
+    return rows
+
+
+def goal_lines(name, results, in_process):
+    goals = []
+    measured = [results[("kiln serve", p, 16)] for p in ("http", "grpc") if "throughput" in results[("kiln serve", p, 16)]]
+    base16 = results.get(("KServe + onnxruntime", "http", 16), {})
+    kiln_http16 = results[("kiln serve", "http", 16)]
+    if "throughput" in kiln_http16 and "throughput" in base16:
+        goals.append(f"{name}: kiln serve / KServe at concurrency 16 over HTTP: "
+                     f"{kiln_http16['throughput'] / base16['throughput']:.2f}x (goal >= 3)")
+    if measured:
+        best = max(measured, key=lambda r: r["throughput"])
+        goals.append(f"{name}: kiln serve (best protocol) / in-process ModelRunner at 16: "
+                     f"{best['throughput'] / in_process:.2f} (goal >= 0.9)")
+        goals.append(f"{name}: kiln serve p99 / p50 at 16: {best['p99_us'] / best['p50_us']:.2f} (goal < 2)")
+    return goals
 
 
 if __name__ == "__main__":
