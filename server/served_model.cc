@@ -197,8 +197,7 @@ void ServedModel::infer(InferRequest&& request, InferDone done) {
   try {
     flight->rows = validate(request);
   } catch (const ServerError& error) {
-    fail_.fetch_add(1, std::memory_order_relaxed);
-    fail_ns_.fetch_add(nanosSince(start), std::memory_order_relaxed);
+    countFailure(nanosSince(start));
     flight->done(error);
     return;
   }
@@ -249,14 +248,12 @@ void ServedModel::infer(InferRequest&& request, InferDone done) {
   } catch (...) {
     // Refused before it was enqueued (on_complete never runs).
     ServerError error = errorFromRunner(std::current_exception());
-    fail_.fetch_add(1, std::memory_order_relaxed);
-    fail_ns_.fetch_add(nanosSince(start), std::memory_order_relaxed);
+    countFailure(nanosSince(start));
     flight->done(std::move(error));
     return;
   }
   if (!future) {
-    fail_.fetch_add(1, std::memory_order_relaxed);
-    fail_ns_.fetch_add(nanosSince(start), std::memory_order_relaxed);
+    countFailure(nanosSince(start));
     flight->done(ServerError(
         StatusCode::kUnavailable,
         runner_->isReady()
@@ -273,8 +270,7 @@ void ServedModel::infer(InferRequest&& request, InferDone done) {
 void ServedModel::finish(InFlight& flight, const std::exception_ptr& error) {
   const uint64_t elapsed = nanosSince(flight.start);
   if (error) {
-    fail_.fetch_add(1, std::memory_order_relaxed);
-    fail_ns_.fetch_add(elapsed, std::memory_order_relaxed);
+    countFailure(elapsed);
     flight.done(errorFromRunner(error));
     return;
   }
@@ -293,15 +289,9 @@ void ServedModel::finish(InFlight& flight, const std::exception_ptr& error) {
   flight.done(std::move(response));
 }
 
-ServedModelCounters ServedModel::counters() const {
-  ServedModelCounters c;
-  c.success = success_.load(std::memory_order_relaxed);
-  c.success_ns = success_ns_.load(std::memory_order_relaxed);
-  c.fail = fail_.load(std::memory_order_relaxed);
-  c.fail_ns = fail_ns_.load(std::memory_order_relaxed);
-  c.inference_count = inference_count_.load(std::memory_order_relaxed);
-  c.last_inference_ms = last_inference_ms_.load(std::memory_order_relaxed);
-  return c;
+void ServedModel::countFailure(uint64_t nanoseconds) {
+  fail_.fetch_add(1, std::memory_order_relaxed);
+  fail_ns_.fetch_add(nanoseconds, std::memory_order_relaxed);
 }
 
 std::vector<int64_t> ServedModel::configDims(const TensorSpec& tensor) const {
@@ -310,16 +300,15 @@ std::vector<int64_t> ServedModel::configDims(const TensorSpec& tensor) const {
 }
 
 ServedModelStatistics ServedModel::statistics() const {
-  const ServedModelCounters c = counters();
   const RunnerStatistics runner = runner_->statistics();
   ServedModelStatistics s;
-  s.last_inference_ms = c.last_inference_ms;
-  s.inference_count = c.inference_count;
+  s.last_inference_ms = last_inference_ms_.load(std::memory_order_relaxed);
+  s.inference_count = inference_count_.load(std::memory_order_relaxed);
   s.execution_count = runner.batches_run;
-  s.success_count = c.success;
-  s.success_ns = c.success_ns;
-  s.fail_count = c.fail;
-  s.fail_ns = c.fail_ns;
+  s.success_count = success_.load(std::memory_order_relaxed);
+  s.success_ns = success_ns_.load(std::memory_order_relaxed);
+  s.fail_count = fail_.load(std::memory_order_relaxed);
+  s.fail_ns = fail_ns_.load(std::memory_order_relaxed);
   s.queue_count = runner.timed;
   s.queue_ns = static_cast<uint64_t>(runner.queue_seconds * 1e9);
   s.compute_count = runner.timed;

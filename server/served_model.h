@@ -44,14 +44,6 @@ struct TensorSpec {
 using InferResult = std::variant<InferResponse, ServerError>;
 using InferDone = std::function<void(InferResult&&)>;
 
-// Cumulative counts for the statistics extension and the metrics.
-struct ServedModelCounters {
-  uint64_t success = 0, success_ns = 0;  // requests answered, and their time in the server
-  uint64_t fail = 0, fail_ns = 0;
-  uint64_t inference_count = 0;          // rows answered successfully
-  uint64_t last_inference_ms = 0;        // since the epoch
-};
-
 // The statistics extension's view of a model version.
 struct ServedModelStatistics {
   uint64_t last_inference_ms = 0;
@@ -92,7 +84,6 @@ class ServedModel : public std::enable_shared_from_this<ServedModel> {
   // Stops taking requests and waits up to `bound` for those taken.
   bool drain(std::chrono::nanoseconds bound);
 
-  ServedModelCounters counters() const;
   ServedModelStatistics statistics() const;
   RunnerStatistics runnerStatistics() const { return runner_->statistics(); }
   std::vector<std::string> deviceIds() const { return runner_->deviceIds(); }
@@ -104,6 +95,7 @@ class ServedModel : public std::enable_shared_from_this<ServedModel> {
   // without batching); throws ServerError(kInvalidArgument).
   int64_t validate(const InferRequest& request) const;
   void finish(InFlight& flight, const std::exception_ptr& error);
+  void countFailure(uint64_t nanoseconds);
 
   std::string name_;
   std::string version_;
