@@ -7,8 +7,8 @@
 #   make zoo         the real public models of bench/zoo against onnxruntime and OpenVINO
 #   make test        unit tests, command-line tests, kiln serve's tests, a 60-second fuzz run
 #   make test-asan   the unit, command-line and kiln serve tests under AddressSanitizer + UBSan
-#   make test-tsan   the runtime's and the devices' tests (ctest label tsan) under
-#                    ThreadSanitizer
+#   make test-tsan   the runtime's, the devices' and the server's threads tests (ctest
+#                    label tsan) under ThreadSanitizer
 #   make soak        100,000 requests through a ModelRunner with random faults, bad
 #                    requests, deadlines and cancellations (make test runs 10,000),
 #                    then 100,000 through kiln serve over HTTP and gRPC (make test: 2,000)
@@ -53,7 +53,7 @@ build-asan: setup
 # Only the runtime's tests: they are the threaded ones.
 build-tsan: setup
 	cmake --preset tsan $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests kiln_soak_tests
+	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests kiln_soak_tests kiln_server_tests
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null

@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-#include <array>
 #include <cstdio>
 #include <unistd.h>
 #include <fmt/format.h>
@@ -10,16 +9,26 @@
 namespace kiln::server {
 namespace {
 
-// Seconds; the buckets of the request latency histogram.
-constexpr std::array<double, 16> kLatencyBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0,  10.0};
-
 void header(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
 std::string labels(const std::string& model, const std::string& version) {
   return fmt::format("model=\"{}\",version=\"{}\"", model, version);
+}
+
+// One time histogram's series: `counts` per bucket of kTimeBucketSeconds
+// (then +Inf), cumulated as Prometheus wants.
+void timeHistogram(std::string& out, const char* name, const std::string& l, const TimeHistogram& counts,
+                   double sum) {
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < kTimeBucketSeconds.size(); ++b) {
+    cumulative += counts[b];
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, l, kTimeBucketSeconds[b], cumulative);
+  }
+  cumulative += counts.back();
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, l, cumulative);
+  out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, l, sum, name, l, cumulative);
 }
 
 }  // namespace
@@ -31,12 +40,8 @@ void Metrics::observeRequest(const std::string& model, const std::string& versio
   std::lock_guard lock(mutex_);
   ++requests_[RequestKey{model, version, std::string(protocol), std::string(outcome)}];
   Histogram& histogram = latency_[ModelKey{model, version}];
-  if (histogram.counts.empty()) histogram.counts.assign(kLatencyBounds.size() + 1, 0);
-  size_t bucket = 0;
-  while (bucket < kLatencyBounds.size() && seconds > kLatencyBounds[bucket]) ++bucket;
-  ++histogram.counts[bucket];
+  ++histogram.counts[timeBucket(seconds)];
   histogram.sum += seconds;
-  ++histogram.count;
 }
 
 std::string Metrics::render(const ModelRepository& repository) const {
@@ -52,16 +57,8 @@ std::string Metrics::render(const ModelRepository& repository) const {
     header(out, "kiln_request_duration_seconds", "histogram",
            "Time from a request's arrival to its answer, in the server.");
     for (const auto& [key, histogram] : latency_) {
-      const std::string l = labels(key.first, key.second);
-      uint64_t cumulative = 0;
-      for (size_t b = 0; b < kLatencyBounds.size(); ++b) {
-        cumulative += histogram.counts[b];
-        out += fmt::format("kiln_request_duration_seconds_bucket{{{},le=\"{}\"}} {}\n", l, kLatencyBounds[b],
-                           cumulative);
-      }
-      out += fmt::format("kiln_request_duration_seconds_bucket{{{},le=\"+Inf\"}} {}\n", l, histogram.count);
-      out += fmt::format("kiln_request_duration_seconds_sum{{{}}} {}\n", l, histogram.sum);
-      out += fmt::format("kiln_request_duration_seconds_count{{{}}} {}\n", l, histogram.count);
+      timeHistogram(out, "kiln_request_duration_seconds", labels(key.first, key.second), histogram.counts,
+                    histogram.sum);
     }
   }
 
@@ -73,18 +70,12 @@ std::string Metrics::render(const ModelRepository& repository) const {
   for (const auto& [l, s] : stats) out += fmt::format("kiln_inflight_requests{{{}}} {}\n", l, s.in_flight);
   header(out, "kiln_refused_requests_total", "counter", "Requests refused because the model's queues were full.");
   for (const auto& [l, s] : stats) out += fmt::format("kiln_refused_requests_total{{{}}} {}\n", l, s.refused);
-  header(out, "kiln_queue_seconds", "summary",
-         "Time requests waited for a device batch (sampled: one request in 8).");
-  for (const auto& [l, s] : stats) {
-    out += fmt::format("kiln_queue_seconds_sum{{{}}} {}\nkiln_queue_seconds_count{{{}}} {}\n", l, s.queue_seconds, l,
-                       s.timed);
-  }
-  header(out, "kiln_compute_seconds", "summary",
-         "Time from a request's first rows starting on the device to its last rows' answer (sampled: one in 8).");
-  for (const auto& [l, s] : stats) {
-    out += fmt::format("kiln_compute_seconds_sum{{{}}} {}\nkiln_compute_seconds_count{{{}}} {}\n", l, s.run_seconds,
-                       l, s.timed);
-  }
+  header(out, "kiln_queue_duration_seconds", "histogram",
+         "Time from a request's arrival at its model's runner until the device took its first rows.");
+  for (const auto& [l, s] : stats) timeHistogram(out, "kiln_queue_duration_seconds", l, s.queue_histogram, s.queue_seconds);
+  header(out, "kiln_compute_duration_seconds", "histogram",
+         "Time from a request's first rows starting on the device to its last rows' answer.");
+  for (const auto& [l, s] : stats) timeHistogram(out, "kiln_compute_duration_seconds", l, s.run_histogram, s.run_seconds);
   header(out, "kiln_batch_rows", "histogram", "Request rows carried by each device batch run (the rest was padding).");
   for (const auto& [l, s] : stats) {
     uint64_t cumulative = 0;

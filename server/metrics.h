@@ -2,9 +2,9 @@
 // `GET /metrics` on the metrics port answers (docs/serving.md lists them).
 //
 // Request counts and latency histograms are recorded here as requests
-// finish; the rest (queue and compute time, device batch sizes, requests
-// in flight, resets) is read from each loaded model's ModelRunner when the
-// page is rendered, so serving pays nothing for it.
+// finish; the rest (queue and compute time histograms, device batch sizes,
+// requests in flight, refusals) is read from each loaded model's
+// ModelRunner's statistics when the page is rendered.
 //
 // Thread safety: every method may be called from any number of threads.
 #pragma once
@@ -15,6 +15,8 @@
 #include <string_view>
 #include <tuple>
 #include <vector>
+
+#include "kiln/runner_statistics.h"
 
 namespace kiln::server {
 
@@ -31,9 +33,8 @@ class Metrics {
 
  private:
   struct Histogram {
-    std::vector<uint64_t> counts;  // per bucket of kLatencyBounds, then +Inf
+    TimeHistogram counts{};  // per bucket of kTimeBucketSeconds, then +Inf
     double sum = 0;
-    uint64_t count = 0;
   };
   using RequestKey = std::tuple<std::string, std::string, std::string, std::string>;  // model, version, protocol, outcome
   using ModelKey = std::pair<std::string, std::string>;

@@ -51,6 +51,11 @@ ModelConfig parseModelConfig(const std::string& json_text, const std::string& so
       config.batching_dim = integer(value, key, source, -1, 7);
     } else if (key == "max_queue_delay_microseconds") {
       config.max_queue_delay = std::chrono::microseconds(integer(value, key, source, 0, 10'000'000));
+    } else if (key == "adaptive_queue_delay") {
+      if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > 1) {
+        refuse(source, "\"adaptive_queue_delay\" must be a number in [0, 1]");
+      }
+      config.adaptive_queue_delay = value.get<double>();
     } else if (key == "max_queue_rows") {
       config.max_queue_rows = integer(value, key, source, 0, int64_t{1} << 24);
     } else if (key == "instances") {
@@ -76,7 +81,8 @@ ModelConfig parseModelConfig(const std::string& json_text, const std::string& so
     } else {
       refuse(source,
              "unknown key \"" + key +
-                 "\" (known: max_batch_size, batching_dim, max_queue_delay_microseconds, max_queue_rows, "
+                 "\" (known: max_batch_size, batching_dim, max_queue_delay_microseconds, adaptive_queue_delay, "
+                 "max_queue_rows, "
                  "instances, threads, device, version_policy)");
     }
   }

@@ -36,6 +36,12 @@ struct ModelConfig {
   // runs form the next one, so batches grow with the load by themselves
   // and a lone request never waits (bench/RESULTS.md measures both).
   std::chrono::microseconds max_queue_delay{0};
+  // While requests come concurrently, a partial batch also waits up to
+  // this fraction of the model's recent batch run time (the ModelRunner's
+  // adaptive_timeout): the clients the last batch answered send their next
+  // requests meanwhile, and a batch that costs as much with 1 row as with
+  // 8 runs full. A lone client never waits. 0: off.
+  double adaptive_queue_delay = 0.1;
   // Rows the model's queues hold before requests are refused with 503;
   // 0: 64 compiled batches.
   int64_t max_queue_rows = 0;

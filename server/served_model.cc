@@ -91,10 +91,12 @@ ServedModel::ServedModel(std::string name, std::string version, const std::files
 
   ModelRunnerConfig runner_config;
   runner_config.timeout_ns = config.max_queue_delay;
+  runner_config.adaptive_timeout = config.adaptive_queue_delay;
   runner_config.batching_dim = batching_dim_ >= 0 ? static_cast<uint32_t>(batching_dim_) : kNoBatchDim;
   runner_config.replication_factor = config.instances;
   runner_config.device_kind = config.device_kind;
   runner_config.threads = config.threads;
+  runner_config.statistics_sample_every = 1;  // the metrics' queue and compute histograms count every request
   // Ring buffers hold pointers into the requests, so deep queues are
   // cheap; their depth is the back-pressure bound.
   const int64_t rows_per_batch = compiledRows(*reader, batching_dim_);

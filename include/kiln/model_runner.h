@@ -81,6 +81,14 @@ struct ModelRunnerConfig {
   std::string model;                        // which model of the package; empty: its only one
   int threads = 0;                          // kernel threads per replica; 0: the device's
   bool flush_denormals = true;              // as ExecutorOptions::flush_denormals
+  // While requests come concurrently, a partial batch waits up to this
+  // fraction of the recent batch run time when that is longer than
+  // timeout_ns (SessionOptions::adaptive_timeout); 0: off.
+  double adaptive_timeout = 0;
+  // Requests timed for statistics(): one in this many (1: every one). Two
+  // clock reads and a few atomics are a measurable share of a request that
+  // takes microseconds; a server, whose requests cost far more, times all.
+  uint32_t statistics_sample_every = 8;
 };
 
 // Per-request controls (kiln's additions).

@@ -3,9 +3,10 @@
 //
 // Requests are counted once, when they complete: succeeded, or failed by
 // class. A request refused by tryExecuteAsync is counted as refused and
-// not submitted. Times are per request, on a sample of requests: queue
-// time from the call until the main loop took its first rows, run time
-// from then until its last rows were answered (requests that never
+// not submitted. Times are per request, on a sample of requests
+// (ModelRunnerConfig::statistics_sample_every; every request when 1):
+// queue time from the call until the main loop took its first rows, run
+// time from then until its last rows were answered (requests that never
 // started count in neither).
 //
 // Thread safety: the counters are atomics; a snapshot is consistent per
@@ -13,10 +14,26 @@
 // shows as completed).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace kiln {
+
+// Upper bounds, in seconds, of the buckets of RunnerStatistics' time
+// histograms (a last bucket holds everything slower): the Prometheus
+// convention of 1, 2.5, 5 per decade, from 100 us to 10 s.
+inline constexpr std::array<double, 16> kTimeBucketSeconds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                           0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                                           1.0,    2.5,     5.0,    10.0};
+using TimeHistogram = std::array<uint64_t, kTimeBucketSeconds.size() + 1>;
+
+// The bucket of kTimeBucketSeconds that `seconds` falls in.
+inline size_t timeBucket(double seconds) {
+  size_t bucket = 0;
+  while (bucket < kTimeBucketSeconds.size() && seconds > kTimeBucketSeconds[bucket]) ++bucket;
+  return bucket;
+}
 
 struct RunnerStatistics {
   uint64_t submitted = 0;    // requests accepted (enqueued or answered at once)
@@ -38,14 +55,17 @@ struct RunnerStatistics {
   // replica.
   std::vector<uint64_t> rows_histogram;
 
-  // Queue and run times, measured on one request in 8 (timing every one
-  // would cost a microseconds-long request a measurable share): `timed`
-  // such requests completed after they started, with these sums and maxima.
+  // Queue and run times, measured on one request in
+  // ModelRunnerConfig::statistics_sample_every: `timed` such requests
+  // completed after they started, with these sums, maxima and histograms
+  // (per bucket of kTimeBucketSeconds, not cumulative).
   uint64_t timed = 0;
   double queue_seconds = 0;
   double run_seconds = 0;
   double max_queue_seconds = 0;
   double max_run_seconds = 0;
+  TimeHistogram queue_histogram{};
+  TimeHistogram run_histogram{};
 };
 
 }  // namespace kiln

@@ -54,6 +54,7 @@ struct Gathering {
 
 struct MainLoop::Slot {
   MainLoop* loop = nullptr;
+  std::chrono::steady_clock::time_point submitted;  // with an adaptive timeout only
   std::vector<std::vector<Part>> in_parts, out_parts;
   std::vector<DeviceBuffer> in_device, out_device;
   std::vector<HostBuffer> in_host, out_host;
@@ -118,6 +119,7 @@ struct SlotCallbacks {
     // its batch counted; a failure is recorded before the answers too, so
     // that a caller who saw the error finds the session failing.
     loop.config_.batches->fetch_add(1, std::memory_order_relaxed);
+    if (loop.config_.adaptive_timeout > 0 && !slot.error) loop.recordBatchTime(slot.submitted);
     if (slot.error && !slot.caller_error) loop.recordFailure(slot.error);
     for (const Completion& completion : slot.completions) completion.done(completion.context, completion.rows, slot.error);
     slot.busy.store(false, std::memory_order_release);
@@ -382,6 +384,28 @@ void MainLoop::flushRest(Slot& slot, const std::string& waiting_for, bool call_b
   config_.flushed->fetch_add(1, std::memory_order_relaxed);
 }
 
+void MainLoop::recordBatchTime(std::chrono::steady_clock::time_point submitted) {
+  const int64_t ran = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - submitted).count();
+  // A moving average over about 4 batches; concurrent finishes may lose
+  // an update, which only makes the average a little older.
+  const int64_t average = batch_ns_.load(std::memory_order_relaxed);
+  batch_ns_.store(average == 0 ? ran : (3 * average + ran) / 4, std::memory_order_relaxed);
+}
+
+std::chrono::nanoseconds MainLoop::batchTimeout(const Slot& slot, bool rows_waiting) {
+  if (config_.adaptive_timeout <= 0) return config_.timeout;
+  // Signs of concurrent callers besides the last batch's requests: rows
+  // that were waiting before this batch began came while the last one ran;
+  // a batch still on the device holds other callers' requests.
+  const bool other_running = std::any_of(slots_.begin(), slots_.end(), [&](const std::unique_ptr<Slot>& other) {
+    return other.get() != &slot && other->busy.load(std::memory_order_acquire);
+  });
+  if (!concurrent_ && !rows_waiting && !other_running) return config_.timeout;
+  const auto adaptive = std::chrono::nanoseconds(
+      static_cast<int64_t>(config_.adaptive_timeout * static_cast<double>(batch_ns_.load(std::memory_order_relaxed))));
+  return std::max(config_.timeout, adaptive);
+}
+
 MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop) {
   const auto& input_queues = config_.queues->inputQueues();
   const auto& output_queues = config_.queues->outputQueues();
@@ -404,6 +428,10 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
 
   bool any = false;
   std::chrono::steady_clock::time_point started;
+  // Rows waiting before the batch begins came while the last one ran: a
+  // sign of concurrent callers for the adaptive timeout.
+  const bool rows_waiting = !slot.gathering.empty() && slot.gathering[0].queue->front() != nullptr;
+  std::chrono::nanoseconds timeout{0};
   auto complete = [&] {
     return std::all_of(slot.gathering.begin(), slot.gathering.end(), [](const Gathering& g) { return g.need == 0; });
   };
@@ -430,8 +458,11 @@ MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop
     if (any) {
       // The clock starts when the batch is first found partial (a batch
       // that fills at once never reads it).
-      if (started == std::chrono::steady_clock::time_point{}) started = std::chrono::steady_clock::now();
-      remaining = config_.timeout - (std::chrono::steady_clock::now() - started);
+      if (started == std::chrono::steady_clock::time_point{}) {
+        started = std::chrono::steady_clock::now();
+        timeout = batchTimeout(slot, rows_waiting);
+      }
+      remaining = timeout - (std::chrono::steady_clock::now() - started);
       if (remaining.count() <= 0) {
         flushRest(slot, waitingFor(), true);
         return Gather::kComplete;
@@ -616,6 +647,10 @@ void MainLoop::run(const std::atomic<bool>& stop) {
       break;
     }
     if (gathered == Gather::kEmpty) break;
+    if (config_.adaptive_timeout > 0 && !slot.part_lists.empty()) {
+      // Parts of several requests (a flushed batch's last part is padding).
+      concurrent_ = slot.part_lists[0]->size() > (slot.padded_rows > 0 ? 2u : 1u);
+    }
     if (config_.rows_histogram != nullptr && !slot.gathering.empty()) {
       const uint64_t rows = slot.gathering[0].queue->layout().batch_rows - slot.padded_rows;
       config_.rows_histogram[rows].fetch_add(1, std::memory_order_relaxed);
@@ -630,6 +665,7 @@ void MainLoop::run(const std::atomic<bool>& stop) {
       SlotCallbacks::finish(slot);
       break;
     }
+    if (config_.adaptive_timeout > 0) slot.submitted = std::chrono::steady_clock::now();
     if (host_memory_) {
       runInline(slot);
     } else {

@@ -13,6 +13,16 @@
 //     on the device threads while this thread gathers the next batch, so
 //     transfers overlap compute.
 //
+// Queue delay: a partial batch waits up to the timeout for more rows. With
+// an adaptive timeout it waits longer, up to a fraction of the recent batch
+// run time, but only while requests come concurrently: then the callers
+// that the last batch answered are about to send their next requests, and
+// waiting a little for them makes one full batch instead of two partial
+// ones (a batch costs the same with 1 row as with all). A lone caller never
+// waits for it. Signs of concurrency: the last batch carried parts of
+// several requests, rows were queued before this batch began, or another
+// batch is still on the device.
+//
 // Invariants: a slot is busy from submission until its last job's done has
 // called every completion of its entries; the loop reuses a slot only when
 // it is free; the first device error stops the loop, which waits for the
@@ -51,6 +61,8 @@ struct MainLoopConfig {
   std::vector<MainInputSource> inputs;  // per Executable::mainInputs()
   std::vector<int> outputs;             // per mainOutputs(): index in outputQueues()
   std::chrono::nanoseconds timeout{0};
+  // SessionOptions::adaptive_timeout (0: off).
+  double adaptive_timeout = 0;
   const FlushCallback* flush_callback = nullptr;
   const std::function<void(const std::exception_ptr&)>* on_failure = nullptr;
   uint32_t depth = 1;
@@ -78,6 +90,11 @@ class MainLoop {
   enum class Gather { kComplete, kEmpty, kStopped };
   Gather gatherBatch(Slot& slot, const std::atomic<bool>& stop);
   void flushRest(Slot& slot, const std::string& waiting_for, bool call_back);
+  // The adaptive timeout (see the top): how long this partial batch may wait.
+  // Called when `slot` is first found partial; `rows_waiting`: rows were
+  // queued before it began.
+  std::chrono::nanoseconds batchTimeout(const Slot& slot, bool rows_waiting);
+  void recordBatchTime(std::chrono::steady_clock::time_point submitted);
   void runInline(Slot& slot);
   void submit(Slot& slot);
   void recordFailure(const std::exception_ptr& error);
@@ -94,6 +111,12 @@ class MainLoop {
   std::mutex error_mutex_;
   std::exception_ptr error_;
   uint64_t feed_index_ = 0;
+  // The adaptive timeout's state: a moving average of the batches' run
+  // times, from submission to answer (written where batches finish, on
+  // device threads), and whether requests came concurrently of late
+  // (the loop's thread only).
+  std::atomic<int64_t> batch_ns_{0};
+  bool concurrent_ = false;
 
   friend struct SlotCallbacks;
 };

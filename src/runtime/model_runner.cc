@@ -199,6 +199,9 @@ ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunn
   const uint32_t n = m.config.replication_factor;
   if (n == 0) throw UsageError("replication_factor must be at least 1");
   if (m.config.ring_buffer_size_multiplier == 0) throw UsageError("ring_buffer_size_multiplier must be at least 1");
+  if (m.config.statistics_sample_every == 0) throw UsageError("statistics_sample_every must be at least 1");
+  if (!(m.config.adaptive_timeout >= 0)) throw UsageError("adaptive_timeout must be a fraction >= 0");
+  m.counters.timed_every = m.config.statistics_sample_every;
   const Metadata& metadata = chooseMetadata(*m.package, m.config.model);
   if (metadata.replication_factor > 1 && metadata.replication_factor != n) {
     throw UsageError(fmt::format("the model was compiled for {} replicas; ModelRunnerConfig::replication_factor is {}",
@@ -219,6 +222,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const PackageReader> package, ModelRunn
   }
   SessionOptions session_options;
   session_options.timeout = m.config.timeout_ns;
+  session_options.adaptive_timeout = m.config.adaptive_timeout;
   session_options.flush_callback = m.config.flush_callback;
   session_options.pipeline_depth = m.config.pipeline_depth;
   session_options.executable.threads = m.config.threads;
@@ -699,6 +703,10 @@ RunnerStatistics ModelRunner::statistics() const {
   stats.run_seconds = static_cast<double>(load(c.run_ns)) * 1e-9;
   stats.max_queue_seconds = static_cast<double>(load(c.max_queue_ns)) * 1e-9;
   stats.max_run_seconds = static_cast<double>(load(c.max_run_ns)) * 1e-9;
+  for (size_t b = 0; b < stats.queue_histogram.size(); ++b) {
+    stats.queue_histogram[b] = load(c.queue_histogram[b]);
+    stats.run_histogram[b] = load(c.run_histogram[b]);
+  }
   return stats;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -23,15 +24,17 @@ struct RunnerCounters {
   std::atomic<uint64_t> submitted{0}, refused{0}, in_flight{0}, succeeded{0};
   std::atomic<uint64_t> cancelled{0}, deadline_exceeded{0}, usage_errors{0}, application_errors{0},
       recoverable_errors{0}, unknown_errors{0};
-  // Queue and run times of the timed requests (one in kTimedEvery, chosen
-  // by `sequence`): two clock reads and a few atomics per request would be
-  // a measurable share of a microseconds-long request.
-  static constexpr uint64_t kTimedEvery = 8;
+  // Queue and run times of the timed requests (one in `timed_every`,
+  // ModelRunnerConfig::statistics_sample_every, chosen by `sequence`).
+  uint64_t timed_every = 8;  // set before the first request, then read only
   std::atomic<uint64_t> sequence{0};
   std::atomic<uint64_t> timed{0}, queue_ns{0}, run_ns{0}, max_queue_ns{0}, max_run_ns{0};
+  std::array<std::atomic<uint64_t>, kTimeBucketSeconds.size() + 1> queue_histogram{}, run_histogram{};
 
   // Whether the next request is timed.
-  bool timeNext() { return sequence.fetch_add(1, std::memory_order_relaxed) % kTimedEvery == 0; }
+  bool timeNext() {
+    return timed_every == 1 || sequence.fetch_add(1, std::memory_order_relaxed) % timed_every == 0;
+  }
 
   // A request completed with `error` (null: success); `admission` says
   // whether and when it started (for timed requests).
@@ -51,6 +54,8 @@ struct RunnerCounters {
       run_ns.fetch_add(ran, std::memory_order_relaxed);
       raise(max_queue_ns, queued);
       raise(max_run_ns, ran);
+      queue_histogram[timeBucket(static_cast<double>(queued) * 1e-9)].fetch_add(1, std::memory_order_relaxed);
+      run_histogram[timeBucket(static_cast<double>(ran) * 1e-9)].fetch_add(1, std::memory_order_relaxed);
     }
     in_flight.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -169,6 +169,7 @@ void Session::runMainPrograms() {
   config.inputs = m.input_sources;
   for (size_t j = 0; j < m.user_outputs.size(); ++j) config.outputs.push_back(static_cast<int>(j));
   config.timeout = m.options.timeout;
+  config.adaptive_timeout = m.options.adaptive_timeout;
   config.flush_callback = &m.options.flush_callback;
   config.on_failure = &m.options.on_failure;
   config.depth = m.options.pipeline_depth;

@@ -50,11 +50,10 @@ class RunnerControls : public ::testing::TestWithParam<DeviceKind> {
   // and the queues hold 16 requests (beyond the 3 batches in flight).
   // `batching`: requests of any number of rows, partial batches flushed
   // after 50 ms.
-  std::unique_ptr<ModelRunner> runner(bool slow = false, bool batching = false) {
+  std::unique_ptr<ModelRunner> runner(bool slow = false, bool batching = false, ModelRunnerConfig config = {}) {
     SimDeviceConfig sim;
     if (slow) sim.transfer_latency_ns = 20'000'000;
     manager_ = std::make_unique<DeviceManager>(simOptions(1, sim));
-    ModelRunnerConfig config;
     config.device_kind = GetParam();
     config.device_manager = manager_.get();
     if (slow) config.ring_buffer_size_multiplier = 16;
@@ -228,6 +227,28 @@ TEST_P(RunnerControls, StatisticsCountWhatHappened) {
   EXPECT_GE(stats.max_run_seconds, stats.run_seconds - 1e-12);
   ASSERT_EQ(stats.rows_histogram.size(), 2u);  // no batching_dim: a batch is one whole tensor
   EXPECT_EQ(stats.rows_histogram[1], 5u);
+  uint64_t in_buckets = 0;
+  for (uint64_t count : stats.run_histogram) in_buckets += count;
+  EXPECT_EQ(in_buckets, 1u);
+}
+
+TEST_P(RunnerControls, StatisticsCanTimeEveryRequest) {
+  ModelRunnerConfig config;
+  config.statistics_sample_every = 1;
+  auto r = runner(/*slow=*/false, /*batching=*/false, config);
+  const std::vector<float> x = rows(kBatch, 7.0f);
+  for (int i = 0; i < 5; ++i) r->execute(inputOf(x));
+  const RunnerStatistics stats = r->statistics();
+  EXPECT_EQ(stats.timed, 5u);
+  uint64_t queued = 0, ran = 0;
+  for (size_t b = 0; b < stats.queue_histogram.size(); ++b) {
+    queued += stats.queue_histogram[b];
+    ran += stats.run_histogram[b];
+  }
+  EXPECT_EQ(queued, 5u);
+  EXPECT_EQ(ran, 5u);
+  config.statistics_sample_every = 0;
+  EXPECT_THROW(runner(/*slow=*/false, /*batching=*/false, config), UsageError);
 }
 
 TEST_P(RunnerControls, StatisticsAreReadableWhileRequestsRun) {
@@ -252,6 +273,56 @@ TEST_P(RunnerControls, StatisticsAreReadableWhileRequestsRun) {
   running = false;
   reader.join();
   EXPECT_EQ(r->statistics().succeeded, 150u);
+}
+
+// The adaptive timeout: two callers in a closed loop (each sends its next
+// request when the last is answered) meet in full batches, where with no
+// timeout their requests would go out one per batch; a lone caller's
+// requests do not wait for it.
+TEST_P(RunnerControls, AdaptiveTimeoutMergesConcurrentCallers) {
+  if (GetParam() != DeviceKind::kSim) GTEST_SKIP() << "needs the slow sim device";
+  ModelRunnerConfig config;
+  config.batching_dim = 0;
+  config.timeout_ns = std::chrono::nanoseconds(0);
+  config.adaptive_timeout = 0.5;
+  auto r = runner(/*slow=*/true, /*batching=*/false, config);
+  auto caller = [&](float start) {
+    for (int i = 0; i < 6; ++i) {
+      const std::vector<float> x = rows(2, start + static_cast<float>(i));
+      std::vector<float> y(x.size());
+      r->execute(inputOf(x), outputOf(y));
+      EXPECT_TRUE(matches(y, x));
+    }
+  };
+  std::thread first(caller, 1.0f), second(caller, 100.0f);
+  first.join();
+  second.join();
+  const RunnerStatistics stats = r->statistics();
+  ASSERT_EQ(stats.rows_histogram.size(), static_cast<size_t>(kBatch + 1));
+  // 12 requests of 2 rows: after the first batch or two (the run time is
+  // not known yet), in batches of both callers' rows. Without the adaptive
+  // timeout the callers take turns: 9 batches, 3 of them full.
+  EXPECT_GE(stats.rows_histogram[kBatch], 5u) << "full batches of " << stats.batches_run;
+  EXPECT_LE(stats.batches_run, 7u);
+}
+
+TEST_P(RunnerControls, AdaptiveTimeoutLeavesALoneCallerAlone) {
+  if (GetParam() != DeviceKind::kSim) GTEST_SKIP() << "needs the slow sim device";
+  // Mean time from a request's start to its answer, for one caller.
+  auto meanRunSeconds = [&](double adaptive) {
+    ModelRunnerConfig config;
+    config.batching_dim = 0;
+    config.timeout_ns = std::chrono::nanoseconds(0);
+    config.adaptive_timeout = adaptive;
+    config.statistics_sample_every = 1;
+    auto r = runner(/*slow=*/true, /*batching=*/false, config);
+    for (int i = 0; i < 5; ++i) r->execute(inputOf(rows(1, static_cast<float>(i))));
+    const RunnerStatistics stats = r->statistics();
+    return stats.run_seconds / static_cast<double>(stats.timed);
+  };
+  const double without = meanRunSeconds(0);
+  const double with = meanRunSeconds(1.0);  // a wait would double each request's time
+  EXPECT_LT(with, 1.5 * without) << with << " s against " << without << " s";
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, RunnerControls, ::testing::Values(DeviceKind::kCpu, DeviceKind::kSim),

@@ -10,12 +10,13 @@ namespace {
 TEST(ModelConfig, ParsesEveryKey) {
   const ModelConfig config = parseModelConfig(
       R"({"max_batch_size": 16, "batching_dim": 0, "max_queue_delay_microseconds": 500, "max_queue_rows": 64,
-          "instances": 2, "threads": 1, "device": "sim", "version_policy": "all"})",
+          "adaptive_queue_delay": 0.25, "instances": 2, "threads": 1, "device": "sim", "version_policy": "all"})",
       "config.json");
   EXPECT_EQ(config.max_batch_size, 16);
   EXPECT_EQ(config.batching_dim, 0);
   EXPECT_EQ(config.max_queue_delay.count(), 500);
   EXPECT_EQ(config.max_queue_rows, 64);
+  EXPECT_EQ(config.adaptive_queue_delay, 0.25);
   EXPECT_EQ(config.instances, 2u);
   EXPECT_EQ(config.threads, 1);
   EXPECT_EQ(config.device_kind, DeviceKind::kSim);
@@ -36,6 +37,7 @@ TEST(ModelConfig, RefusesTyposAndBadValuesByName) {
   EXPECT_NE(error(R"({"instances": 0})").find("\"instances\" is 0"), std::string::npos);
   EXPECT_NE(error(R"({"instances": "2"})").find("must be an integer"), std::string::npos);
   EXPECT_NE(error(R"({"device": "tpu"})").find("unknown device kind"), std::string::npos);
+  EXPECT_NE(error(R"({"adaptive_queue_delay": 2})").find("in [0, 1]"), std::string::npos);
   EXPECT_NE(error(R"({"version_policy": "some"})").find("\"latest\" or \"all\""), std::string::npos);
   EXPECT_NE(error("[1]").find("JSON object"), std::string::npos);
   EXPECT_NE(error("{").find("m/config.json: not valid JSON"), std::string::npos);

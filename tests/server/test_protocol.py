@@ -152,6 +152,9 @@ def test_concurrent_requests_are_batched(start_server, tmp_path, mlp_package):
     stats = client.get_inference_statistics("mlp")["model_stats"][0]
     assert int(stats["inference_count"]) == 64
     assert int(stats["inference_stats"]["success"]["count"]) == 64
+    # Every request's queue and compute time is counted, not a sample.
+    assert int(stats["inference_stats"]["queue"]["count"]) == 64
+    assert int(stats["inference_stats"]["compute_infer"]["count"]) == 64
     # Requests from several connections shared device batches.
     assert int(stats["execution_count"]) < 64
     assert any(int(b["batch_size"]) > 1 for b in stats["batch_stats"])

@@ -4,6 +4,7 @@ draining answer as docs/serving.md says; the server keeps serving."""
 
 import http.client
 import json
+import re
 import struct
 import threading
 import time
@@ -329,6 +330,12 @@ def test_metrics_page(server):
     assert 'kiln_batch_rows_bucket{model="mlp",version="1",le="+Inf"}' in text
     assert "kiln_inflight_requests" in text and "process_resident_memory_bytes" in text
     assert "kiln_device_memory_bytes" in text
+    # Queue and compute time histograms over the 4 requests that reached
+    # the runner (the malformed one did not): cumulative buckets, then +Inf.
+    for name in ("kiln_queue_duration_seconds", "kiln_compute_duration_seconds"):
+        buckets = [int(v) for v in re.findall(name + r'_bucket\{model="mlp",version="1",le="[^"]+"\} (\d+)', text)]
+        assert len(buckets) == 17 and buckets == sorted(buckets) and buckets[-1] == 4, (name, buckets)
+        assert f'{name}_count{{model="mlp",version="1"}} 4' in text
 
 
 def _grpc_input():
