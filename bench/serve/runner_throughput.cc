@@ -1,5 +1,5 @@
 // runner_throughput PACKAGE [--clients N] [--rows R] [--seconds S]
-//                   [--queue-delay-us D]
+//                   [--queue-delay-us D] [--adaptive F]
 // The in-process ceiling that `kiln serve` is measured against
 // (bench/serve/serve_bench.py): N client threads send requests of R rows
 // to one ModelRunner configured as the server configures a model by
@@ -26,6 +26,7 @@ struct Options {
   int64_t rows = 1;
   double seconds = 5;
   int64_t queue_delay_us = 0;  // the server's default
+  double adaptive = 0.1;       // adaptive_timeout: the server's adaptive_queue_delay default
 };
 
 Options parse(int argc, char** argv) {
@@ -47,12 +48,16 @@ Options parse(int argc, char** argv) {
       o.seconds = std::atof(value());
     } else if (arg == "--queue-delay-us") {
       o.queue_delay_us = std::atoll(value());
+    } else if (arg == "--adaptive") {
+      o.adaptive = std::atof(value());
     } else {
       o.package = arg;
     }
   }
   if (o.package.empty() || o.clients < 1 || o.rows < 1) {
-    std::fprintf(stderr, "usage: runner_throughput PACKAGE [--clients N] [--rows R] [--seconds S] [--queue-delay-us D]\n");
+    std::fprintf(stderr,
+                 "usage: runner_throughput PACKAGE [--clients N] [--rows R] [--seconds S] [--queue-delay-us D] "
+                 "[--adaptive F]\n");
     std::exit(2);
   }
   return o;
@@ -65,6 +70,7 @@ int main(int argc, char** argv) {
   kiln::ModelRunnerConfig config;
   config.batching_dim = 0;
   config.timeout_ns = std::chrono::microseconds(o.queue_delay_us);
+  config.adaptive_timeout = o.adaptive;
   config.ring_buffer_size_multiplier = 64;
   kiln::ModelRunner runner(o.package, config);
 

@@ -23,6 +23,7 @@ come out of the server's share; only kiln is measured then, at concurrency
 
 import argparse
 import csv
+import json
 import os
 import pathlib
 import re
@@ -86,7 +87,12 @@ def main():
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--out", default=str(REPO / "build/bench/serve"))
     parser.add_argument("--pinned", action="store_true", help="server on core 0, perf_analyzer on core 1")
+    parser.add_argument("--concurrency", help="comma-separated concurrencies (default 1,4,16,64; pinned: 16)")
+    parser.add_argument("--model-config", default="{}",
+                        help="config.json of every model, e.g. '{\"adaptive_queue_delay\": 0}'")
+    parser.add_argument("--no-baseline", action="store_true", help="skip KServe's server")
     args = parser.parse_args()
+    model_config = json.loads(args.model_config)
     concurrencies = CONCURRENCIES
     env = None
     if args.pinned:
@@ -94,6 +100,8 @@ def main():
         CLIENT_CPU.extend(["taskset", "-c", "1"])
         concurrencies = [16]
         env = {"OMP_NUM_THREADS": "1"}
+    if args.concurrency:
+        concurrencies = [int(c) for c in args.concurrency.split(",")]
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.models.split(",")
@@ -108,6 +116,7 @@ def main():
         package.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([str(KILN), "compile", str(onnx_path), "--batch", "8", "-o", str(package)], check=True,
                        capture_output=True)
+        (repo / name / "config.json").write_text(json.dumps(model_config))
         results = {}
         server, found = start([str(KILN), "serve", "--model-repository", str(repo), "--http-port", "0",
                                "--grpc-port", "0", "--metrics-port", "-1"],
@@ -121,9 +130,11 @@ def main():
                                                           args.interval_ms, out)
         finally:
             stop(server)
-        if not args.pinned:
+        if not args.pinned and not args.no_baseline:
             run_baseline(name, onnx_path, out, args.interval_ms, results)
-        runner = subprocess.run(SERVER_CPU + [str(RUNNER_THROUGHPUT), str(package), "--clients", "16", "--seconds", "5"],
+        runner = subprocess.run(SERVER_CPU + [str(RUNNER_THROUGHPUT), str(package), "--clients", "16", "--seconds", "5",
+                                              "--queue-delay-us", str(model_config.get("max_queue_delay_microseconds", 0)),
+                                              "--adaptive", str(model_config.get("adaptive_queue_delay", 0.1))],
                                 capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
         in_process = float(re.search(r'"requests_per_second": ([\d.]+)', runner.stdout).group(1))
         rows.extend(table_rows(name, results, in_process))
@@ -162,9 +173,9 @@ def table_rows(name, results, in_process):
 
 def goal_lines(name, results, in_process):
     goals = []
-    measured = [results[("kiln serve", p, 16)] for p in ("http", "grpc") if "throughput" in results[("kiln serve", p, 16)]]
+    measured = [r for p in ("http", "grpc") if "throughput" in (r := results.get(("kiln serve", p, 16), {}))]
     base16 = results.get(("KServe + onnxruntime", "http", 16), {})
-    kiln_http16 = results[("kiln serve", "http", 16)]
+    kiln_http16 = results.get(("kiln serve", "http", 16), {})
     if "throughput" in kiln_http16 and "throughput" in base16:
         goals.append(f"{name}: kiln serve / KServe at concurrency 16 over HTTP: "
                      f"{kiln_http16['throughput'] / base16['throughput']:.2f}x (goal >= 3)")

@@ -57,8 +57,11 @@ struct QueueAdmission {
   enum State : uint8_t { kQueued, kStarted, kCancelled, kExpired };
   std::atomic<uint8_t> state{kQueued};
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  bool timed = false;  // record `started` (the runner times one request in 8)
-  std::chrono::steady_clock::time_point started;  // set by the loop with kStarted when timed
+  bool timed = false;  // record `started` (the runner times a sample of requests)
+  // When a loop admitted it (steady_clock ticks), set with kStarted when
+  // timed. Atomic: replicas' loops that share a request's rows may both
+  // admit it at once; one wins the state change, both store a time.
+  std::atomic<std::chrono::steady_clock::rep> started{0};
 
   // kQueued -> kCancelled; false when the request started (or ended) first.
   bool cancel() {

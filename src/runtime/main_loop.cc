@@ -264,7 +264,8 @@ static bool admit(QueueAdmission& admission) {
     if (has_deadline && now >= admission.deadline) {
       admission.state.compare_exchange_strong(expected, QueueAdmission::kExpired, std::memory_order_acq_rel);
     } else {
-      admission.started = now;  // published by the kStarted store
+      // Published by the kStarted store.
+      admission.started.store(now.time_since_epoch().count(), std::memory_order_relaxed);
       admission.state.compare_exchange_strong(expected, QueueAdmission::kStarted, std::memory_order_acq_rel);
     }
     state = admission.state.load(std::memory_order_acquire);

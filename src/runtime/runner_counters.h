@@ -47,8 +47,10 @@ struct RunnerCounters {
     }
     if (admission.timed && admission.state.load(std::memory_order_acquire) == QueueAdmission::kStarted) {
       const auto now = std::chrono::steady_clock::now();
-      const uint64_t queued = nanoseconds(admission.started - submitted_at);
-      const uint64_t ran = nanoseconds(now - admission.started);
+      const std::chrono::steady_clock::time_point started(
+          std::chrono::steady_clock::duration(admission.started.load(std::memory_order_relaxed)));
+      const uint64_t queued = nanoseconds(started - submitted_at);
+      const uint64_t ran = nanoseconds(now - started);
       timed.fetch_add(1, std::memory_order_relaxed);
       queue_ns.fetch_add(queued, std::memory_order_relaxed);
       run_ns.fetch_add(ran, std::memory_order_relaxed);

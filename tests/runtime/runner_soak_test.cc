@@ -212,7 +212,12 @@ TEST(RunnerSoak, EveryRequestIsAnsweredOnceRightOrWithItsErrorClass) {
   EXPECT_EQ(tally.bad_ran.load(), 0u);
   EXPECT_GT(tally.device_errors.load(), 0u);  // the faults did happen
   EXPECT_GT(tally.succeeded.load(), tally.device_errors.load());
+#ifndef __SANITIZE_THREAD__
   EXPECT_LT(rss_end - rss_warm, 64.0) << "resident memory grew after warm-up";
+#else
+  // ThreadSanitizer's allocator holds freed memory back and its shadow
+  // grows with every address touched: RSS says nothing about kiln there.
+#endif
 }
 
 }  // namespace
