@@ -2,7 +2,8 @@
 # missing (scripts/setup) and builds first, so it works on a fresh machine.
 #
 #   make demo        write an example package and dump it; serve a small model with the
-#                    ModelRunner (async requests, dynamic batching, a sim device);
+#                    ModelRunner (async requests, dynamic batching, a sim device) and run
+#                    it again from C through the C API;
 #                    read rendered text with a real OCR model (examples/ocr_demo.py)
 #   make zoo         the real public models of bench/zoo against onnxruntime and OpenVINO
 #   make test        unit tests, command-line tests, kiln serve's tests, a 60-second fuzz run
@@ -64,6 +65,7 @@ demo: build
 	build/release/examples/write_example_package build/demo/example.kiln
 	build/release/tools/kiln dump --all build/demo/example.kiln
 	build/release/examples/runner_demo build/demo/runner_demo.kiln
+	build/release/examples/c_api_demo build/demo/runner_demo.kiln
 	OMP_NUM_THREADS=2 PYTHONPATH=build/release/python .venv/bin/python examples/ocr_demo.py
 
 test-unit: build
