@@ -63,7 +63,7 @@ struct BlobInfo {
   uint64_t stored_size = 0;    // payload bytes in the file
   uint64_t raw_size = 0;       // payload bytes once decompressed
   uint64_t payload_checksum = 0;  // XXH3-64 of the stored payload bytes
-  std::string producer;        // "kiln 0.1.0"
+  std::string producer;        // "kiln 0.2.0": kProducer (kiln/version.h)
 
   bool compressed() const { return (flags & kBlobFlagCompressed) != 0; }
 };

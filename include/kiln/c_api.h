@@ -88,7 +88,8 @@ typedef struct kiln_package kiln_package;
 typedef struct kiln_executor kiln_executor;
 typedef struct kiln_runner kiln_runner;
 
-/* The version of the library, e.g. "0.1.0" (as `kiln --version` prints). */
+/* The version of the library, e.g. "0.2.0" (KILN_VERSION in kiln/version.h,
+ * as `kiln --version` prints). */
 const char* kiln_version(void);
 /* The message of this thread's last failed call ("" when none). */
 const char* kiln_last_error(void);

@@ -18,12 +18,12 @@ from typing import Mapping, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from ._kiln import DeviceRunner, DynamicExecutor, Error, Executor, StepTrace, is_graph_package, package_target
+from ._kiln import DeviceRunner, DynamicExecutor, Error, Executor, StepTrace, __version__, is_graph_package, package_target
 from ._kiln import compile as _compile
 from ._kiln import load_plugin as _load_plugin
 from ._kiln import register_host_op as _register_host_op
 
-__all__ = ["Error", "Runner", "compile", "load_plugin", "register_host_op"]
+__all__ = ["Error", "Runner", "__version__", "compile", "load_plugin", "register_host_op"]
 
 
 def register_host_op(domain: str, name: str, function, *, inputs=1, outputs: int = 1, infer=None) -> None:

@@ -25,6 +25,7 @@
 #include "kiln/plugins.h"
 #include "kiln/onnx_import.h"
 #include "kiln/step_trace.h"
+#include "kiln/version.h"
 
 namespace nb = nanobind;
 
@@ -440,6 +441,7 @@ void bindHostSession(nb::module_& m);  // session_binding.cc
 
 NB_MODULE(_kiln, m) {
   m.doc() = "kiln: compile neural networks ahead of time and run them";
+  m.attr("__version__") = std::string(kiln::kKilnVersion);
   nb::exception<kiln::Error>(m, "Error");
   bindHostSession(m);
   m.def("compile", &compileModel, nb::arg("onnx_path"), nb::arg("output_path"), nb::arg("shapes"), nb::arg("batch"),

@@ -10,6 +10,12 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+def kiln_version() -> str:
+    """KILN_VERSION from include/kiln/version.h, the version's one home."""
+    text = (REPO / "include/kiln/version.h").read_text()
+    return text.split('#define KILN_VERSION "', 1)[1].split('"', 1)[0]
+
+
 @pytest.fixture(scope="session")
 def build_dir() -> pathlib.Path:
     path = REPO / os.environ.get("KILN_BUILD_DIR", "build/release")

@@ -7,6 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from conftest import kiln_version
+
 
 def section(text: str, heading: str) -> str:
     """The lines of `text` from `heading` up to the next line indented as much or less."""
@@ -30,7 +32,7 @@ def test_all_shows_every_blob_type_and_field(kiln, example):
                      "Features: [avx2]", "Replication Factor: 1", "IsInference: True",
                      "memory.plan: greedy-by-size", "load: [0]", "main: [1]", "save: [2]",
                      "0: WeightsFromHost", "Is compressed: True", "Available read size:", "Count: 4",
-                     "Executable: example-add", "Checksum: xxh3:", "Producer: kiln 0.1.0", "Version: 1.0",
+                     "Executable: example-add", "Checksum: xxh3:", f"Producer: kiln {kiln_version()}", "Version: 1.0",
                      "TensorInfo: { dtype: F32, sizeInBytes: 8, shape [2] }", "Handle: h2d_user_input",
                      "IsPerReplica: True", "UseRemoteBuffers: False", "Repeats: 1", "BatchDim: 0",
                      "EffectiveTensorInfo:"]:
@@ -164,4 +166,4 @@ def test_usage_errors_exit_2(kiln, tmp_path):
 
 def test_version(kiln):
     result = kiln("--version")
-    assert result.returncode == 0 and "kiln 0.1.0" in result.stdout
+    assert result.returncode == 0 and f"kiln {kiln_version()}" in result.stdout

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/version.h"
 #include "tests/format/test_package.h"
 
 namespace kiln {
@@ -45,7 +46,7 @@ TEST_F(Dump, AllShowsEveryField) {
            "EffectiveTensorInfo: { dtype: F32, sizeInBytes: 96, shape [2, 4, 3] }", "Handle: h2d_x",
            "IsPerReplica: True", "UseRemoteBuffers: False", "Repeats: 1", "BatchDim: 0", "BatchDim: none",
            "Programs: [1]", "Executables:", "Is compressed: True", "Available read size: 4000", "Stored size:",
-           "Checksum: xxh3:", "Producer: kiln 0.1.0", "Version: 1.0", "Tensors:", "Feeds:", "Count: 4",
+           "Checksum: xxh3:", "Producer: kiln " KILN_VERSION, "Version: 1.0", "Tensors:", "Feeds:", "Count: 4",
            "Opaques:", "Name: \"framework\":", "Executable: exe", "Payload offset:", "Total size:", "Location: "}) {
     EXPECT_NE(text.find(expected), std::string::npos) << "missing: " << expected << "\n" << text;
   }
