@@ -10,6 +10,9 @@
 #   make test-asan   the unit, command-line and kiln serve tests under AddressSanitizer + UBSan
 #   make test-tsan   the runtime's, the devices' and the server's threads tests (ctest
 #                    label tsan) under ThreadSanitizer
+#   make test-wheel  `pip install .` into a fresh virtual environment, then compile and run
+#                    a model with the installed package (a full build of its own: not in
+#                    make test)
 #   make soak        100,000 requests through a ModelRunner with random faults, bad
 #                    requests, deadlines and cancellations (make test runs 10,000),
 #                    then 100,000 through kiln serve over HTTP and gRPC (make test: 2,000)
@@ -34,7 +37,7 @@ CMAKE_ARGS := -DKILN_WERROR=$(WERROR)
 PYTEST := .venv/bin/python -m pytest -q
 PYTEST_SERVE := .venv-serve/bin/python -m pytest -q
 
-.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan soak bench fuzz fuzz-run fuzz-long fuzz-merge clean \
+.PHONY: all setup build build-asan build-tsan build-fuzz demo test test-unit test-asan test-tsan test-wheel soak bench fuzz fuzz-run fuzz-long fuzz-merge clean \
 	conformance conformance-data conformance-check zoo
 
 all: build
@@ -93,6 +96,11 @@ test-asan: build-asan
 test-tsan: build-tsan
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan_suppressions.txt second_deadlock_stack=1" \
 	  ctest --test-dir build/tsan -L tsan --output-on-failure -j2
+
+# The wheel builds kiln again in build/wheel (pyproject.toml), which takes
+# as long as `make build` the first time; hence not part of make test.
+test-wheel: build
+	KILN_BUILD_DIR=build/release KILN_TEST_WHEEL=1 $(PYTEST) tests/cli/test_wheel.py
 
 zoo: build
 	.venv/bin/python bench/zoo/zoo.py bench
