@@ -18,10 +18,9 @@
 namespace kiln {
 namespace {
 
-using testing::affineReference;
 using testing::kBatch;
 using testing::kFeatures;
-using testing::near;
+using testing::matchesAffine;
 using testing::rows;
 using testing::TempPackage;
 
@@ -29,15 +28,6 @@ constexpr float kSentinel = -7.0f;
 
 kiln_tensor tensor(const char* name, std::vector<float>& values) {
   return kiln_tensor{name, values.data(), values.size() * sizeof(float), KILN_F32};
-}
-
-bool matches(const std::vector<float>& y, const std::vector<float>& x) {
-  const std::vector<float> want = affineReference(x, kFeatures);
-  if (y.size() != want.size()) return false;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (!near(y[i], want[i])) return false;
-  }
-  return true;
 }
 
 bool untouched(const std::vector<float>& y) {
@@ -94,7 +84,7 @@ TEST_F(CApi, ExecutorDescribesAndRunsTheModel) {
   std::vector<float> x = rows(kBatch, 1.0f), y(x.size(), kSentinel);
   const kiln_tensor in = tensor("x", x), out = tensor("y", y);
   ASSERT_EQ(kiln_executor_run(executor, &in, 1, &out, 1), KILN_OK) << kiln_last_error();
-  EXPECT_TRUE(matches(y, x));
+  EXPECT_TRUE(matchesAffine(y, x));
   kiln_executor_free(executor);
 }
 
@@ -142,7 +132,7 @@ TEST_F(CApi, RunnerBatchesRequestsOfAnyRows) {
     std::vector<float> x = rows(count, static_cast<float>(count)), y(x.size(), kSentinel);
     const kiln_tensor in = tensor("x", x), out = tensor("y", y);
     ASSERT_EQ(kiln_runner_execute(runner, &in, 1, &out, 1), KILN_OK) << kiln_last_error();
-    EXPECT_TRUE(matches(y, x)) << count << " rows";
+    EXPECT_TRUE(matchesAffine(y, x)) << count << " rows";
   }
   std::vector<float> x = rows(2, 0.0f), y(3 * kFeatures, kSentinel);  // 2 rows in, room for 3 out
   const kiln_tensor in = tensor("x", x), out = tensor("y", y);
@@ -192,7 +182,7 @@ TEST_F(CApi, AsyncCallbacksAnswerEveryRequestOnce) {
   for (const Answer& answer : answers) {
     EXPECT_EQ(answer.calls.load(), 1);
     EXPECT_EQ(answer.status.load(), KILN_OK);
-    EXPECT_TRUE(matches(answer.y, answer.x));
+    EXPECT_TRUE(matchesAffine(answer.y, answer.x));
   }
   EXPECT_EQ(kiln_runner_execute_async(nullptr, nullptr, 0, nullptr, 0, record, nullptr), KILN_INVALID_ARGUMENT);
 }
@@ -229,7 +219,7 @@ TEST_F(CApi, FullQueuesAnswerUnavailableWhenTryingOnly) {
   for (const Answer& answer : answers) {
     if (answer.calls.load() == 0) continue;  // refused
     EXPECT_EQ(answer.calls.load(), 1);
-    EXPECT_TRUE(matches(answer.y, answer.x));
+    EXPECT_TRUE(matchesAffine(answer.y, answer.x));
   }
 }
 

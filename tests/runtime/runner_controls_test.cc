@@ -15,10 +15,9 @@
 namespace kiln {
 namespace {
 
-using testing::affineReference;
 using testing::kBatch;
 using testing::kFeatures;
-using testing::near;
+using testing::matchesAffine;
 using testing::rows;
 using testing::simOptions;
 using testing::TempPackage;
@@ -31,14 +30,6 @@ InputMemoryView inputOf(const std::vector<float>& x) {
 }
 OutputMemoryView outputOf(std::vector<float>& y) { return {{"y", TensorMemoryView{y.data(), y.size() * 4, DType::kF32}}}; }
 
-bool matches(const std::vector<float>& y, const std::vector<float>& x) {
-  const std::vector<float> want = affineReference(x, kFeatures);
-  if (y.size() != want.size()) return false;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (!near(y[i], want[i])) return false;
-  }
-  return true;
-}
 bool untouched(const std::vector<float>& y) {
   return std::all_of(y.begin(), y.end(), [](float v) { return v == kSentinel; });
 }
@@ -79,7 +70,7 @@ TEST_P(RunnerControls, ARequestPastItsDeadlineNeverRuns) {
   RequestOptions in_time;
   in_time.deadline = Clock::now() + std::chrono::seconds(30);
   r->executeAsync(inputOf(x), outputOf(y), in_time).get();
-  EXPECT_TRUE(matches(y, x));
+  EXPECT_TRUE(matchesAffine(y, x));
 }
 
 TEST_P(RunnerControls, ADeadlinePassingWhileQueuedBehindOthersExpiresIt) {
@@ -103,8 +94,8 @@ TEST_P(RunnerControls, ADeadlinePassingWhileQueuedBehindOthersExpiresIt) {
   a2.get();
   b.get();
   EXPECT_THROW(c.get(), DeadlineExceededError);
-  EXPECT_TRUE(matches(first, x));
-  EXPECT_TRUE(matches(second, x));
+  EXPECT_TRUE(matchesAffine(first, x));
+  EXPECT_TRUE(matchesAffine(second, x));
   EXPECT_TRUE(untouched(third));
   EXPECT_EQ(r->statistics().deadline_exceeded, 1u);
 }
@@ -132,11 +123,11 @@ TEST_P(RunnerControls, CancelledRequestsNeverTouchTheirMemory) {
       EXPECT_TRUE(untouched(outputs[i])) << i;
     } else {
       futures[i].get();
-      EXPECT_TRUE(matches(outputs[i], x)) << i;
+      EXPECT_TRUE(matchesAffine(outputs[i], x)) << i;
     }
   }
   a.get();
-  EXPECT_TRUE(matches(first, x));
+  EXPECT_TRUE(matchesAffine(first, x));
   EXPECT_FALSE(a.valid());
   if (GetParam() == DeviceKind::kSim) {
     EXPECT_GE(cancelled, 5) << "the slow device leaves most requests queued";
@@ -185,7 +176,7 @@ TEST_P(RunnerControls, DrainAnswersWhatWasTakenAndRefusesTheRest) {
     const HostTensor y = future.get().at("y");
     std::vector<float> values(y.bytes.size() / 4);
     std::memcpy(values.data(), y.bytes.data(), y.bytes.size());
-    EXPECT_TRUE(matches(values, x));
+    EXPECT_TRUE(matchesAffine(values, x));
   }
   EXPECT_FALSE(r->isReady());
   try {
@@ -291,7 +282,7 @@ TEST_P(RunnerControls, AdaptiveTimeoutMergesConcurrentCallers) {
       const std::vector<float> x = rows(2, start + static_cast<float>(i));
       std::vector<float> y(x.size());
       r->execute(inputOf(x), outputOf(y));
-      EXPECT_TRUE(matches(y, x));
+      EXPECT_TRUE(matchesAffine(y, x));
     }
   };
   std::thread first(caller, 1.0f), second(caller, 100.0f);

@@ -100,6 +100,16 @@ inline std::vector<float> affineReference(const std::vector<float>& x, int64_t f
   return y;
 }
 
+// Whether `y` holds the affine model's output rows for input rows `x`.
+inline bool matchesAffine(const std::vector<float>& y, const std::vector<float>& x) {
+  const std::vector<float> want = affineReference(x, kFeatures);
+  if (y.size() != want.size()) return false;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!near(y[i], want[i])) return false;
+  }
+  return true;
+}
+
 // y[outer, batch, inner] = x * 3 - 1: batching on a middle dimension.
 inline void writeMiddleBatchModel(const std::filesystem::path& path, int64_t outer, int64_t batch, int64_t inner) {
   Graph graph;

@@ -28,10 +28,9 @@
 namespace kiln::server {
 namespace {
 
-using kiln::testing::affineReference;
 using kiln::testing::kBatch;
 using kiln::testing::kFeatures;
-using kiln::testing::near;
+using kiln::testing::matchesAffine;
 using kiln::testing::rows;
 
 // A repository folder with the affine model as version 1, removed at the end.
@@ -57,16 +56,6 @@ class TempRepository {
  private:
   std::filesystem::path root_;
 };
-
-// Whether `y` holds the affine model's answer to `x`.
-bool matches(const std::vector<float>& x, const std::vector<float>& y) {
-  const std::vector<float> want = affineReference(x, kFeatures);
-  if (y.size() != want.size()) return false;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (!near(y[i], want[i])) return false;
-  }
-  return true;
-}
 
 // What the clients saw, counted from every client thread.
 struct Tally {
@@ -95,7 +84,7 @@ void inferOverHttp(httplib::Client& client, size_t count, float start, Tally& ta
   }
   const nlohmann::json answer = nlohmann::json::parse(result->body);
   const std::vector<float> y = answer["outputs"][0]["data"].get<std::vector<float>>();
-  matches(x, y) ? ++tally.answered : ++tally.wrong;
+  matchesAffine(y, x) ? ++tally.answered : ++tally.wrong;
 }
 
 // One gRPC client: raw input contents, checked.
@@ -123,7 +112,7 @@ void inferOverGrpc(inference::GRPCInferenceService::Stub& stub, size_t count, fl
   const std::string& bytes = response.raw_output_contents(0);
   std::vector<float> y(bytes.size() / sizeof(float));
   std::memcpy(y.data(), bytes.data(), y.size() * sizeof(float));
-  matches(x, y) ? ++tally.answered : ++tally.wrong;
+  matchesAffine(y, x) ? ++tally.answered : ++tally.wrong;
 }
 
 ServerOptions options(const TempRepository& repository) {
@@ -219,7 +208,7 @@ TEST(ServerThreads, StopAnswersTheRequestsItTook) {
         const bool after_stop = stopping.load();
         if (result && result->status == 200) {
           const auto y = nlohmann::json::parse(result->body)["outputs"][0]["data"].get<std::vector<float>>();
-          matches(x, y) ? ++answered : ++wrong;
+          matchesAffine(y, x) ? ++answered : ++wrong;
           continue;
         }
         if (!after_stop || (result && result->status != 503)) ++wrong;
