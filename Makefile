@@ -8,8 +8,8 @@
 #   make zoo         the real public models of bench/zoo against onnxruntime and OpenVINO
 #   make test        unit tests, command-line tests, kiln serve's tests, a 60-second fuzz run
 #   make test-asan   the unit, command-line and kiln serve tests under AddressSanitizer + UBSan
-#   make test-tsan   the runtime's, the devices' and the server's threads tests (ctest
-#                    label tsan) under ThreadSanitizer
+#   make test-tsan   the runtime's, the devices', the C API's and the server's threads
+#                    tests (ctest label tsan) under ThreadSanitizer
 #   make test-wheel  `pip install .` into a fresh virtual environment, then compile and run
 #                    a model with the installed package (a full build of its own: not in
 #                    make test)
@@ -57,7 +57,7 @@ build-asan: setup
 # Only the runtime's tests: they are the threaded ones.
 build-tsan: setup
 	cmake --preset tsan $(CMAKE_ARGS) > /dev/null
-	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests kiln_soak_tests kiln_server_tests
+	cmake --build --preset tsan --target kiln_runtime_tests kiln_device_tests kiln_soak_tests kiln_server_tests kiln_c_api_tests
 
 build-fuzz: setup
 	cmake --preset fuzz $(CMAKE_ARGS) > /dev/null
