@@ -74,9 +74,10 @@ struct SessionOptions {
   // How long a partial batch waits for more rows before it is flushed.
   std::chrono::nanoseconds timeout{std::chrono::milliseconds(5)};
   // kiln's addition: while requests come concurrently (the last batch
-  // carried several, or rows were already waiting when this one began), a
-  // partial batch waits up to this fraction of the recent batch run time
-  // when that is longer than `timeout`. 0: off. See main_loop.h.
+  // carried several, rows were already waiting when this one began, or
+  // another batch is still on the device), a partial batch waits up to this
+  // fraction of the recent batch run time (at most a minute) when that is
+  // longer than `timeout`. 0: off. See main_loop.h.
   double adaptive_timeout = 0;
   FlushCallback flush_callback;
   // Called once, on a device thread, when the main programs fail, before

@@ -394,7 +394,7 @@ void MainLoop::recordBatchTime(std::chrono::steady_clock::time_point submitted) 
 }
 
 std::chrono::nanoseconds MainLoop::batchTimeout(const Slot& slot, bool rows_waiting) {
-  if (config_.adaptive_timeout <= 0) return config_.timeout;
+  if (!(config_.adaptive_timeout > 0)) return config_.timeout;  // off (or not a number)
   // Signs of concurrent callers besides the last batch's requests: rows
   // that were waiting before this batch began came while the last one ran;
   // a batch still on the device holds other callers' requests.
@@ -402,9 +402,10 @@ std::chrono::nanoseconds MainLoop::batchTimeout(const Slot& slot, bool rows_wait
     return other.get() != &slot && other->busy.load(std::memory_order_acquire);
   });
   if (!concurrent_ && !rows_waiting && !other_running) return config_.timeout;
-  const auto adaptive = std::chrono::nanoseconds(
-      static_cast<int64_t>(config_.adaptive_timeout * static_cast<double>(batch_ns_.load(std::memory_order_relaxed))));
-  return std::max(config_.timeout, adaptive);
+  // At most a minute, whatever the fraction: the product must fit.
+  const double wait_ns = std::min(config_.adaptive_timeout * static_cast<double>(batch_ns_.load(std::memory_order_relaxed)),
+                                  60e9);
+  return std::max(config_.timeout, std::chrono::nanoseconds(static_cast<int64_t>(wait_ns)));
 }
 
 MainLoop::Gather MainLoop::gatherBatch(Slot& slot, const std::atomic<bool>& stop) {
