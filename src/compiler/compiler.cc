@@ -37,6 +37,7 @@
 #include "passes/elementwise_fusion.h"
 #include "passes/upsample_fusion.h"
 #include "passes/integer_matmul_fusion.h"
+#include "passes/qdq_fusion.h"
 #include "passes/layernorm_fusion.h"
 #include "passes/matmul_fusion.h"
 #include "passes/one_hot_lookup.h"
@@ -1281,6 +1282,12 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
     // a model with run-time shapes may have values no shape is known for.
     inferTypes(graph, opsets, InferenceOptions{.lenient = true});
     int8_matmuls = quantizeActivations(graph);
+  }
+  if (options.target == "cpu") {
+    // QDQ groups as integer operators, before folding expands their
+    // weights; lenient, as run-time shapes leave some values unknown.
+    inferTypes(graph, opsets, InferenceOptions{.lenient = true});
+    if (fuseQdq(graph) > 0) removeDeadNodes(graph);
   }
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");

@@ -40,6 +40,8 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerRecurrentKernels(r);
     registerCastKernels(r);
     registerQuantizationKernels(r);
+    registerQuantizedConvKernels(r);
+    registerQuantizedAddKernels(r);
     registerDynamicInt8Kernels(r);
     registerSignalKernels(r);
     registerSamplingKernels(r);

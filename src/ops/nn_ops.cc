@@ -593,6 +593,7 @@ void registerNnOps(OpRegistry& registry) {
                           [op](InferenceContext& context) { inferInLayout(context, op, Layout::kNhwc); }});
   };
   nhwc("Conv", 2, 4);  // input 3: a fused residual Add (src/passes/conv_fusion.h)
+  nhwc("QLinearConv", 8, 9);
   nhwc("ConvTranspose", 2, 4);  // input 3: the same, when its patches do not overlap
   nhwc("MaxPool", 1, 1);
   nhwc("AveragePool", 1, 1);

@@ -237,6 +237,20 @@ void registerQuantizationOps(OpRegistry& registry) {
   add(registry, "QLinearMatMul", 10, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });
   add(registry, "QLinearMatMul", 21, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });  // f16 scales
   add(registry, "QLinearConv", 10, 8, 9, [](InferenceContext& c) { quantizedForm(c, "Conv"); });
+  // kiln.QLinearAdd(a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+  // y_scale, y_zero_point): Add on quantized tensors (onnxruntime's
+  // com.microsoft QLinearAdd); what passes/qdq_fusion.h makes of
+  // Q(Add(DQ(a), DQ(b))). a, b and the output have one 8-bit type.
+  registry.add(OpSchema{"kiln", "QLinearAdd", 1, 8, 8, 1, 1, [](InferenceContext& c) {
+                          expectInteger8(c, 0, "input 0");
+                          for (size_t i : {3u, 7u}) {
+                            if (c.inputType(i).dtype != c.inputType(0).dtype) {
+                              c.fail("input {} is {} but input 0 is {}: they must match", i,
+                                     dtypeName(c.inputType(i).dtype), dtypeName(c.inputType(0).dtype));
+                            }
+                          }
+                          c.output(0) = ValueType{c.inputType(0).dtype, delegatedShape(c, "Add", {0, 3})};
+                        }});
 }
 
 }  // namespace kiln

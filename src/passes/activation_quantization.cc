@@ -16,12 +16,6 @@ namespace {
 constexpr int64_t kMaxDepth = 8192;  // kDynamicInt8MaxDepth, kernels/cpu/dynamic_int8_matmul.h
 constexpr int64_t kOnnxFloat = 1;    // TensorProto.FLOAT, Cast's `to` for f32
 
-const Constant* initializerOf(const Graph& graph, ValueId id) {
-  if (id == kNoValue) return nullptr;
-  const Value& value = graph.value(id);
-  return value.kind == ValueKind::kInitializer ? value.initializer.get() : nullptr;
-}
-
 // `c` as n values, one per output column: an f32 constant of one value
 // (repeated), or of n values along axis `n_axis` of a tensor of rank `rank`
 // aligned to the right (every other dimension 1), of rank at most `rank` (so
@@ -38,13 +32,6 @@ std::optional<std::vector<float>> perColumn(const Constant* c, int64_t n, size_t
     if (dims[i] != (offset + i == n_axis ? n : 1)) return std::nullopt;
   }
   return offset <= n_axis ? std::optional(values) : std::nullopt;
-}
-
-bool allZero(const Constant& c) {
-  for (std::byte b : c.bytes) {
-    if (b != std::byte{0}) return false;
-  }
-  return true;
 }
 
 struct Int8Weights {

@@ -27,8 +27,8 @@ int64_t nhwcAxis(int64_t axis) {
 }
 
 const std::set<std::string>& convertedOps() {
-  static const std::set<std::string> kOps = {"Conv",          "ConvTranspose", "MaxPool", "AveragePool",
-                                             "GlobalAveragePool", "GlobalMaxPool", "Resize"};
+  static const std::set<std::string> kOps = {"Conv",          "ConvTranspose", "MaxPool",     "AveragePool",
+                                             "GlobalAveragePool", "GlobalMaxPool", "Resize", "QLinearConv"};
   return kOps;
 }
 
@@ -54,8 +54,34 @@ std::vector<Dim> permuted(const std::vector<Dim>& dims, const Perm& perm) {
   return out;
 }
 
-bool isF32Rank4(const Value& value) {
-  return value.type.dtype == DType::kF32 && value.type.shape && value.type.shape->size() == 4;
+bool isRank4(const Value& value, DType dtype) {
+  return value.type.dtype == dtype && value.type.shape && value.type.shape->size() == 4;
+}
+
+bool isInteger8Rank4(const Value& value) { return isRank4(value, DType::kU8) || isRank4(value, DType::kI8); }
+
+bool isSingleConstant(const Graph& graph, ValueId id) {
+  const Constant* c = initializerOf(graph, id);
+  return c != nullptr && c->info.numElements() == 1;
+}
+
+// A QLinearConv that kiln.NhwcQLinearConv runs (kernels/cpu/quantized_conv.cc):
+// 2-D, i8 weights with zero points 0, constant parameters, one scale and zero
+// point for the activations.
+bool isIntegerConv(const Graph& graph, const Node& node) {
+  const std::vector<ValueId>& in = node.inputs;
+  if (in.size() < 8 || !isInteger8Rank4(graph.value(in[0]))) return false;
+  const Constant* w = initializerOf(graph, in[3]);
+  const Constant* w_scale = initializerOf(graph, in[4]);
+  const Constant* w_zero = initializerOf(graph, in[5]);
+  if (w == nullptr || w->info.dtype != DType::kI8 || w->info.shape.size() != 4 || w_scale == nullptr ||
+      w_zero == nullptr || !allZero(*w_zero)) {
+    return false;
+  }
+  for (size_t i : {1u, 2u, 6u, 7u}) {
+    if (!isSingleConstant(graph, in[i])) return false;
+  }
+  return in.size() < 9 || in[8] == kNoValue || initializerOf(graph, in[8]) != nullptr;
 }
 
 bool hasRank4Outputs(const Graph& graph, const Node& node) {
@@ -118,7 +144,9 @@ class ChannelsLast {
   bool isConvertible(const Node& node) const {
     if (!node.domain.empty() || !convertedOps().contains(node.op_type)) return false;
     if (node.inputs.empty() || node.inputs[0] == kNoValue || node.outputs.size() != 1) return false;
-    if (!isF32Rank4(graph_.value(node.inputs[0]))) return false;
+    if (node.op_type == "QLinearConv") return isIntegerConv(graph_, node);
+    const Value& x = graph_.value(node.inputs[0]);
+    if (!isRank4(x, DType::kF32) && !(node.op_type == "MaxPool" && isInteger8Rank4(x))) return false;
     if (node.op_type == "AveragePool" && node.intAttribute("count_include_pad", 0) != 0 &&
         node.intAttribute("ceil_mode", 0) != 0) {
       return false;
@@ -147,9 +175,26 @@ class ChannelsLast {
     return v.kind == ValueKind::kInitializer && v.initializer->info.shape.size() <= 4;
   }
 
-  bool isAgnostic(const Node& node) const {
+  // An elementwise operator: the ONNX ones above; QuantizeLinear and
+  // DequantizeLinear with one scale and zero point (per-axis ones index
+  // channels by their axis); kiln.QLinearAdd (its parameters are one value).
+  bool isElementwise(const Node& node) const {
+    if (node.domain == "kiln") return node.op_type == "QLinearAdd";
     if (!node.domain.empty()) return false;
-    const bool elementwise = elementwiseOps().contains(node.op_type);
+    if (node.op_type == "QuantizeLinear" || node.op_type == "DequantizeLinear") {
+      if (node.intAttribute("block_size", 0) != 0) return false;
+      for (size_t i = 1; i < node.inputs.size(); ++i) {
+        const ValueType& type = graph_.value(node.inputs[i]).type;
+        if (node.inputs[i] != kNoValue && !(type.hasStaticShape() && type.tensorInfo()->numElements() == 1)) return false;
+      }
+      return true;
+    }
+    return elementwiseOps().contains(node.op_type);
+  }
+
+  bool isAgnostic(const Node& node) const {
+    const bool elementwise = isElementwise(node);
+    if (!node.domain.empty() && !elementwise) return false;
     if (!elementwise && node.op_type != "Concat" && node.op_type != "Split") return false;
     if (!hasRank4Outputs(graph_, node)) return false;
     bool any_nhwc = false;

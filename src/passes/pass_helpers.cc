@@ -39,6 +39,19 @@ ValueId otherOperand(const Graph& graph, NodeId id, ValueId value) {
   return kNoValue;
 }
 
+const Constant* initializerOf(const Graph& graph, ValueId id) {
+  if (id == kNoValue) return nullptr;
+  const Value& value = graph.value(id);
+  return value.kind == ValueKind::kInitializer ? value.initializer.get() : nullptr;
+}
+
+bool allZero(const Constant& c) {
+  for (std::byte b : c.bytes) {
+    if (b != std::byte{0}) return false;
+  }
+  return true;
+}
+
 std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank) {
   if (id == kNoValue) return std::nullopt;
   const ConstantPtr& c = graph.value(id).initializer;

@@ -32,6 +32,12 @@ std::optional<NodeId> onlyReader(const Graph& graph, const std::set<ValueId>& pi
 // kNoValue otherwise.
 ValueId otherOperand(const Graph& graph, NodeId id, ValueId value);
 
+// The initializer `id` holds, or nullptr (kNoValue, or not an initializer).
+const Constant* initializerOf(const Graph& graph, ValueId id);
+
+// Whether every byte of `c` is 0 (an all-zero zero point, say).
+bool allZero(const Constant& c);
+
 // The value of a one-element f32 initializer of at most `rank` dimensions.
 std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank);
 

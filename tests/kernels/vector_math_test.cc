@@ -59,6 +59,7 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->expSum, nullptr);
     EXPECT_NE(table->affine, nullptr);
     EXPECT_NE(table->quantizeU8, nullptr);
+    EXPECT_NE(table->addQuantized, nullptr);
     EXPECT_NE(table->normalize, nullptr);
     EXPECT_NE(table->matmulAccumulate, nullptr);
     EXPECT_NE(table->foldColumns, nullptr);
@@ -409,6 +410,42 @@ TEST(VectorKernels, QuantizeU8RoundsHalfToEvenAsNearbyint) {
         EXPECT_EQ(y[static_cast<size_t>(i)], static_cast<uint8_t>(want)) << "x = " << v;
       }
       EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
+    }
+  }
+}
+
+// addQuantized against the scalar formula, u8 and i8: every pair of a
+// sweep of byte values, ratios that send sums past both ends (saturation),
+// ties (ratios of 0.5 land on halves), at every tail length.
+TEST(VectorKernels, AddQuantizedIsTheRoundedSaturatedSum) {
+  for (const bool is_signed : {false, true}) {
+    const QuantizedAddParams p{.a_ratio = 0.5f, .a_zero = is_signed ? -3.0f : 125.0f, .b_ratio = 1.5f,
+                               .b_zero = is_signed ? 10.0f : 138.0f, .y_zero = is_signed ? -20.0f : 108.0f,
+                               .signed_bytes = is_signed};
+    std::vector<uint8_t> a, b;
+    for (int i = 0; i < 256; ++i) {
+      for (int j = 0; j < 256; j += 5) {
+        a.push_back(static_cast<uint8_t>(i));
+        b.push_back(static_cast<uint8_t>(j));
+      }
+    }
+    auto value = [&](uint8_t byte) {
+      return is_signed ? static_cast<float>(static_cast<int8_t>(byte)) : static_cast<float>(byte);
+    };
+    for (const VectorKernels* table : runnableTables()) {
+      SCOPED_TRACE(std::string(isaName(table->isa)) + (is_signed ? " i8" : " u8"));
+      for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{17}, static_cast<int64_t>(a.size())}) {
+        std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 7);
+        table->addQuantized(a.data(), b.data(), y.data(), n, p);
+        for (int64_t i = 0; i < n; ++i) {
+          const auto k = static_cast<size_t>(i);
+          const float sum = std::nearbyint(p.a_ratio * (value(a[k]) - p.a_zero) + p.b_ratio * (value(b[k]) - p.b_zero));
+          const float low = is_signed ? -128.0f : 0.0f;
+          const float want = std::clamp(sum + p.y_zero, low, low + 255.0f);
+          ASSERT_EQ(value(y[k]), want) << "a = " << value(a[k]) << ", b = " << value(b[k]);
+        }
+        EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
+      }
     }
   }
 }

@@ -23,6 +23,8 @@ void registerLossKernels(KernelRegistry& registry);         // losses.cc: Negati
 void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: Attention, RotaryEmbedding, RMSNormalization, SwiGLU
 void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, CastLike (every dtype)
 void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
+void registerQuantizedConvKernels(KernelRegistry& registry);  // quantized_conv.cc: kiln.NhwcQLinearConv (oneDNN int8)
+void registerQuantizedAddKernels(KernelRegistry& registry);   // quantized_add.cc: kiln.QLinearAdd
 void registerDynamicInt8Kernels(KernelRegistry& registry);  // dynamic_int8_matmul.cc: kiln.DynamicInt8MatMul
 void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv

@@ -79,7 +79,7 @@ struct Window {
 
 struct PoolState final : KernelState {
   Window window;
-  DType dtype = DType::kF32;  // MaxPool also takes u8 and i8, through the loop kernel
+  DType dtype = DType::kF32;  // MaxPool also takes u8 and i8 (oneDNN, or the loop kernel with Indices)
   bool use_rows = false;      // runRowMaxPool
   bool use_dnnl = false;
   dnnl::pooling_v2_forward primitive;
@@ -258,8 +258,11 @@ void prepareDnnl(PoolState& state, size_t spatial, const std::array<int64_t, kMa
   const dnnl::engine& engine = onednn::cpuEngine();
   using tag = dnnl::memory::format_tag;
   const tag plain = spatial == 1 ? tag::ncw : spatial == 2 ? (w.channels_last ? tag::nhwc : tag::nchw) : tag::ncdhw;
-  const dnnl::memory::desc src(src_dims, dnnl::memory::data_type::f32, plain);
-  const dnnl::memory::desc dst(dst_dims, dnnl::memory::data_type::f32, plain);
+  const dnnl::memory::data_type type = state.dtype == DType::kU8   ? dnnl::memory::data_type::u8
+                                       : state.dtype == DType::kI8 ? dnnl::memory::data_type::s8
+                                                                   : dnnl::memory::data_type::f32;
+  const dnnl::memory::desc src(src_dims, type, plain);
+  const dnnl::memory::desc dst(dst_dims, type, plain);
   const dnnl::algorithm algorithm = w.max                 ? dnnl::algorithm::pooling_max
                                     : w.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                                           : dnnl::algorithm::pooling_avg_exclude_padding;
@@ -335,7 +338,7 @@ void expectOutput(std::string_view op, const KernelSetup& setup, const Ints& sha
 // `p`: LpPool's exponent, 0 for MaxPool and AveragePool.
 std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup& setup, bool max,
                                          bool channels_last = false, int64_t p = 0) {
-  expectF32Input(op, setup, max && !channels_last);
+  expectF32Input(op, setup, max);
   const bool indices = max && !channels_last && setup.outputs.size() == 2;
   if (setup.outputs.size() != (indices ? 2u : 1u)) {
     throw UsageError(fmt::format("{}: expects 1 output, got {}", op, setup.outputs.size()));
@@ -424,7 +427,8 @@ std::unique_ptr<KernelState> preparePool(std::string_view op, const KernelSetup&
     state->use_rows = true;
     return state;
   }
-  if (indices || p != 0 || state->dtype != DType::kF32) return state;  // oneDNN gives neither
+  // oneDNN gives no indices and no LpPool; its 8-bit pooling is MaxPool's.
+  if (indices || p != 0 || (state->dtype != DType::kF32 && !max)) return state;
   if (!max && w.count_include_pad && ceil_extra) return state;  // see the top of the file
   try {
     prepareDnnl(*state, n, pad_right);

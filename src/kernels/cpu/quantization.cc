@@ -251,6 +251,8 @@ struct QuantizeState final : KernelState {
   DType y_type = DType::kUndefined;
   DType precision = DType::kF32;  // x / scale is rounded to this type
   bool saturate = true;
+  // f32 to u8 or i8 with one f32 scale: vec::quantizeU8's vector loop.
+  bool vector_path = false;
 };
 
 std::unique_ptr<KernelState> prepareQuantize(const KernelSetup& setup) {
@@ -279,11 +281,38 @@ std::unique_ptr<KernelState> prepareQuantize(const KernelSetup& setup) {
   if (!isScaleType(state->precision)) {
     throw UsageError(fmt::format("{}: precision {} is not f32, f16 or bf16", op, precision));
   }
+  state->vector_path = x.dtype == DType::kF32 && setup.inputs[1].dtype == DType::kF32 &&
+                       state->precision == DType::kF32 && isInteger8(y.dtype) && isSingle(setup.inputs[1]) &&
+                       (!present(inputAt(setup, 2)) || isSingle(inputAt(setup, 2)));
   return state;
+}
+
+// Per tensor, f32 to 8 bits: vec::quantizeU8 rounds x / scale half to even
+// and clamps to [0, 255], as QuantizeLinear does. i8 is u8 shifted by 128:
+// clamp(q + z, -128, 127) = clamp(q + z + 128, 0, 255) - 128.
+void runVectorQuantize(const KernelCall& call) {
+  const float scale = loadElement<float>(call.inputs[1].data, 0);
+  const bool is_signed = call.outputs[0].dtype == DType::kI8;
+  const bool has_zero = call.input_count > 2 && call.inputs[2].data != nullptr;
+  const float zero = (has_zero ? loadAsFloat(call.inputs[2].data, call.inputs[2].dtype, 0) : 0.0f) +
+                     (is_signed ? 128.0f : 0.0f);
+  const float* x = call.inputs[0].as<const float>();
+  auto* y = call.outputs[0].as<uint8_t>();
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  parallelForElements(static_cast<int64_t>(call.outputs[0].numElements()), [&](int64_t begin, int64_t end) {
+    kernels.quantizeU8(x + begin, y + begin, end - begin, scale, zero);
+    if (is_signed) {
+      for (int64_t i = begin; i < end; ++i) y[i] ^= 0x80;
+    }
+  }, 4);
 }
 
 void runQuantize(const KernelCall& call) {
   const auto& s = static_cast<const QuantizeState&>(*call.state);
+  if (s.vector_path) {
+    runVectorQuantize(call);
+    return;
+  }
   const std::byte* x = call.inputs[0].data;
   std::byte* y = call.outputs[0].data;
   const std::byte* zero = call.input_count > 2 ? call.inputs[2].data : nullptr;

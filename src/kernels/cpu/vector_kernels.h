@@ -84,6 +84,16 @@ enum class Operands : uint8_t {
 };
 using BinaryFn = void (*)(const float* a, const float* b, float* y, int64_t n);
 
+// The parameters of VectorKernels::addQuantized.
+struct QuantizedAddParams {
+  float a_ratio = 1;  // a_scale / y_scale
+  float a_zero = 0;
+  float b_ratio = 1;  // b_scale / y_scale
+  float b_zero = 0;
+  float y_zero = 0;
+  bool signed_bytes = false;  // the arrays hold i8 (zero points in [-128, 127]), else u8
+};
+
 struct VectorKernels {
   Isa isa = Isa::kGeneric;
   std::array<UnaryFn, static_cast<size_t>(Unary::kCount)> unary{};
@@ -105,6 +115,10 @@ struct VectorKernels {
   // rounding, bit for bit on every path (a division, not a product with
   // the reciprocal).
   void (*quantizeU8)(const float* x, uint8_t* y, int64_t n, float scale, float zero) = nullptr;
+  // y[i] = saturate(round(a_ratio * (a[i] - a_zero) + b_ratio * (b[i] - b_zero)) + y_zero)
+  // over n bytes (u8, or i8 with signed_bytes), in f32, rounding half to
+  // even: kiln.QLinearAdd, as onnxruntime's QLinearAdd computes it.
+  void (*addQuantized)(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) = nullptr;
   // y[j] = the sum (or, with `max`, the maximum, NaN propagating) over
   // i < rows of x[i * stride + j], for j < n: the column folds of a strided
   // matrix (a channels-last global pool over a block of channels).

@@ -228,6 +228,45 @@ void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) 
     for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
   }
 }
+void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) {
+  // Clamped before rounding (the bounds are integers, so the result is the
+  // same), which keeps |v| small enough for the 1.5 * 2^23 rounding. i8
+  // bytes are read as u8 with their top bit flipped (v + 128), zero points
+  // shifted to match, and flipped back on the way out.
+  constexpr float kRounder = 12582912.0f;
+  const uint8_t flip = p.signed_bytes ? 0x80 : 0;
+  const float shift = p.signed_bytes ? 128.0f : 0.0f;
+  const float a_zero = p.a_zero + shift;
+  const float b_zero = p.b_zero + shift;
+  const float y_zero = p.y_zero + shift;
+  const float low = -y_zero;
+  const float high = 255.0f - y_zero;
+  using U8 = uint8_t __attribute__((vector_size(kLanes)));
+  const auto add = [&](U8 va, U8 vb) {
+    const F32 fa = __builtin_convertvector(__builtin_convertvector(va ^ flip, I32), F32);
+    const F32 fb = __builtin_convertvector(__builtin_convertvector(vb ^ flip, I32), F32);
+    F32 v = p.a_ratio * (fa - a_zero) + p.b_ratio * (fb - b_zero);
+    v = v < low ? F32{} + low : v;
+    v = v > high ? F32{} + high : v;
+    const I32 q = __builtin_convertvector(((v + kRounder) - kRounder) + y_zero, I32);
+    return __builtin_convertvector(q, U8) ^ flip;
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    U8 va, vb;
+    __builtin_memcpy(&va, a + i, sizeof va);
+    __builtin_memcpy(&vb, b + i, sizeof vb);
+    const U8 vy = add(va, vb);
+    __builtin_memcpy(y + i, &vy, sizeof vy);
+  }
+  if (i < n) {
+    U8 va{}, vb{};
+    __builtin_memcpy(&va, a + i, static_cast<size_t>(n - i));
+    __builtin_memcpy(&vb, b + i, static_cast<size_t>(n - i));
+    const U8 vy = add(va, vb);
+    __builtin_memcpy(y + i, &vy, static_cast<size_t>(n - i));
+  }
+}
 // Up to 4 vectors of columns per pass down the rows, accumulators in
 // registers; the last partial vector through padded lanes. Rows are folded
 // in chunks of kFoldChunk, each chunk's result then folded into the total:
@@ -506,6 +545,7 @@ constexpr VectorKernels makeKernels() {
   k.expSum = &expSum;
   k.affine = &affine;
   k.quantizeU8 = &quantizeU8;
+  k.addQuantized = &addQuantized;
   k.normalize = &normalize;
   k.scaleSums = &scaleSums;
   k.foldColumns = &foldColumns;

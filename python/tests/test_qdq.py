@@ -1,0 +1,237 @@
+"""Quantized CNNs in integers: QLinearConv on oneDNN's int8 convolution
+(kiln.NhwcQLinearConv), the QDQ fusion (passes/qdq_fusion.h) and its
+kiln.QLinearAdd, and MaxPool and QuantizeLinear on 8-bit data.
+
+The reference is onnxruntime on the same model. Both compute the i32 sums
+exactly and requantize in f32; a product may round to the other neighbour,
+so results may differ by one quantization step, rarely."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+
+
+def save(tmp_path, nodes, inputs, outputs, inits, opset=17):
+    graph = helper.make_graph(nodes, "q", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    return tmp_path / "m.onnx"
+
+
+def onnxruntime_outputs(path, feeds):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compiled_ops(path, out):
+    """Compiles; returns the package's steps per kernel."""
+    return kiln.compile(path, out)["step_kernels"]
+
+
+def assert_within_one_step(ours, want):
+    assert ours.dtype == want.dtype and ours.shape == want.shape
+    difference = np.abs(ours.astype(np.int32) - want.astype(np.int32))
+    assert difference.max() <= 1, difference.max()
+    assert (difference == 0).mean() >= 0.99, (difference == 0).mean()
+
+
+@pytest.mark.parametrize("x_type,per_channel,bias,x_shape,w_shape,attrs", [
+    (np.uint8, True, True, (1, 16, 20, 20), (32, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+    (np.int8, True, True, (2, 24, 17, 15), (16, 24, 3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 2])),
+    (np.uint8, False, False, (1, 3, 30, 30), (8, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),  # a stem
+    (np.uint8, True, True, (1, 32, 14, 14), (32, 1, 3, 3), dict(group=32, pads=[1, 1, 1, 1])),  # depthwise
+    (np.int8, True, False, (1, 32, 9, 9), (32, 1, 3, 3), dict(group=32, strides=[2, 2], pads=[1, 1, 1, 1])),
+    (np.uint8, True, True, (1, 64, 7, 7), (48, 64, 1, 1), {}),  # pointwise
+    (np.uint8, False, True, (1, 16, 11, 11), (24, 8, 3, 3), dict(group=2, dilations=[2, 2], pads=[2, 2, 2, 2])),
+])
+def test_qlinear_conv_matches_onnxruntime(tmp_path, x_type, per_channel, bias, x_shape, w_shape, attrs):
+    rng = np.random.default_rng(3)
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max + 1, x_shape).astype(x_type)
+    w = rng.integers(-127, 128, w_shape).astype(np.int8)
+    channels = w_shape[0]
+    w_scale = (rng.uniform(0.002, 0.02, channels) if per_channel else np.array(0.01)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "x_scale"),
+             numpy_helper.from_array(np.array(rng.integers(info.min, info.max + 1), x_type), "x_zero"),
+             numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(w_scale, "w_scale"),
+             numpy_helper.from_array(np.zeros(w_scale.shape, np.int8), "w_zero"),
+             numpy_helper.from_array(np.array(0.4, np.float32), "y_scale"),
+             numpy_helper.from_array(np.array(info.min + 100, x_type), "y_zero")]
+    inputs = ["x", "x_scale", "x_zero", "w", "w_scale", "w_zero", "y_scale", "y_zero"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.integers(-5000, 5000, channels).astype(np.int32), "b"))
+        inputs.append("b")
+    node = helper.make_node("QLinearConv", inputs, ["y"], **attrs)
+    x_info = helper.make_tensor_value_info("x", TYPES[x_type], list(x_shape))
+    y_info = helper.make_tensor_value_info("y", TYPES[x_type], None)
+    path = save(tmp_path, [node], [x_info], [y_info], inits)
+    assert "kiln.NhwcQLinearConv" in compiled_ops(path, tmp_path / "m.kiln")
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    assert_within_one_step(ours, onnxruntime_outputs(path, {"x": x})[0])
+    # With the weights a graph input, the QLinearConv runs kiln's loop
+    # kernel, which requantizes in double: the int8 path agrees with it too.
+    w_info = helper.make_tensor_value_info("w", TensorProto.INT8, list(w_shape))
+    path = save(tmp_path, [node], [x_info, w_info], [y_info], [i for i in inits if i.name != "w"])
+    assert "kiln.NhwcQLinearConv" not in compiled_ops(path, tmp_path / "loop.kiln")
+    assert_within_one_step(ours, kiln.Runner(tmp_path / "loop.kiln").run({"x": x, "w": w})["y"])
+
+
+def qdq_block_model(tmp_path, x_type, relu_zero_is_lowest):
+    """x -> Q -> DQ -> Conv(DQ(w), DQ(b)) [-> Relu] -> Q -> DQ -> MaxPool -> Q -> DQ
+       -> Add with the same block's other branch, the QDQ way; then a float output."""
+    rng = np.random.default_rng(7)
+    info = np.iinfo(x_type)
+    lowest = info.min
+    c = 16
+    w1 = rng.integers(-127, 128, (c, 8, 3, 3)).astype(np.int8)
+    w2 = rng.integers(-127, 128, (c, 8, 1, 1)).astype(np.int8)
+    s1 = rng.uniform(0.002, 0.01, c).astype(np.float32)
+    s2 = rng.uniform(0.002, 0.01, c).astype(np.float32)
+    x_scale = np.float32(0.03)
+    inits = [
+        numpy_helper.from_array(np.array(x_scale), "xs"), numpy_helper.from_array(np.array(lowest + 128, x_type), "xz"),
+        numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(s1, "w1s"),
+        numpy_helper.from_array(np.zeros(c, np.int8), "w1z"),
+        numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(s2, "w2s"),
+        numpy_helper.from_array(np.zeros(c, np.int8), "w2z"),
+        # biases quantized at x_scale * w_scale, as onnxruntime's quantizer does
+        numpy_helper.from_array(rng.integers(-3000, 3000, c).astype(np.int32), "b1"),
+        numpy_helper.from_array((x_scale * s1).astype(np.float32), "b1s"),
+        numpy_helper.from_array(np.zeros(c, np.int32), "b1z"),
+        numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b2f"),  # a float bias
+        numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+        numpy_helper.from_array(np.array(lowest if relu_zero_is_lowest else lowest + 20, x_type), "yz"),
+        numpy_helper.from_array(np.array(0.07, np.float32), "zs"),
+        numpy_helper.from_array(np.array(lowest + 128, x_type), "zz"),
+        numpy_helper.from_array(np.array(0.09, np.float32), "as"),
+        numpy_helper.from_array(np.array(lowest + 100, x_type), "az"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w1", "w1s", "w1z"], ["w1d"], axis=0),
+        helper.make_node("DequantizeLinear", ["w2", "w2s", "w2z"], ["w2d"], axis=0),
+        helper.make_node("DequantizeLinear", ["b1", "b1s", "b1z"], ["b1d"], axis=0),
+        helper.make_node("Conv", ["xd", "w1d", "b1d"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("QuantizeLinear", ["r1", "ys", "yz"], ["r1q"]),
+        helper.make_node("DequantizeLinear", ["r1q", "ys", "yz"], ["r1d"]),
+        helper.make_node("MaxPool", ["r1d"], ["p1"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["p1", "ys", "yz"], ["p1q"]),
+        helper.make_node("DequantizeLinear", ["p1q", "ys", "yz"], ["p1d"]),
+        helper.make_node("Conv", ["xd", "w2d", "b2f"], ["c2"]),
+        helper.make_node("QuantizeLinear", ["c2", "zs", "zz"], ["c2q"]),
+        helper.make_node("DequantizeLinear", ["c2q", "zs", "zz"], ["c2d"]),
+        helper.make_node("Add", ["p1d", "c2d"], ["sum"]),
+        helper.make_node("QuantizeLinear", ["sum", "as", "az"], ["sumq"]),
+        helper.make_node("DequantizeLinear", ["sumq", "as", "az"], ["y"]),
+    ]
+    return save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 12, 12])], inits)
+
+
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+def test_qdq_block_runs_in_integers(tmp_path, x_type):
+    path = qdq_block_model(tmp_path, x_type, relu_zero_is_lowest=True)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32) * 2
+    assert ops.get("kiln.NhwcQLinearConv") == 2, ops
+    assert "kiln.QLinearAdd" in ops and "kiln.NhwcMaxPool" in ops, ops
+    assert not {"Conv", "kiln.NhwcConv", "Add", "Relu"} & set(ops), ops
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    steps = np.abs(ours - want) / 0.09
+    assert steps.max() <= 2.01, steps.max()  # one step in a layer, carried into the next at most
+    assert (steps < 0.5).mean() >= 0.95
+
+
+def test_relu_that_changes_values_is_kept(tmp_path):
+    # With the output zero point above the lowest value, Relu clamps values
+    # the quantization would keep: the Conv stays a float one, and results
+    # stay right.
+    path = qdq_block_model(tmp_path, np.uint8, relu_zero_is_lowest=False)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32) * 2
+    assert ops.get("kiln.NhwcQLinearConv") == 1, ops
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    assert np.abs(ours - want).max() / 0.09 <= 2.01
+
+
+@pytest.mark.parametrize("y_type", [np.uint8, np.int8])
+def test_quantize_linear_per_tensor(tmp_path, y_type):
+    # The vector path: rounding half to even, saturation at both ends, the
+    # zero point, and i8 through the u8 loop shifted by 128.
+    info = np.iinfo(y_type)
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+             numpy_helper.from_array(np.array(info.min + 7, y_type), "z")]
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    path = save(tmp_path, [node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+                [helper.make_tensor_value_info("y", TYPES[y_type], None)], inits)
+    kiln.compile(path, tmp_path / "m.kiln")
+    x = np.concatenate([np.arange(-20, 20, 0.25), [-1e30, 1e30, 0.25, 0.75, -0.25, -0.75],
+                        np.random.default_rng(0).uniform(-200, 200, 834)]).astype(np.float32)
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    np.testing.assert_array_equal(ours, onnxruntime_outputs(path, {"x": x})[0])
+
+
+def test_quantize_static_cnn(tmp_path):
+    """A CNN quantized by onnxruntime's own quantizer (QDQ, per-channel
+    weights): every Conv runs in int8, and the output stays within a few of
+    its quantization steps of onnxruntime's."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(4)
+
+    def conv(name, c_in, c_out, k, stride=1, group=1):
+        w = (rng.standard_normal((c_out, c_in // group, k, k)) * np.sqrt(2 / (c_in // group * k * k)))
+        return [numpy_helper.from_array(w.astype(np.float32), name + "_w"),
+                numpy_helper.from_array((rng.standard_normal(c_out) * 0.1).astype(np.float32), name + "_b")]
+
+    inits = conv("a", 3, 16, 3) + conv("b", 16, 16, 3, group=16) + conv("c", 16, 16, 1) + conv("d", 16, 32, 3, 2)
+    inits += [numpy_helper.from_array((rng.standard_normal((10, 32)) * 0.2).astype(np.float32), "fc_w"),
+              numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
+    nodes = [helper.make_node("Conv", ["x", "a_w", "a_b"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "b_w", "b_b"], ["b"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Conv", ["br", "c_w", "c_b"], ["c"]),
+             helper.make_node("Add", ["c", "ar"], ["res"]),
+             helper.make_node("MaxPool", ["res"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "d_w", "d_b"], ["d"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["d"], ["dr"]),
+             helper.make_node("GlobalAveragePool", ["dr"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1)]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits, opset=13)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter([{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantized = tmp_path / "q.onnx"
+    quantize_static(str(path), str(quantized), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    ops = compiled_ops(quantized, tmp_path / "q.kiln")
+    assert ops.get("kiln.NhwcQLinearConv") == 4, ops
+    model = onnx.load(quantized)
+    output_dq = next(n for n in model.graph.node if n.output[0] == "y")
+    step = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == output_dq.input[1])))
+    runner = kiln.Runner(tmp_path / "q.kiln")
+    for _ in range(5):
+        x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+        ours = runner.run({"x": x})["y"]
+        want = onnxruntime_outputs(quantized, {"x": x})[0]
+        assert np.abs(ours - want).max() / step <= 3.01

@@ -1,0 +1,260 @@
+#include "passes/qdq_fusion.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "passes/pass_helpers.h"
+
+namespace kiln {
+namespace {
+
+bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
+
+// The f32 values of initializer `id`, or nothing (absent, not f32).
+std::optional<std::vector<float>> floatsOf(const Graph& graph, ValueId id) {
+  const Constant* c = initializerOf(graph, id);
+  if (c == nullptr || c->info.dtype != DType::kF32) return std::nullopt;
+  std::vector<float> values(c->info.numElements());
+  if (!values.empty()) std::memcpy(values.data(), c->bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// One side of a quantized group: the integer value and its quantization
+// parameters, each one value (per tensor).
+struct Quantized {
+  ValueId data = kNoValue;   // the integer tensor (DQ's input, or Q's output)
+  ValueId scale = kNoValue;  // f32, one value
+  ValueId zero = kNoValue;   // of the integer type, one value; made when the node has none
+  DType type = DType::kUndefined;
+  float scale_value = 0;
+  int32_t zero_value = 0;
+};
+
+class QdqFusion {
+ public:
+  explicit QdqFusion(Graph& graph) : graph_(graph), pinned_(pinnedValues(graph)) {}
+
+  size_t run() {
+    size_t fused = 0;
+    for (NodeId id : graph_.topologicalOrder()) {
+      if (graph_.node(id).removed) continue;
+      if (isOp(graph_, id, "Conv")) {
+        fused += fuseConv(id) ? 1 : 0;
+      } else if (isOp(graph_, id, "Add")) {
+        fused += fuseAdd(id) ? 1 : 0;
+      } else if (isOp(graph_, id, "MaxPool")) {
+        fused += fuseMaxPool(id) ? 1 : 0;
+      }
+    }
+    return fused;
+  }
+
+ private:
+  // The per-tensor parameters of quantization node `id` (QuantizeLinear or
+  // DequantizeLinear), over the 8-bit value `data`; nothing unless both are
+  // initializers of one value (the zero point may be absent).
+  std::optional<Quantized> perTensor(NodeId id, ValueId data) {
+    const Node& node = graph_.node(id);
+    if (node.intAttribute("block_size", 0) != 0 || node.inputs.size() < 2) return std::nullopt;
+    Quantized q;
+    q.data = data;
+    q.type = graph_.value(data).type.dtype;
+    if (!isInteger8(q.type)) return std::nullopt;
+    const std::optional<std::vector<float>> scale = floatsOf(graph_, node.inputs[1]);
+    if (!scale || scale->size() != 1 || !(scale->front() > 0) || !std::isfinite(scale->front())) return std::nullopt;
+    q.scale = node.inputs[1];
+    q.scale_value = scale->front();
+    const ValueId zero = node.inputs.size() > 2 ? node.inputs[2] : kNoValue;
+    if (zero == kNoValue) {
+      q.zero = zeroOf(q.type);
+      return q;
+    }
+    const Constant* z = initializerOf(graph_, zero);
+    if (z == nullptr || z->info.dtype != q.type || z->info.numElements() != 1) return std::nullopt;
+    q.zero = zero;
+    q.zero_value = q.type == DType::kU8 ? static_cast<int32_t>(std::to_integer<uint8_t>(z->bytes[0]))
+                                        : static_cast<int32_t>(static_cast<int8_t>(std::to_integer<uint8_t>(z->bytes[0])));
+    return q;
+  }
+
+  // Input `value` as the output of a per-tensor DequantizeLinear.
+  std::optional<Quantized> dequantized(ValueId value) {
+    const NodeId producer = graph_.value(value).producer;
+    if (producer == kNoNode || !isOp(graph_, producer, "DequantizeLinear")) return std::nullopt;
+    return perTensor(producer, graph_.node(producer).inputs[0]);
+  }
+
+  // The QuantizeLinear that alone reads `value`, and its parameters.
+  std::optional<std::pair<NodeId, Quantized>> quantizedBy(ValueId value) {
+    const std::optional<NodeId> q = onlyReader(graph_, pinned_, value, "QuantizeLinear");
+    if (!q) return std::nullopt;
+    std::optional<Quantized> params = perTensor(*q, graph_.node(*q).outputs[0]);
+    if (!params) return std::nullopt;
+    return std::pair{*q, *params};
+  }
+
+  // A zero point of 0 of `type`, one initializer per type.
+  ValueId zeroOf(DType type) {
+    ValueId& zero = type == DType::kU8 ? zero_u8_ : zero_i8_;
+    if (zero == kNoValue) {
+      zero = graph_.addInitializer(uniqueName(graph_, type == DType::kU8 ? "qdq/zero_u8" : "qdq/zero_i8"),
+                                   makeConstant(TensorInfo{type, {}}, std::vector<std::byte>(1)));
+    }
+    return zero;
+  }
+
+  bool fuseConv(NodeId conv) {
+    const Node& node = graph_.node(conv);
+    if (node.inputs.size() < 2) return false;
+    const std::optional<Quantized> x = dequantized(node.inputs[0]);
+    if (!x) return false;
+    // The weights: DequantizeLinear of an 8-bit initializer, per tensor or
+    // per output channel.
+    const NodeId w_dq = graph_.value(node.inputs[1]).producer;
+    if (w_dq == kNoNode || !isOp(graph_, w_dq, "DequantizeLinear")) return false;
+    const Node& wq = graph_.node(w_dq);
+    const Constant* w = initializerOf(graph_, wq.inputs[0]);
+    if (w == nullptr || !isInteger8(w->info.dtype) || w->info.shape.size() < 3 || wq.intAttribute("block_size", 0) != 0) {
+      return false;
+    }
+    const int64_t channels = w->info.shape[0];
+    const std::optional<std::vector<float>> w_scale = floatsOf(graph_, wq.inputs[1]);
+    const auto scales = static_cast<int64_t>(w_scale ? w_scale->size() : 0);
+    if (scales != 1 && (scales != channels || wq.intAttribute("axis", 1) != 0)) return false;
+    ValueId w_zero = wq.inputs.size() > 2 ? wq.inputs[2] : kNoValue;
+    if (w_zero == kNoValue) {
+      w_zero = zeroOf(w->info.dtype);
+    } else {
+      const Constant* z = initializerOf(graph_, w_zero);
+      if (z == nullptr || z->info.dtype != w->info.dtype || static_cast<int64_t>(z->info.numElements()) != scales) {
+        return false;
+      }
+    }
+    // The output: QuantizeLinear, directly or after a Relu it makes redundant.
+    std::vector<NodeId> group{conv};
+    ValueId out = node.outputs[0];
+    bool relu = false;
+    if (const std::optional<NodeId> r = onlyReader(graph_, pinned_, out, "Relu")) {
+      group.push_back(*r);
+      out = graph_.node(*r).outputs[0];
+      relu = true;
+    }
+    const auto q = quantizedBy(out);
+    if (!q) return false;
+    const Quantized& y = q->second;
+    if (relu && y.zero_value != (y.type == DType::kU8 ? 0 : -128)) return false;
+    group.push_back(q->first);
+    // The bias, as i32 at the scale x_scale * w_scale.
+    std::vector<ValueId> inputs{x->data, x->scale, x->zero, wq.inputs[0], wq.inputs[1], w_zero, y.scale, y.zero};
+    if (node.inputs.size() > 2 && node.inputs[2] != kNoValue) {
+      const ValueId bias = quantizedBias(node.inputs[2], x->scale_value, *w_scale, channels);
+      if (bias == kNoValue) return false;
+      inputs.push_back(bias);
+    }
+    Attributes attributes = node.attributes;
+    const std::string name = node.name;
+    replaceByFusedNode(graph_, group, "QLinearConv", std::move(attributes), inputs, name + "/quantized");
+    graph_.node(group.back()).domain.clear();
+    return true;
+  }
+
+  // Bias `value` ([M] f32: an initializer, or DequantizeLinear of an i32
+  // initializer with zero point 0) as an i32 initializer at scale
+  // x_scale * w_scale[m]; kNoValue when it is neither.
+  ValueId quantizedBias(ValueId value, float x_scale, const std::vector<float>& w_scale, int64_t channels) {
+    std::vector<double> real(static_cast<size_t>(channels));
+    std::vector<int32_t> exact;  // the i32 values, when their scale is already QLinearConv's
+    auto bias_scale = [&](int64_t m) { return x_scale * w_scale[w_scale.size() == 1 ? 0 : static_cast<size_t>(m)]; };
+    const NodeId producer = graph_.value(value).producer;
+    if (producer != kNoNode) {
+      if (!isOp(graph_, producer, "DequantizeLinear")) return kNoValue;
+      const Node& dq = graph_.node(producer);
+      const Constant* b = initializerOf(graph_, dq.inputs[0]);
+      const std::optional<std::vector<float>> scale = floatsOf(graph_, dq.inputs[1]);
+      if (b == nullptr || b->info.dtype != DType::kI32 || static_cast<int64_t>(b->info.numElements()) != channels ||
+          !scale || (scale->size() != 1 && static_cast<int64_t>(scale->size()) != channels)) {
+        return kNoValue;
+      }
+      if (dq.inputs.size() > 2 && dq.inputs[2] != kNoValue) {
+        const Constant* z = initializerOf(graph_, dq.inputs[2]);
+        if (z == nullptr || !allZero(*z)) return kNoValue;
+      }
+      std::vector<int32_t> ints(static_cast<size_t>(channels));
+      std::memcpy(ints.data(), b->bytes.data(), ints.size() * sizeof(int32_t));
+      bool same_scale = true;
+      for (int64_t m = 0; m < channels; ++m) {
+        const float s = (*scale)[scale->size() == 1 ? 0 : static_cast<size_t>(m)];
+        real[static_cast<size_t>(m)] = static_cast<double>(ints[static_cast<size_t>(m)]) * s;
+        same_scale = same_scale && s == bias_scale(m);
+      }
+      if (same_scale) exact = std::move(ints);
+    } else {
+      const std::optional<std::vector<float>> b = floatsOf(graph_, value);
+      if (!b || static_cast<int64_t>(b->size()) != channels) return kNoValue;
+      for (int64_t m = 0; m < channels; ++m) real[static_cast<size_t>(m)] = (*b)[static_cast<size_t>(m)];
+    }
+    if (exact.empty()) {
+      exact.resize(static_cast<size_t>(channels));
+      for (int64_t m = 0; m < channels; ++m) {
+        const double q = std::nearbyint(real[static_cast<size_t>(m)] / bias_scale(m));
+        if (!(std::fabs(q) < 2147483520.0)) return kNoValue;  // no i32 holds it (or not a number)
+        exact[static_cast<size_t>(m)] = static_cast<int32_t>(q);
+      }
+    }
+    std::vector<std::byte> bytes(exact.size() * sizeof(int32_t));
+    std::memcpy(bytes.data(), exact.data(), bytes.size());
+    return graph_.addInitializer(uniqueName(graph_, graph_.value(value).name + "/i32"),
+                                 makeConstant(TensorInfo{DType::kI32, {channels}}, std::move(bytes)));
+  }
+
+  bool fuseAdd(NodeId add) {
+    const Node& node = graph_.node(add);
+    if (node.inputs.size() != 2) return false;
+    const std::optional<Quantized> a = dequantized(node.inputs[0]);
+    const std::optional<Quantized> b = dequantized(node.inputs[1]);
+    if (!a || !b) return false;
+    const auto q = quantizedBy(node.outputs[0]);
+    if (!q) return false;
+    const Quantized& y = q->second;
+    const ValueType& out = graph_.value(node.outputs[0]).type;
+    if (a->type != y.type || b->type != y.type || !out.hasStaticShape()) return false;
+    for (ValueId operand : node.inputs) {
+      if (graph_.value(operand).type.shape != out.shape) return false;
+    }
+    const std::string name = node.name;
+    replaceByFusedNode(graph_, {add, q->first}, "QLinearAdd", {},
+                       {a->data, a->scale, a->zero, b->data, b->scale, b->zero, y.scale, y.zero}, name + "/quantized");
+    return true;
+  }
+
+  bool fuseMaxPool(NodeId pool) {
+    const Node& node = graph_.node(pool);
+    const std::optional<Quantized> x = dequantized(node.inputs[0]);
+    if (!x) return false;
+    const auto q = quantizedBy(node.outputs[0]);
+    if (!q) return false;
+    const Quantized& y = q->second;
+    if (x->type != y.type || x->scale_value != y.scale_value || x->zero_value != y.zero_value) return false;
+    Attributes attributes = node.attributes;
+    const std::string name = node.name;
+    replaceByFusedNode(graph_, {pool, q->first}, "MaxPool", std::move(attributes), {x->data}, name + "/quantized");
+    graph_.node(q->first).domain.clear();
+    return true;
+  }
+
+  Graph& graph_;
+  const std::set<ValueId> pinned_;
+  ValueId zero_u8_ = kNoValue;
+  ValueId zero_i8_ = kNoValue;
+};
+
+}  // namespace
+
+size_t fuseQdq(Graph& graph) { return QdqFusion(graph).run(); }
+
+}  // namespace kiln
