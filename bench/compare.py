@@ -657,10 +657,11 @@ def render(results, args, command, started):
     return "\n".join(body), table
 
 
-def write_results(path, section):
+def write_results(path, section, heading="## Model comparison"):
+    """Replaces the section under `heading` in the results file with `section` (or appends it)."""
     text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
     lines = text.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.startswith("## Model comparison")), None)
+    start = next((i for i, l in enumerate(lines) if l.startswith(heading)), None)
     if start is None:
         new = text.rstrip("\n") + "\n\n" + section
     else:
