@@ -120,7 +120,10 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     on f16 tensor cores, summing in f32; inputs and outputs stay f32): faster,
     with errors of 2e-4 to 6e-2 of an output's magnitude on real models, and
     f16's range (docs/cuda.md). bf16=True does the same in bf16: f32's
-    range, coarser rounding. plugins: plugin libraries to load first
+    range, coarser rounding; on the cpu target it makes products with
+    constant weights multiply in bf16 (sums in f32) on CPUs with AVX-512
+    BF16, which is slower than f32 on CPUs without AMX
+    (docs/performance.md). plugins: plugin libraries to load first
     (load_plugin), whose custom operators the model uses. variables: names of
     weights (initializers) to keep as variables, which a Session reads and
     replaces without recompiling (they are not folded into other constants;

@@ -170,6 +170,19 @@ void allowTf32(Graph& graph) {
   }
 }
 
+// --bf16 on the cpu target: products with constant weights multiply in bf16
+// (core/math_mode.h; kernels/cpu/matmul.cc decides per step).
+void allowBf16Products(Graph& graph) {
+  for (NodeId id : graph.nodeIds()) {
+    Node& node = graph.node(id);
+    if (node.removed) continue;
+    const std::string name = kernelName(node);
+    if (std::find(kBf16ProductOps.begin(), kBf16ProductOps.end(), name) != kBf16ProductOps.end()) {
+      node.attributes[std::string(kMathAttribute)] = std::string(kMathBf16);
+    }
+  }
+}
+
 // A tensor attribute as a kernel parameter: its elements, flattened, as a
 // list of doubles (f32, f64) or of integers (integer and bool types). The
 // ai.onnx.ml TreeEnsemble holds its splits and leaf weights this way.
@@ -1229,7 +1242,8 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
     inferTypes(graph, opsets);
   }
   if (options.fp16 && storeInFloat16(graph, DType::kF16) > 0) inferTypes(graph, opsets);
-  if (options.bf16 && storeInFloat16(graph, DType::kBF16) > 0) inferTypes(graph, opsets);
+  if (options.bf16 && options.target == "cuda" && storeInFloat16(graph, DType::kBF16) > 0) inferTypes(graph, opsets);
+  if (options.bf16 && options.target == "cpu") allowBf16Products(graph);
   if (options.tf32) allowTf32(graph);
   optimizeSubgraphs(graph, opsets, limits, options.fuse_clip);
   removeDeadNodes(graph);
@@ -1292,7 +1306,6 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");
   if (options.fp16 && options.target != "cuda") throw UsageError("fp16 (--fp16) is for the cuda target");
-  if (options.bf16 && options.target != "cuda") throw UsageError("bf16 (--bf16) is for the cuda target");
   if (options.fp16 && options.bf16) throw UsageError("fp16 and bf16 (--fp16, --bf16) exclude each other: choose one");
   if (options.target != "cpu" && options.target != "cuda") {
     throw UsageError("unknown compile target '" + options.target + "': expected cpu or cuda");

@@ -93,7 +93,13 @@ Command addCompileCommand(CLI::App& app) {
                 "f16's range)");
   cmd->add_flag("--bf16", args->bf16,
                 "cuda target: as --fp16 with bf16 (f32's range, 8 bits of mantissa: larger rounding errors, no "
-                "overflow)")
+                "overflow); cpu target: products with constant weights multiply in bf16, summing in f32, on CPUs "
+                "with AVX-512 BF16 (elsewhere f32)")
+      ->excludes("--fp16");
+  cmd->add_option_function<std::string>(
+         "--precision", [args](const std::string& precision) { args->bf16 = precision == "bf16"; },
+         "f32 (default) or bf16 (the same as --bf16)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
       ->excludes("--fp16");
   cmd->add_option("--plugin", args->plugins,
                   "Load a plugin library of custom operators first (repeatable; docs/plugins.md); the package "

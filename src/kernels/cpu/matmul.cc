@@ -45,6 +45,7 @@
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "core/float_formats.h"
+#include "core/math_mode.h"
 #include "kernels/cpu/onednn_support.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -83,6 +84,9 @@ struct Product {
   int64_t c_n = 0;
   int64_t c_rows = 1;  // C's own shape as [c_rows, c_cols]
   int64_t c_cols = 1;
+  // Multiply in bf16, summing in f32 (the step's math attribute is "bf16",
+  // core/math_mode.h): B, a constant, is converted once, A per call.
+  bool bf16 = false;
 };
 
 // ------------------------------------------------------------- loop kernel
@@ -253,6 +257,8 @@ struct MatMulState final : KernelState {
   bool weights_packed = false;
   dnnl::memory packed_weights;
   CMode c_mode = CMode::kNone;
+  // bf16 products: A (f32, per call) into the slot's bf16 src.
+  std::optional<dnnl::reorder> src_reorder;
   bool bias_from_call = false;
   dnnl::memory constant_bias;
   // A slot's weights point at the packed weights for good, or at B per call;
@@ -289,12 +295,18 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
   Dims dims;
   Dims strides;
   operandLayout(p, p.a_batch_stride, p.m, p.k, p.a_m, p.a_k, dims, strides);
-  const dnnl::memory::desc src = onednn::f32Desc(dims, strides);
+  const dnnl::memory::desc src_plain = onednn::f32Desc(dims, strides);
+  // bf16 where asked, B is a constant and the CPU multiplies bf16 natively
+  // (AVX-512 BF16); oneDNN elsewhere would emulate it, slower than f32.
+  const bool bf16 = p.bf16 && b_constant != nullptr &&
+                    dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
+  const dnnl::memory::data_type compute = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  const dnnl::memory::desc src =
+      bf16 ? dnnl::memory::desc(dims, compute, onednn::denseStrides(dims)) : src_plain;
   operandLayout(p, p.b_batch_stride, p.k, p.n, p.b_k, p.b_n, dims, strides);
   const dnnl::memory::desc weights_plain = onednn::f32Desc(dims, strides);
   const dnnl::memory::desc weights =
-      b_constant != nullptr ? dnnl::memory::desc(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any)
-                            : weights_plain;
+      b_constant != nullptr ? dnnl::memory::desc(dims, compute, dnnl::memory::format_tag::any) : weights_plain;
   Dims dst_dims(p.batch_rank + 2);
   for (uint32_t d = 0; d < p.batch_rank; ++d) dst_dims[d] = p.batch[d];
   dst_dims[p.batch_rank] = p.m;
@@ -332,6 +344,7 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
                                                                : dnnl::matmul::desc(src, weights, dst);
   const dnnl::matmul::primitive_desc pd(desc, attr, engine);
   state.primitive = dnnl::matmul(pd);
+  if (bf16) state.src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, src_plain, engine, pd.src_desc()));
 
   if (b_constant != nullptr && pd.weights_desc() != weights_plain) {
     state.packed_weights = onednn::reorderConstant(weights_plain, b_constant, pd.weights_desc());
@@ -354,7 +367,13 @@ void prepareDnnl(MatMulState& state, const std::byte* b_constant, const std::byt
   state.slots.create(engine, pd.scratchpad_desc());
   for (size_t i = 0; i < onednn::kExecutionSlots; ++i) {
     ExecutionSlot& slot = state.slots[i];
-    slot.src = dnnl::memory(pd.src_desc(), engine, DNNL_MEMORY_NONE);
+    if (state.src_reorder) {
+      // Each slot converts A into a buffer of its own (allocated here, once).
+      slot.src_plain = dnnl::memory(src_plain, engine, DNNL_MEMORY_NONE);
+      slot.src = dnnl::memory(pd.src_desc(), engine);
+    } else {
+      slot.src = dnnl::memory(pd.src_desc(), engine, DNNL_MEMORY_NONE);
+    }
     slot.weights = dnnl::memory(pd.weights_desc(), engine,
                                 state.weights_packed ? state.packed_weights.get_data_handle() : DNNL_MEMORY_NONE);
     slot.dst = dnnl::memory(pd.dst_desc(), engine, DNNL_MEMORY_NONE);
@@ -417,7 +436,12 @@ void runProduct(const KernelCall& call) {
   ExecutionSlot& slot = state.slots.claim();
   dnnl_exec_arg_t args[6];
   int count = 0;
-  onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
+  if (state.src_reorder) {
+    onednn::setHandle(kKernel, slot.src_plain, call.inputs[0].data);
+    onednn::reorderSource(kKernel, *state.src_reorder, slot);
+  } else {
+    onednn::setHandle(kKernel, slot.src, call.inputs[0].data);
+  }
   args[count++] = {DNNL_ARG_SRC, slot.src.get()};
   if (!state.weights_packed) onednn::setHandle(kKernel, slot.weights, call.inputs[1].data);
   args[count++] = {DNNL_ARG_WEIGHTS, slot.weights.get()};
@@ -580,7 +604,9 @@ std::unique_ptr<KernelState> prepareMatMul(const KernelSetup& setup) {
     return state;
   }
   expectF32Inputs("MatMul", setup, 2, 2);
-  return makeState("MatMul", describeMatMul("MatMul", setup), constantInput(setup, 1), nullptr);
+  Product p = describeMatMul("MatMul", setup);
+  p.bf16 = allowsBf16(setup.params);
+  return makeState("MatMul", p, constantInput(setup, 1), nullptr);
 }
 
 // Gemm, or FusedGemm with `post_ops`.
@@ -610,6 +636,7 @@ std::unique_ptr<KernelState> prepareGemmAs(std::string_view op, const KernelSetu
   p.b_n = trans_b ? p.k : 1;
   p.alpha = static_cast<float>(setup.params.getFloat("alpha", 1.0));
   p.beta = static_cast<float>(setup.params.getFloat("beta", 1.0));
+  p.bf16 = allowsBf16(setup.params);
 
   const bool has_c = setup.inputs.size() == 3 && setup.inputs[2].dtype != DType::kUndefined;
   if (has_c) {
@@ -670,6 +697,7 @@ std::unique_ptr<KernelState> prepareFusedMatMul(const KernelSetup& setup) {
     }
   }
   Product p = describeMatMul(op, setup);
+  p.bf16 = allowsBf16(setup.params);
   const std::vector<int64_t>& y = setup.outputs[0].shape;
   if (hasInput(setup, 2)) {
     const std::vector<int64_t>& bias = setup.inputs[2].shape;

@@ -113,14 +113,27 @@ void execute(const char* kernel, const dnnl::primitive& primitive, const Executi
   if (status != dnnl_success) dnnlFailed(kernel, "dnnl_primitive_execute", status);
 }
 
-void reorderWeights(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot) {
-  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, slot.weights_plain.get()}, {DNNL_ARG_TO, slot.weights.get()}};
+namespace {
+
+void reorderInSlot(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot, const dnnl::memory& from,
+                   const dnnl::memory& to) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
   dnnl_status_t status = dnnl_primitive_execute(reorder.get(), slot.stream.get(), 2, args);
   if (status == dnnl_success) status = dnnl_stream_wait(slot.stream.get());
   if (status != dnnl_success) {
     slot.busy.store(false, std::memory_order_release);
-    dnnlFailed(kernel, "dnnl_primitive_execute (weights reorder)", status);
+    dnnlFailed(kernel, "dnnl_primitive_execute (reorder)", status);
   }
+}
+
+}  // namespace
+
+void reorderWeights(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot) {
+  reorderInSlot(kernel, reorder, slot, slot.weights_plain, slot.weights);
+}
+
+void reorderSource(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot) {
+  reorderInSlot(kernel, reorder, slot, slot.src_plain, slot.src);
 }
 
 }  // namespace kiln::onednn

@@ -69,6 +69,7 @@ struct ExecutionSlot {
   std::atomic<bool> busy{false};
   dnnl::stream stream;
   dnnl::memory src;
+  dnnl::memory src_plain;  // a source that arrives per call in f32, before its conversion into `src` (bf16 products)
   dnnl::memory weights;
   dnnl::memory weights_plain;  // weights that arrive per call, before their reorder into `weights`
   dnnl::memory bias;
@@ -127,5 +128,9 @@ void execute(const char* kernel, const dnnl::primitive& primitive, const Executi
 // slot's stream and waits, keeping the slot claimed (the primitive that
 // reads the weights runs next); aborts through dnnlFailed on failure.
 void reorderWeights(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot);
+
+// The same from the slot's src_plain into its src (a bf16 product's f32
+// source converted per call).
+void reorderSource(const char* kernel, const dnnl::primitive& reorder, ExecutionSlot& slot);
 
 }  // namespace kiln::onednn

@@ -1,9 +1,12 @@
-"""A QDQ-quantized block through `kiln compile` and `kiln run`: its Convs
-become int8 steps (kiln.NhwcQLinearConv), its residual Add kiln.QLinearAdd
-and its MaxPool an 8-bit one, and the output stays within one quantization
-step of onnxruntime's per layer. Here so that `make test-asan` runs the int8
-kernels under AddressSanitizer too (the numerics in detail:
-python/tests/test_qdq.py)."""
+"""Reduced precision through the command line.
+
+A QDQ-quantized block through `kiln compile`, `kiln run` and `kiln bench
+--profile`: its Convs become int8 steps (kiln.NhwcQLinearConv), its residual
+Add kiln.QLinearAdd and its MaxPool an 8-bit one, and the output stays within
+one quantization step of onnxruntime's per layer. Here so that `make
+test-asan` runs the int8 kernels under AddressSanitizer too (the numerics in
+detail: python/tests/test_qdq.py). And `--precision bf16`, the same as
+`--bf16` (python/tests/test_bf16_cpu.py)."""
 
 import numpy as np
 import onnxruntime as ort
@@ -54,3 +57,22 @@ def test_a_qdq_block_runs_in_int8(kiln, tmp_path):
     ours = np.load(tmp_path / "y.npy")
     want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.abs(ours - want).max() / 0.04 <= 2.01
+
+
+def test_precision_bf16_is_the_bf16_flag(kiln, tmp_path):
+    rng = np.random.default_rng(7)
+    save([helper.make_node("MatMul", ["x", "w"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+         [numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")], tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", rng.standard_normal((4, 64)).astype(np.float32))
+    outputs = []
+    for name, flags in (("flag", ["--bf16"]), ("precision", ["--precision", "bf16"])):
+        done = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / f"{name}.kiln", *flags)
+        assert done.returncode == 0, done.stderr
+        (tmp_path / name).mkdir()
+        ran = kiln("run", tmp_path / f"{name}.kiln", "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / name)
+        assert ran.returncode == 0, ran.stderr
+        outputs.append(np.load(tmp_path / name / "y.npy"))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    refused = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "f8.kiln", "--precision", "f8")
+    assert refused.returncode != 0 and not (tmp_path / "f8.kiln").exists()
