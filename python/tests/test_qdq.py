@@ -235,3 +235,44 @@ def test_quantize_static_cnn(tmp_path):
         ours = runner.run({"x": x})["y"]
         want = onnxruntime_outputs(quantized, {"x": x})[0]
         assert np.abs(ours - want).max() / step <= 3.01
+
+
+def test_data_movement_stays_in_integers(tmp_path):
+    """Concat, Reshape, Transpose, Slice and Flatten between Q and DQ of one
+    scale and zero point run on the 8-bit data: one DequantizeLinear is left,
+    the output's."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8), "wa"),
+             numpy_helper.from_array(rng.integers(-127, 128, (8, 4, 1, 1)).astype(np.int8), "wb"),
+             numpy_helper.from_array(np.array(0.003, np.float32), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz"),
+             numpy_helper.from_array(np.array([1, 16, 36], np.int64), "shape"),
+             numpy_helper.from_array(np.array([4], np.int64), "start"),
+             numpy_helper.from_array(np.array([30], np.int64), "end"),
+             numpy_helper.from_array(np.array([2], np.int64), "axis")]
+
+    def qdq(x, name):
+        return [helper.make_node("QuantizeLinear", [x, "s", "z"], [name + "_q"]),
+                helper.make_node("DequantizeLinear", [name + "_q", "s", "z"], [name])]
+
+    nodes = qdq("x", "xd") + [
+        helper.make_node("DequantizeLinear", ["wa", "ws", "wz"], ["wad"]),
+        helper.make_node("DequantizeLinear", ["wb", "ws", "wz"], ["wbd"]),
+        helper.make_node("Conv", ["xd", "wad"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["xd", "wbd"], ["b"])] + qdq("a", "ad") + qdq("b", "bd") + [
+        helper.make_node("Concat", ["ad", "bd"], ["c"], axis=1)] + qdq("c", "cd") + [
+        helper.make_node("Reshape", ["cd", "shape"], ["r"])] + qdq("r", "rd") + [
+        helper.make_node("Transpose", ["rd"], ["t"], perm=[0, 2, 1])] + qdq("t", "td") + [
+        helper.make_node("Slice", ["td", "start", "end", "axis"], ["sl"])] + qdq("sl", "sld") + [
+        helper.make_node("Flatten", ["sld"], ["f"])] + qdq("f", "y")
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 936])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("DequantizeLinear") == 1 and ops.get("kiln.NhwcQLinearConv") == 2, ops
+    assert ops.get("Concat") == 1, ops
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32) * 2
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    assert np.abs(ours - want).max() / 0.05 <= 1.01

@@ -47,8 +47,8 @@ class QdqFusion {
         fused += fuseConv(id) ? 1 : 0;
       } else if (isOp(graph_, id, "Add")) {
         fused += fuseAdd(id) ? 1 : 0;
-      } else if (isOp(graph_, id, "MaxPool")) {
-        fused += fuseMaxPool(id) ? 1 : 0;
+      } else if (movesData(graph_.node(id))) {
+        fused += fuseDataMovement(id) ? 1 : 0;
       }
     }
     return fused;
@@ -232,17 +232,36 @@ class QdqFusion {
     return true;
   }
 
-  bool fuseMaxPool(NodeId pool) {
-    const Node& node = graph_.node(pool);
-    const std::optional<Quantized> x = dequantized(node.inputs[0]);
-    if (!x) return false;
+  // Operators whose outputs are elements of their data inputs (MaxPool
+  // picks them, the others move them): on quantized data with one scale and
+  // zero point they commute with the quantization, exactly.
+  bool movesData(const Node& node) const {
+    static const std::set<std::string> kOps = {"MaxPool", "Concat",   "Reshape", "Transpose",    "Flatten",
+                                               "Squeeze", "Unsqueeze", "Slice",   "Gather",       "DepthToSpace",
+                                               "SpaceToDepth"};
+    return node.domain.empty() && node.outputs.size() == 1 && kOps.contains(node.op_type);
+  }
+
+  // Q(op(DQ(x), ...)) with equal parameters: op over x itself. Concat's
+  // every input is a data input; the others' is input 0 (the rest are
+  // shapes, axes or indices, left as they are).
+  bool fuseDataMovement(NodeId id) {
+    const Node& node = graph_.node(id);
+    if (node.inputs.empty()) return false;
     const auto q = quantizedBy(node.outputs[0]);
     if (!q) return false;
     const Quantized& y = q->second;
-    if (x->type != y.type || x->scale_value != y.scale_value || x->zero_value != y.zero_value) return false;
+    std::vector<ValueId> inputs = node.inputs;
+    const size_t data_inputs = node.op_type == "Concat" ? inputs.size() : 1;
+    for (size_t i = 0; i < data_inputs; ++i) {
+      const std::optional<Quantized> x = dequantized(inputs[i]);
+      if (!x || x->type != y.type || x->scale_value != y.scale_value || x->zero_value != y.zero_value) return false;
+      inputs[i] = x->data;
+    }
     Attributes attributes = node.attributes;
+    const std::string op = node.op_type;
     const std::string name = node.name;
-    replaceByFusedNode(graph_, {pool, q->first}, "MaxPool", std::move(attributes), {x->data}, name + "/quantized");
+    replaceByFusedNode(graph_, {id, q->first}, op, std::move(attributes), inputs, name + "/quantized");
     graph_.node(q->first).domain.clear();
     return true;
   }

@@ -16,7 +16,10 @@
 //   Q(Relu(Conv(...)))               -> the same, when y_zero is the type's lowest value (Relu then changes
 //                                       nothing the saturation would not)
 //   Q(Add(DQ(a), DQ(b)))             -> kiln.QLinearAdd(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero)
-//   Q(MaxPool(DQ(x)))                -> MaxPool(x), when Q and DQ have the same scale and zero point
+//   Q(op(DQ(x)))                     -> op(x), when Q and DQ have the same scale and zero point, for the
+//                                       operators that pick or move elements: MaxPool, Concat (every
+//                                       input), Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice,
+//                                       Gather, DepthToSpace, SpaceToDepth
 //
 // QLinearConv then runs on oneDNN's int8 convolution once the channels-last
 // pass has made it kiln.NhwcQLinearConv (kernels/cpu/quantized_conv.cc).
