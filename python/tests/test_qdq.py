@@ -276,3 +276,62 @@ def test_data_movement_stays_in_integers(tmp_path):
     ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
     want = onnxruntime_outputs(path, {"x": x})[0]
     assert np.abs(ours - want).max() / 0.05 <= 1.01
+
+
+@pytest.mark.parametrize("a_type,per_column,a_shape", [
+    (np.uint8, True, (2, 5, 48)),   # batched rows, per-column scales
+    (np.int8, False, (7, 48)),
+    (np.uint8, False, (48,)),       # a vector
+])
+def test_qlinear_matmul_matches_onnxruntime(tmp_path, a_type, per_column, a_shape):
+    """Constant i8 weights: oneDNN's int8 matmul (quantized_matmul.h); with the
+    weights a graph input, kiln's loop kernel. Both within one step of
+    onnxruntime."""
+    rng = np.random.default_rng(12)
+    info = np.iinfo(a_type)
+    a = rng.integers(info.min, info.max + 1, a_shape).astype(a_type)
+    b = rng.integers(-127, 128, (48, 24)).astype(np.int8)
+    b_scale = (rng.uniform(0.002, 0.02, 24) if per_column else np.array(0.01)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(0.03, np.float32), "a_scale"),
+             numpy_helper.from_array(np.array(info.min + 110, a_type), "a_zero"),
+             numpy_helper.from_array(b, "b"),
+             numpy_helper.from_array(b_scale, "b_scale"),
+             numpy_helper.from_array(np.zeros(b_scale.shape, np.int8), "b_zero"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "y_scale"),
+             numpy_helper.from_array(np.array(info.min + 90, a_type), "y_zero")]
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
+                                              "y_zero"], ["y"])
+    a_info = helper.make_tensor_value_info("a", TYPES[a_type], list(a_shape))
+    y_info = helper.make_tensor_value_info("y", TYPES[a_type], None)
+    path = save(tmp_path, [node], [a_info], [y_info], inits)
+    kiln.compile(path, tmp_path / "m.kiln")
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"a": a})["y"]
+    assert_within_one_step(ours, onnxruntime_outputs(path, {"a": a})[0])
+    b_info = helper.make_tensor_value_info("b", TensorProto.INT8, [48, 24])
+    path = save(tmp_path, [node], [a_info, b_info], [y_info], [i for i in inits if i.name != "b"])
+    kiln.compile(path, tmp_path / "loop.kiln")
+    assert_within_one_step(ours, kiln.Runner(tmp_path / "loop.kiln").run({"a": a, "b": b})["y"])
+
+
+def test_qdq_matmul_becomes_qlinear_matmul(tmp_path):
+    rng = np.random.default_rng(13)
+    inits = [numpy_helper.from_array(np.array(0.04, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(rng.integers(-127, 128, (32, 16)).astype(np.int8), "w"),
+             numpy_helper.from_array(rng.uniform(0.001, 0.01, 16).astype(np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(16, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.3, np.float32), "ys"),
+             numpy_helper.from_array(np.array(120, np.uint8), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["mq"]),
+             helper.make_node("DequantizeLinear", ["mq", "ys", "yz"], ["y"])]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 10, 32])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 10, 16])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("QLinearMatMul") == 1 and "MatMul" not in ops, ops
+    x = rng.standard_normal((3, 10, 32)).astype(np.float32) * 3
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    assert np.abs(ours - onnxruntime_outputs(path, {"x": x})[0]).max() / 0.3 <= 1.01

@@ -45,6 +45,8 @@ class QdqFusion {
       if (graph_.node(id).removed) continue;
       if (isOp(graph_, id, "Conv")) {
         fused += fuseConv(id) ? 1 : 0;
+      } else if (isOp(graph_, id, "MatMul")) {
+        fused += fuseMatMul(id) ? 1 : 0;
       } else if (isOp(graph_, id, "Add")) {
         fused += fuseAdd(id) ? 1 : 0;
       } else if (movesData(graph_.node(id))) {
@@ -210,6 +212,44 @@ class QdqFusion {
     std::memcpy(bytes.data(), exact.data(), bytes.size());
     return graph_.addInitializer(uniqueName(graph_, graph_.value(value).name + "/i32"),
                                  makeConstant(TensorInfo{DType::kI32, {channels}}, std::move(bytes)));
+  }
+
+  // Q(MatMul(DQ(a), DQ(w))): w an 8-bit initializer of 2 dimensions, its
+  // scale one value or one per column (axis 1).
+  bool fuseMatMul(NodeId matmul) {
+    const Node& node = graph_.node(matmul);
+    if (node.inputs.size() != 2) return false;
+    const std::optional<Quantized> a = dequantized(node.inputs[0]);
+    if (!a) return false;
+    const NodeId w_dq = graph_.value(node.inputs[1]).producer;
+    if (w_dq == kNoNode || !isOp(graph_, w_dq, "DequantizeLinear")) return false;
+    const Node& wq = graph_.node(w_dq);
+    const Constant* w = initializerOf(graph_, wq.inputs[0]);
+    if (w == nullptr || !isInteger8(w->info.dtype) || w->info.shape.size() != 2 || wq.intAttribute("block_size", 0) != 0) {
+      return false;
+    }
+    const std::optional<std::vector<float>> w_scale = floatsOf(graph_, wq.inputs[1]);
+    const auto scales = static_cast<int64_t>(w_scale ? w_scale->size() : 0);
+    const int64_t axis = wq.intAttribute("axis", 1);
+    if (scales != 1 && (scales != w->info.shape[1] || (axis != 1 && axis != -1))) return false;
+    ValueId w_zero = wq.inputs.size() > 2 ? wq.inputs[2] : kNoValue;
+    if (w_zero == kNoValue) {
+      w_zero = zeroOf(w->info.dtype);
+    } else {
+      const Constant* z = initializerOf(graph_, w_zero);
+      if (z == nullptr || z->info.dtype != w->info.dtype || static_cast<int64_t>(z->info.numElements()) != scales) {
+        return false;
+      }
+    }
+    const auto q = quantizedBy(node.outputs[0]);
+    if (!q) return false;
+    const Quantized& y = q->second;
+    const std::string name = node.name;
+    replaceByFusedNode(graph_, {matmul, q->first}, "QLinearMatMul", {},
+                       {a->data, a->scale, a->zero, wq.inputs[0], wq.inputs[1], w_zero, y.scale, y.zero},
+                       name + "/quantized");
+    graph_.node(q->first).domain.clear();
+    return true;
   }
 
   bool fuseAdd(NodeId add) {

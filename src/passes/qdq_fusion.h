@@ -15,6 +15,7 @@
 //   Q(Conv(DQ(x), DQ(w), bias))      -> QLinearConv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, B)
 //   Q(Relu(Conv(...)))               -> the same, when y_zero is the type's lowest value (Relu then changes
 //                                       nothing the saturation would not)
+//   Q(MatMul(DQ(a), DQ(w)))          -> QLinearMatMul(a, a_scale, a_zero, w, w_scale, w_zero, y_scale, y_zero)
 //   Q(Add(DQ(a), DQ(b)))             -> kiln.QLinearAdd(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero)
 //   Q(op(DQ(x)))                     -> op(x), when Q and DQ have the same scale and zero point, for the
 //                                       operators that pick or move elements: MaxPool, Concat (every
@@ -22,12 +23,15 @@
 //                                       Gather, DepthToSpace, SpaceToDepth
 //
 // QLinearConv then runs on oneDNN's int8 convolution once the channels-last
-// pass has made it kiln.NhwcQLinearConv (kernels/cpu/quantized_conv.cc).
+// pass has made it kiln.NhwcQLinearConv (kernels/cpu/quantized_conv.cc);
+// QLinearMatMul with constant i8 weights on oneDNN's int8 matmul
+// (kernels/cpu/quantized_matmul.h).
 //
 // Conditions: the activations' DequantizeLinear and the QuantizeLinear are per
 // tensor (one scale, one zero point, or none: 0) over u8 or i8; the weights
 // are an i8 or u8 initializer with an initializer scale (one, or one per
-// output channel on axis 0) and zero point; the bias, when there is one, is
+// output channel: axis 0 of a Conv's, axis 1 of a MatMul's [K, N]) and zero
+// point; the bias, when there is one, is
 // an f32 initializer or the DequantizeLinear of an i32 initializer (zero
 // point 0), and becomes i32 at the scale x_scale * w_scale (QLinearConv's),
 // exactly when its scale is that already (onnxruntime's quantizer makes it

@@ -60,6 +60,7 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->affine, nullptr);
     EXPECT_NE(table->quantizeU8, nullptr);
     EXPECT_NE(table->addQuantized, nullptr);
+    EXPECT_NE(table->dequantize8, nullptr);
     EXPECT_NE(table->normalize, nullptr);
     EXPECT_NE(table->matmulAccumulate, nullptr);
     EXPECT_NE(table->foldColumns, nullptr);
@@ -445,6 +446,29 @@ TEST(VectorKernels, AddQuantizedIsTheRoundedSaturatedSum) {
           ASSERT_EQ(value(y[k]), want) << "a = " << value(a[k]) << ", b = " << value(b[k]);
         }
         EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
+      }
+    }
+  }
+}
+
+// dequantize8 against (x - zero) * scale for every byte value, u8 and i8, at
+// every tail length.
+TEST(VectorKernels, Dequantize8IsTheScaledDifference) {
+  std::vector<uint8_t> x(256);
+  for (int i = 0; i < 256; ++i) x[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  for (const bool is_signed : {false, true}) {
+    const float scale = 0.037f, zero = is_signed ? -5.0f : 131.0f;
+    for (const VectorKernels* table : runnableTables()) {
+      SCOPED_TRACE(std::string(isaName(table->isa)) + (is_signed ? " i8" : " u8"));
+      for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{19}, int64_t{256}}) {
+        std::vector<float> y(static_cast<size_t>(n) + 1, 7.0f);
+        table->dequantize8(x.data(), y.data(), n, scale, zero, is_signed);
+        for (int64_t i = 0; i < n; ++i) {
+          const uint8_t byte = x[static_cast<size_t>(i)];
+          const float value = is_signed ? static_cast<float>(static_cast<int8_t>(byte)) : static_cast<float>(byte);
+          ASSERT_EQ(y[static_cast<size_t>(i)], (value - zero) * scale) << "byte " << int{byte};
+        }
+        EXPECT_EQ(y[static_cast<size_t>(n)], 7.0f) << "wrote past n";
       }
     }
   }

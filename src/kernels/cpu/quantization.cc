@@ -33,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/conv_geometry.h"
@@ -42,6 +43,7 @@
 #include "kernels/cpu/integer_conv_gemm.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/quantized_matmul.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -375,6 +377,14 @@ void dequantizeRuns(const QuantParams& q, const TX* x, const float* scale, const
     const float s = scale[0];
     const float z = zero != nullptr ? static_cast<float>(zero[0]) : 0.0f;
     const int64_t n = q.view.outer * q.view.axis * q.view.inner;
+    if constexpr (sizeof(TX) == 1) {  // 8 bits: the vector loop of this CPU's ISA
+      const vec::VectorKernels& kernels = vec::vectorKernels();
+      const auto* bytes = reinterpret_cast<const uint8_t*>(x);
+      parallelForElements(n, [&](int64_t begin, int64_t end) {
+        kernels.dequantize8(bytes + begin, y + begin, end - begin, s, z, std::is_signed_v<TX>);
+      });
+      return;
+    }
     parallelForElements(n, [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin, s, z); });
     return;
   }
@@ -747,7 +757,39 @@ struct QLinearMatMulState final : KernelState {
   MatMulPlan plan;
   int64_t b_param_stride = 0;  // b_scale and b_zero_point: per tensor or per column
   Requantizer requantizer;
+  std::unique_ptr<QuantizedMatMul> fast;  // oneDNN's int8 matmul, where it applies (quantized_matmul.h)
 };
+
+// The fast path's object, where it applies (quantized_matmul.h): B a
+// constant 2-D i8 matrix with zero points 0, the other parameters constants
+// of one value, f32 scales.
+std::unique_ptr<QuantizedMatMul> prepareFastQLinearMatMul(const KernelSetup& setup, const MatMulPlan& plan) {
+  const TensorInfo& b = setup.inputs[3];
+  const auto constant = [&](size_t i) { return i < setup.constants.size() ? setup.constants[i] : nullptr; };
+  for (size_t i = 1; i < 8; ++i) {
+    if (constant(i) == nullptr) return nullptr;
+  }
+  if (b.dtype != DType::kI8 || b.shape.size() != 2) return nullptr;
+  for (size_t i : {1u, 4u, 6u}) {
+    if (setup.inputs[i].dtype != DType::kF32) return nullptr;
+  }
+  const int64_t zeros = static_cast<int64_t>(setup.inputs[5].numElements());
+  for (int64_t j = 0; j < zeros; ++j) {
+    if (loadAsFloat(constant(5), DType::kI8, j) != 0) return nullptr;
+  }
+  const float a_scale = loadAsFloat(constant(1), DType::kF32, 0);
+  const float y_scale = loadAsFloat(constant(6), DType::kF32, 0);
+  std::vector<float> scales(setup.inputs[4].numElements());
+  for (size_t j = 0; j < scales.size(); ++j) {
+    scales[j] = a_scale * loadAsFloat(constant(4), DType::kF32, static_cast<int64_t>(j)) / y_scale;
+  }
+  const int64_t rows = static_cast<int64_t>(setup.inputs[0].numElements()) / std::max<int64_t>(plan.k, 1);
+  if (rows == 0 || plan.k == 0 || plan.n == 0) return nullptr;
+  return prepareQuantizedMatMul(rows, plan.k, plan.n, setup.inputs[0].dtype, setup.outputs[0].dtype,
+                                reinterpret_cast<const int8_t*>(constant(3)), scales,
+                                static_cast<int32_t>(loadAsFloat(constant(2), setup.inputs[2].dtype, 0)),
+                                static_cast<int32_t>(loadAsFloat(constant(7), setup.inputs[7].dtype, 0)));
+}
 
 // Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
 std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
@@ -771,11 +813,16 @@ std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
                                  typeText(setup.inputs[4]), typeText(setup.inputs[5])));
   }
   state->b_param_stride = std::max(b_scale, b_zero);
+  state->fast = prepareFastQLinearMatMul(setup, state->plan);
   return state;
 }
 
 void runQLinearMatMul(const KernelCall& call) {
   const auto& s = static_cast<const QLinearMatMulState&>(*call.state);
+  if (s.fast) {
+    runQuantizedMatMul(*s.fast, call.inputs[0].data, call.outputs[0].data);
+    return;
+  }
   const MatMulPlan& plan = s.plan;
   const TensorView* in = call.inputs;
   const float a_scale = loadAsFloat(in[1].data, in[1].dtype, 0);

@@ -119,6 +119,10 @@ struct VectorKernels {
   // over n bytes (u8, or i8 with signed_bytes), in f32, rounding half to
   // even: kiln.QLinearAdd, as onnxruntime's QLinearAdd computes it.
   void (*addQuantized)(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) = nullptr;
+  // y[i] = (x[i] - zero) * scale over n bytes (u8, or i8 with signed_bytes):
+  // DequantizeLinear per tensor, exactly (one subtraction of integers held
+  // exactly, one rounding).
+  void (*dequantize8)(const uint8_t* x, float* y, int64_t n, float scale, float zero, bool signed_bytes) = nullptr;
   // y[j] = the sum (or, with `max`, the maximum, NaN propagating) over
   // i < rows of x[i * stride + j], for j < n: the column folds of a strided
   // matrix (a channels-last global pool over a block of channels).

@@ -228,6 +228,26 @@ void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) 
     for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
   }
 }
+void dequantize8(const uint8_t* x, float* y, int64_t n, float scale, float zero, bool signed_bytes) {
+  // i8 bytes read as u8 with the top bit flipped are v + 128.
+  const uint8_t flip = signed_bytes ? 0x80 : 0;
+  const float z = zero + (signed_bytes ? 128.0f : 0.0f);
+  using U8 = uint8_t __attribute__((vector_size(kLanes)));
+  const auto convert = [&](U8 v) { return (__builtin_convertvector(__builtin_convertvector(v ^ flip, I32), F32) - z) * scale; };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    U8 v;
+    __builtin_memcpy(&v, x + i, sizeof v);
+    const F32 out = convert(v);
+    __builtin_memcpy(y + i, &out, sizeof out);
+  }
+  if (i < n) {
+    U8 v{};
+    __builtin_memcpy(&v, x + i, static_cast<size_t>(n - i));
+    const F32 out = convert(v);
+    __builtin_memcpy(y + i, &out, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
 void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) {
   // Clamped before rounding (the bounds are integers, so the result is the
   // same), which keeps |v| small enough for the 1.5 * 2^23 rounding. i8
@@ -546,6 +566,7 @@ constexpr VectorKernels makeKernels() {
   k.affine = &affine;
   k.quantizeU8 = &quantizeU8;
   k.addQuantized = &addQuantized;
+  k.dequantize8 = &dequantize8;
   k.normalize = &normalize;
   k.scaleSums = &scaleSums;
   k.foldColumns = &foldColumns;
