@@ -145,7 +145,9 @@ def render(rows, command):
              f"`{command}` on {datetime.date.today().isoformat()}, {compare.machine_info()}, {args_threads} threads.",
              "Latencies are p50 ms; speed-ups are the peer's time over kiln int8's (above 1: kiln faster).",
              "Steps: the largest output difference from onnxruntime's, in quantization steps of the output;",
-             "argmax: rows whose argmax equals onnxruntime's.", "",
+             "argmax: rows whose argmax equals onnxruntime's. The bench models have random weights, so their",
+             "logits are nearly tied: a row where kiln and OpenVINO both differ from onnxruntime is such a tie.",
+             "Where the time goes and what is left: docs/performance.md.", "",
              "| model | batch | kiln f32 | kiln int8 | onnxruntime int8 | OpenVINO int8 | int8 / f32 | vs onnxruntime "
              "| vs OpenVINO | kiln steps, argmax | OpenVINO steps, argmax |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -165,7 +167,7 @@ args_threads = 2
 def main(argv=None) -> int:
     global args_threads
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="resnet50,mobilenetv2")
+    parser.add_argument("--models", default="resnet50,mobilenetv2,minilm")
     parser.add_argument("--models-dir", default=os.path.join(ROOT, "build/bench/models"))
     parser.add_argument("--work-dir", default=os.path.join(ROOT, "build/bench/int8"))
     parser.add_argument("--kiln", default=os.path.join(ROOT, "build/release/tools/kiln"))
