@@ -335,3 +335,45 @@ def test_qdq_matmul_becomes_qlinear_matmul(tmp_path):
     x = rng.standard_normal((3, 10, 32)).astype(np.float32) * 3
     ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
     assert np.abs(ours - onnxruntime_outputs(path, {"x": x})[0]).max() / 0.3 <= 1.01
+
+
+@pytest.mark.parametrize("q_type", [np.uint8, np.int8])
+def test_elementwise_work_reads_and_writes_8_bits(tmp_path, q_type):
+    """DequantizeLinear and QuantizeLinear around float elementwise work fold
+    into its fused step (passes/elementwise_fusion.h, quantized I/O): a SiLU
+    gated by a per-channel 8-bit tensor (broadcast), and a lone Add of a
+    float constant. No QuantizeLinear or DequantizeLinear step is left but
+    the model's input and output ones."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(21)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(info.min + 128, q_type), "z"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "gs"),
+             numpy_helper.from_array(np.array(info.min + 3, q_type), "gz"),
+             numpy_helper.from_array(np.array(0.04, np.float32), "ys"),
+             numpy_helper.from_array(np.array(info.min + 100, q_type), "yz"),
+             numpy_helper.from_array(rng.standard_normal((8, 1, 1)).astype(np.float32), "shift")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("QuantizeLinear", ["g", "gs", "gz"], ["gq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["gq", "gs", "gz"], ["gd"]),
+             helper.make_node("Sigmoid", ["xd"], ["sig"]),
+             helper.make_node("Mul", ["xd", "sig"], ["silu"]),
+             helper.make_node("Mul", ["silu", "gd"], ["gated"]),
+             helper.make_node("QuantizeLinear", ["gated", "ys", "yz"], ["gq2"]),
+             helper.make_node("DequantizeLinear", ["gq2", "ys", "yz"], ["gd2"]),
+             helper.make_node("Add", ["gd2", "shift"], ["added"]),
+             helper.make_node("QuantizeLinear", ["added", "ys", "yz"], ["aq"]),
+             helper.make_node("DequantizeLinear", ["aq", "ys", "yz"], ["y"])]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6]),
+                                  helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 8, 1, 1])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.FusedElementwise") == 2, ops
+    assert ops.get("QuantizeLinear") == 2 and ops.get("DequantizeLinear") == 1, ops  # the model's own ends
+    feeds = {"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32) * 3,
+             "g": rng.uniform(0, 2, (1, 8, 1, 1)).astype(np.float32)}
+    ours = kiln.Runner(tmp_path / "m.kiln").run(feeds)["y"]
+    want = onnxruntime_outputs(path, feeds)[0]
+    steps = np.abs(ours - want) / 0.04
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.99, (steps.max(), (steps < 0.5).mean())

@@ -1230,7 +1230,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   }
   // What elementwise work is left, in connected groups, as single steps that
   // make one pass over memory each.
-  ElementwiseFusionLimits limits;
+  ElementwiseFusionLimits limits{.quantized_io = true};
   if (options.target == "cuda") {
     limits = {.max_inputs = kCudaMaxProgramInputs, .max_ops = kCudaMaxProgramOps,
               .max_immediates = kCudaMaxProgramImmediates};

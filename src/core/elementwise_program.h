@@ -101,6 +101,23 @@ inline constexpr std::string_view kProgramUpsampleAttribute = "upsample";
 // The CPU kernel gathers each upsampled input into a stack buffer of its
 // own, and has room for this many.
 inline constexpr size_t kMaxUpsampledInputs = 4;
+// Optional, on the CPU target (passes/elementwise_fusion.h, quantized I/O):
+// 8-bit data read and written without a step of their own.
+//   dequantize  floats  two per input, (scale, zero point): an input with a
+//                       scale other than 0 is u8 or i8 data, which the program
+//                       reads as (x - zero point) * scale (DequantizeLinear per
+//                       tensor); 0 marks an f32 input
+//   quantize    floats  (scale, zero point): the output is u8 or i8 (the type
+//                       in quantize_type, an ONNX TensorProto code), written
+//                       as saturate(round(v / scale) + zero point)
+//                       (QuantizeLinear per tensor)
+// Not together with upsample.
+inline constexpr std::string_view kProgramDequantizeAttribute = "dequantize";
+inline constexpr std::string_view kProgramQuantizeAttribute = "quantize";
+inline constexpr std::string_view kProgramQuantizeTypeAttribute = "quantize_type";
+// The CPU kernel converts each 8-bit input's block into a stack buffer of its
+// own, and has room for this many.
+inline constexpr size_t kMaxDequantizedInputs = 4;
 inline constexpr int64_t kNoOperand = -1;
 
 // The kernel keeps each live result in a block buffer of its own (a

@@ -2,6 +2,7 @@
 // operators, comparisons and logic, Where, Clip, Cast; and
 // kiln.FusedElementwise, a group of them as one node.
 #include <limits>
+#include <optional>
 
 #include "core/elementwise_program.h"
 #include "ops/op_families.h"
@@ -111,16 +112,38 @@ void fusedElementwise(InferenceContext& context) {
   program.immediates = floats(kProgramImmediatesAttribute);
   if (const std::string problem = checkElementwiseProgram(program); !problem.empty()) context.fail("{}", problem);
   // f32, or f16 or bf16 throughout (the cuda target's `--fp16` and `--bf16`
-  // storage; the program still computes in f32).
-  const DType first = context.inputType(0).dtype;
+  // storage; the program still computes in f32); 8-bit inputs where
+  // `dequantize` gives them a scale, an 8-bit output with `quantize`.
+  const std::vector<float> dequantize = floats(kProgramDequantizeAttribute);
+  if (!dequantize.empty() && dequantize.size() != 2 * context.inputCount()) {
+    context.fail("dequantize has {} values for {} inputs; it takes two per input", dequantize.size(),
+                 context.inputCount());
+  }
+  auto dequantized = [&](size_t i) { return !dequantize.empty() && dequantize[2 * i] != 0; };
+  size_t first_float = 0;
+  while (first_float + 1 < context.inputCount() && dequantized(first_float)) ++first_float;
+  const DType first = context.inputType(first_float).dtype;
   const DType dtype = first == DType::kF16 || first == DType::kBF16 ? first : DType::kF32;
   for (size_t i = 0; i < context.inputCount(); ++i) {
-    if (context.inputType(i).dtype != dtype) {
-      context.fail("input {} is {}; the fused program takes f32 (or f16 or bf16 throughout) only", i,
-                   dtypeName(context.inputType(i).dtype));
+    const DType input = context.inputType(i).dtype;
+    if (dequantized(i) ? input != DType::kU8 && input != DType::kI8 : input != dtype) {
+      context.fail("input {} is {}; the fused program takes f32 (or f16 or bf16 throughout), and u8 or i8 where "
+                   "it dequantizes",
+                   i, dtypeName(input));
     }
   }
-  if (!node.hasAttribute(std::string(kProgramUpsampleAttribute))) return broadcasting(context);
+  std::optional<DType> output_type;
+  if (node.hasAttribute(std::string(kProgramQuantizeAttribute))) {
+    const auto type = static_cast<DType>(node.intAttribute(std::string(kProgramQuantizeTypeAttribute), 0));
+    if (type != DType::kU8 && type != DType::kI8) context.fail("quantize_type must be u8 or i8");
+    output_type = type;
+  }
+  if (!node.hasAttribute(std::string(kProgramUpsampleAttribute))) {
+    const std::vector<size_t> inputs = allInputs(context);
+    context.output(0) = ValueType{output_type.value_or(dtype), broadcastInputs(context, inputs)};
+    return;
+  }
+  if (!dequantize.empty()) context.fail("upsample and dequantize do not go together");
   // Upsampled inputs (core/elementwise_program.h): the others broadcast to
   // the output, and each upsampled one, scaled up, is exactly its shape.
   const std::vector<int64_t> factors = node.intsAttribute(std::string(kProgramUpsampleAttribute), {});
@@ -144,7 +167,7 @@ void fusedElementwise(InferenceContext& context) {
     }
     if (!fits) context.fail("input {} upsampled by {} x {} is not the output's shape {}", i, factors[2 * i], factors[2 * i + 1], dimsText(out));
   }
-  context.output(0) = ValueType{dtype, out};
+  context.output(0) = ValueType{output_type.value_or(dtype), out};
 }
 
 void add(OpRegistry& registry, const std::string& op, int64_t since, size_t min_inputs, size_t max_inputs,

@@ -129,7 +129,7 @@ class ElementwiseFusion {
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       if (!candidates_[*it] || group_[*it] != 0) continue;
       const std::vector<NodeId> nodes = grow(*it);
-      if (nodes.size() >= 2 && rewrite(nodes)) ++fused;
+      if ((nodes.size() >= 2 || readsOrWritesQuantized(nodes)) && rewrite(nodes)) ++fused;
     }
     return fused;
   }
@@ -139,6 +139,13 @@ class ElementwiseFusion {
 
   std::vector<NodeId> grow(NodeId sink);
   bool rewrite(const std::vector<NodeId>& nodes);
+
+  // Quantized I/O (see the header): the per-tensor DequantizeLinear of 8-bit
+  // data that makes `value`, if any; the per-tensor QuantizeLinear that alone
+  // reads the group's output `value`, if any.
+  std::optional<NodeId> dequantizedFrom(ValueId value) const;
+  std::optional<NodeId> quantizedBy(ValueId value) const;
+  bool readsOrWritesQuantized(const std::vector<NodeId>& nodes) const;
 
   // Whether `producer` may join a group of `ops` instructions that reads
   // `outside` and `immediates` from outside it; if so, updates all three.
@@ -198,6 +205,34 @@ bool ElementwiseFusion::fitsLimits(NodeId producer, size_t& ops, std::set<ValueI
   immediates = std::move(new_immediates);
   ops += producer_ops;
   return true;
+}
+
+std::optional<NodeId> ElementwiseFusion::dequantizedFrom(ValueId value) const {
+  if (!limits_.quantized_io) return std::nullopt;
+  const NodeId producer = graph_.value(value).producer;
+  if (producer == kNoNode || !perTensorQuantization(graph_, producer)) return std::nullopt;
+  if (!isOp(graph_, producer, "DequantizeLinear")) return std::nullopt;
+  const ValueId data = graph_.node(producer).inputs[0];
+  if (graph_.value(data).kind == ValueKind::kInitializer) return std::nullopt;  // constant folding's
+  return producer;
+}
+
+std::optional<NodeId> ElementwiseFusion::quantizedBy(ValueId value) const {
+  if (!limits_.quantized_io) return std::nullopt;
+  const std::optional<NodeId> q = onlyReader(graph_, pinned_, value, "QuantizeLinear");
+  if (!q || !perTensorQuantization(graph_, *q)) return std::nullopt;
+  return q;
+}
+
+bool ElementwiseFusion::readsOrWritesQuantized(const std::vector<NodeId>& nodes) const {
+  if (!limits_.quantized_io) return false;
+  if (quantizedBy(graph_.node(nodes.back()).outputs[0])) return true;
+  for (NodeId id : nodes) {
+    for (ValueId operand : candidates_[id]->operands) {
+      if (dequantizedFrom(operand)) return true;
+    }
+  }
+  return false;
 }
 
 // Writes the program of `nodes` (in graph order; the last is the sink) and
@@ -261,7 +296,30 @@ bool ElementwiseFusion::rewrite(const std::vector<NodeId>& nodes) {
   attributes[std::string(kProgramAlphaAttribute)] = program.alpha;
   attributes[std::string(kProgramBetaAttribute)] = program.beta;
   if (!program.immediates.empty()) attributes[std::string(kProgramImmediatesAttribute)] = program.immediates;
-  replaceByFusedNode(graph_, nodes, "FusedElementwise", std::move(attributes), inputs, graph_.node(nodes.back()).name);
+  // Quantized I/O: 8-bit inputs read through their DequantizeLinear, and the
+  // output through the QuantizeLinear that reads it.
+  std::vector<float> dequantize(2 * inputs.size(), 0.0f);
+  size_t dequantized = 0;
+  for (size_t i = 0; i < inputs.size() && dequantized < kMaxDequantizedInputs; ++i) {
+    const std::optional<NodeId> dq = dequantizedFrom(inputs[i]);
+    if (!dq) continue;
+    const PerTensorQuantization q = *perTensorQuantization(graph_, *dq);
+    dequantize[2 * i] = q.scale;
+    dequantize[2 * i + 1] = static_cast<float>(q.zero);
+    inputs[i] = graph_.node(*dq).inputs[0];
+    ++dequantized;
+  }
+  if (dequantized > 0) attributes[std::string(kProgramDequantizeAttribute)] = dequantize;
+  std::vector<NodeId> replaced = nodes;
+  if (const std::optional<NodeId> q = quantizedBy(graph_.node(nodes.back()).outputs[0])) {
+    const PerTensorQuantization params = *perTensorQuantization(graph_, *q);
+    attributes[std::string(kProgramQuantizeAttribute)] = std::vector<float>{params.scale, static_cast<float>(params.zero)};
+    attributes[std::string(kProgramQuantizeTypeAttribute)] = static_cast<int64_t>(params.type);
+    replaced.push_back(*q);
+  }
+  if (replaced.size() < 2 && dequantized == 0) return false;
+  const std::string name = graph_.node(nodes.back()).name;
+  replaceByFusedNode(graph_, replaced, "FusedElementwise", std::move(attributes), inputs, name);
   return true;
 }
 

@@ -40,6 +40,17 @@
 // immediate gave it: the fused node's shape must follow from its inputs) or
 // when its program would need more than kMaxProgramRegisters registers.
 //
+// Quantized I/O (ElementwiseFusionLimits::quantized_io, the CPU target): a
+// QDQ model surrounds its float elementwise work with DequantizeLinear and
+// QuantizeLinear. A group input that a per-tensor DequantizeLinear of 8-bit
+// data makes is read as that data, dequantized by the program as it loads
+// (core/elementwise_program.h, `dequantize`; at most kMaxDequantizedInputs
+// of them), and a group output read only by a per-tensor QuantizeLinear is
+// written quantized (`quantize`), that node joining the group. A group of
+// one node is fused too when it reads or writes 8-bit data so: one pass over
+// bytes instead of three steps. The same arithmetic as the nodes it
+// replaces, element for element.
+//
 // Run it after the fusions into Conv and MatMul, which must get first pick
 // of the activations.
 #pragma once
@@ -59,6 +70,9 @@ struct ElementwiseFusionLimits {
   size_t max_inputs = SIZE_MAX;
   size_t max_ops = SIZE_MAX;
   size_t max_immediates = SIZE_MAX;
+  // The CPU kernel reads 8-bit inputs and writes 8-bit outputs (quantized
+  // I/O, below); the cuda one does not.
+  bool quantized_io = false;
 };
 
 // Fuses every eligible group; returns the number of fused nodes made.

@@ -1,6 +1,7 @@
 #include "passes/pass_helpers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace kiln {
@@ -50,6 +51,25 @@ bool allZero(const Constant& c) {
     if (b != std::byte{0}) return false;
   }
   return true;
+}
+
+std::optional<PerTensorQuantization> perTensorQuantization(const Graph& graph, NodeId id) {
+  const Node& node = graph.node(id);
+  const bool quantize = isOp(graph, id, "QuantizeLinear");
+  if ((!quantize && !isOp(graph, id, "DequantizeLinear")) || node.inputs.size() < 2) return std::nullopt;
+  if (node.intAttribute("block_size", 0) != 0) return std::nullopt;
+  PerTensorQuantization q;
+  q.type = graph.value(quantize ? node.outputs[0] : node.inputs[0]).type.dtype;
+  if (q.type != DType::kU8 && q.type != DType::kI8) return std::nullopt;
+  const std::optional<float> scale = scalarConstant(graph, node.inputs[1], 1);
+  if (!scale || !(*scale > 0) || !std::isfinite(*scale)) return std::nullopt;
+  q.scale = *scale;
+  if (node.inputs.size() < 3 || node.inputs[2] == kNoValue) return q;
+  const Constant* zero = initializerOf(graph, node.inputs[2]);
+  if (zero == nullptr || zero->info.dtype != q.type || zero->info.numElements() != 1) return std::nullopt;
+  const auto byte = std::to_integer<uint8_t>(zero->bytes[0]);
+  q.zero = q.type == DType::kU8 ? static_cast<int32_t>(byte) : static_cast<int32_t>(static_cast<int8_t>(byte));
+  return q;
 }
 
 std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank) {

@@ -38,6 +38,17 @@ const Constant* initializerOf(const Graph& graph, ValueId id);
 // Whether every byte of `c` is 0 (an all-zero zero point, say).
 bool allZero(const Constant& c);
 
+// The parameters of a QuantizeLinear or DequantizeLinear node `id` that
+// quantizes per tensor to or from 8 bits: a one-element f32 initializer
+// scale (positive, finite), a one-element zero point initializer of the
+// integer type or none (0). `type` is the integer side's (u8 or i8).
+struct PerTensorQuantization {
+  float scale = 1;
+  int32_t zero = 0;
+  DType type = DType::kUndefined;
+};
+std::optional<PerTensorQuantization> perTensorQuantization(const Graph& graph, NodeId id);
+
 // The value of a one-element f32 initializer of at most `rank` dimensions.
 std::optional<float> scalarConstant(const Graph& graph, ValueId id, size_t rank);
 

@@ -61,26 +61,16 @@ class QdqFusion {
   // DequantizeLinear), over the 8-bit value `data`; nothing unless both are
   // initializers of one value (the zero point may be absent).
   std::optional<Quantized> perTensor(NodeId id, ValueId data) {
+    const std::optional<PerTensorQuantization> params = perTensorQuantization(graph_, id);
+    if (!params) return std::nullopt;
     const Node& node = graph_.node(id);
-    if (node.intAttribute("block_size", 0) != 0 || node.inputs.size() < 2) return std::nullopt;
     Quantized q;
     q.data = data;
-    q.type = graph_.value(data).type.dtype;
-    if (!isInteger8(q.type)) return std::nullopt;
-    const std::optional<std::vector<float>> scale = floatsOf(graph_, node.inputs[1]);
-    if (!scale || scale->size() != 1 || !(scale->front() > 0) || !std::isfinite(scale->front())) return std::nullopt;
+    q.type = params->type;
     q.scale = node.inputs[1];
-    q.scale_value = scale->front();
-    const ValueId zero = node.inputs.size() > 2 ? node.inputs[2] : kNoValue;
-    if (zero == kNoValue) {
-      q.zero = zeroOf(q.type);
-      return q;
-    }
-    const Constant* z = initializerOf(graph_, zero);
-    if (z == nullptr || z->info.dtype != q.type || z->info.numElements() != 1) return std::nullopt;
-    q.zero = zero;
-    q.zero_value = q.type == DType::kU8 ? static_cast<int32_t>(std::to_integer<uint8_t>(z->bytes[0]))
-                                        : static_cast<int32_t>(static_cast<int8_t>(std::to_integer<uint8_t>(z->bytes[0])));
+    q.scale_value = params->scale;
+    q.zero_value = params->zero;
+    q.zero = node.inputs.size() > 2 && node.inputs[2] != kNoValue ? node.inputs[2] : zeroOf(q.type);
     return q;
   }
 

@@ -295,6 +295,63 @@ TEST(FusedElementwiseKernel, UpsampledInputsAreGatheredBlockByBlock) {
   EXPECT_THAT(prepareError(kFused, inputs, outputs, params), HasSubstr("upsampled by 2 x 3 is not the output's shape"));
 }
 
+// Quantized I/O: 8-bit inputs dequantized as they load, an 8-bit output
+// quantized as it stores. The reference: the inputs dequantized by
+// DequantizeLinear's kernel, the program one op at a time, QuantizeLinear's
+// kernel: the same bits. Shapes: a long row, a per-channel 8-bit input (one
+// element per row: the scalar form), u8 and i8, several blocks.
+TEST(FusedElementwiseKernel, EightBitInputsAndOutputsAreTheQuantizationKernels) {
+  ProgramBuilder p(3);
+  p.op(Op::kAdd, p.op(Op::kMul, p.op(Op::kSigmoid, 0), 1), 2);  // sigmoid(a) * gate + shift
+  for (const DType type : {DType::kU8, DType::kI8}) {
+    const bool is_signed = type == DType::kI8;
+    const std::vector<int64_t> shape = {2, 6, 700};
+    auto bytes = [&](const std::vector<int64_t>& dims, uint32_t seed) {
+      Operand o = output(type, dims);
+      const std::vector<float> v = randomValues<float>(elementCount(dims), seed, 0, 255);
+      for (size_t i = 0; i < v.size(); ++i) o.bytes[i] = static_cast<std::byte>(static_cast<uint8_t>(v[i]));
+      return o;
+    };
+    const Operand a = bytes(shape, 1);
+    const Operand gate = bytes({2, 6, 1}, 2);
+    const Operand shift = operand<float>({700}, values({700}, 3));
+    const float zero = is_signed ? -7.0f : 121.0f;
+    auto param = [&](float value, DType dtype) {
+      Operand o = output(dtype, {});
+      if (dtype == DType::kF32) return operand<float>({}, {value});
+      o.bytes[0] = static_cast<std::byte>(static_cast<uint8_t>(static_cast<int>(value)));
+      return o;
+    };
+    auto dequantized = [&](const Operand& x, float scale, float z) {
+      std::vector<Operand> inputs = {x, param(scale, DType::kF32), param(z, type)};
+      std::vector<Operand> outputs = {output(DType::kF32, x.info.shape)};
+      PreparedKernel("DequantizeLinear", inputs, outputs, ParamMap{}).run(inputs, outputs);
+      return outputs[0];
+    };
+    const Operand f32 = runOneOpAtATime(p.program(), {dequantized(a, 0.05f, zero), dequantized(gate, 0.01f, zero),
+                                                      shift});
+    std::vector<Operand> q_inputs = {f32, param(0.02f, DType::kF32), param(zero + 3, type)};
+    std::vector<Operand> want = {output(type, shape)};
+    PreparedKernel("QuantizeLinear", q_inputs, want, ParamMap{}).run(q_inputs, want);
+
+    ParamMap params = p.params();
+    params.set(std::string(kProgramDequantizeAttribute), std::vector<double>{0.05, zero, 0.01, zero, 0, 0});
+    params.set(std::string(kProgramQuantizeAttribute), std::vector<double>{0.02, zero + 3});
+    std::vector<Operand> inputs = {a, gate, shift};
+    std::vector<Operand> outputs = {output(type, shape)};
+    PreparedKernel(kFused, inputs, outputs, params).run(inputs, outputs);
+    EXPECT_EQ(outputs[0].bytes, want[0].bytes) << dtypeName(type);
+  }
+  // An 8-bit input without a scale is refused, and so is a scale on an f32 one.
+  ParamMap params = p.params();
+  std::vector<Operand> inputs = {output(DType::kU8, {4}), operand<float>({4}, values({4}, 1)),
+                                 operand<float>({4}, values({4}, 2))};
+  std::vector<Operand> outputs = {output(DType::kF32, {4})};
+  EXPECT_THAT(prepareError(kFused, inputs, outputs, params), HasSubstr("the kernel takes f32 inputs"));
+  params.set(std::string(kProgramDequantizeAttribute), std::vector<double>{0, 0, 0.5, 0, 0, 0});
+  EXPECT_THAT(prepareError(kFused, inputs, outputs, params), HasSubstr("input 1 is dequantized but is f32"));
+}
+
 TEST(FusedElementwiseKernel, OutputMayBeAnInputOfItsShape) {
   ProgramBuilder p(2, {3.0f});
   p.op(Op::kMul, p.op(Op::kRelu, p.op(Op::kAdd, 0, 1)), p.immediate(0));

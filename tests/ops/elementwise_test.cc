@@ -185,7 +185,44 @@ TEST(Elementwise, FusedElementwiseChecksItsProgramAndTypes) {
   GraphBuilder ints;
   const ValueId i = ints.input("i", DType::kI32, {4});
   EXPECT_NE(inferenceError(ints, ints.op("FusedElementwise", {i}, fusedProgram("Neg", {0, -1}), "kiln"))
-                .find("input 0 is i32; the fused program takes f32 (or f16 or bf16 throughout) only"),
+                .find("input 0 is i32; the fused program takes f32 (or f16 or bf16 throughout), and u8 or i8 where "
+                      "it dequantizes"),
+            std::string::npos);
+}
+
+// Quantized I/O (core/elementwise_program.h): an 8-bit input where
+// `dequantize` gives it a scale, an 8-bit output with `quantize`; an 8-bit
+// input without a scale, or an f32 one with, is refused.
+TEST(Elementwise, FusedElementwiseReadsAndWrites8BitsWhereItsAttributesSay) {
+  Attributes attributes = fusedProgram("Add", {0, 1});
+  attributes["dequantize"] = std::vector<float>{0.5f, 3.0f, 0.0f, 0.0f};
+  GraphBuilder b;
+  const ValueId q = b.input("q", DType::kU8, {2, 4});
+  const ValueId f = b.input("f", DType::kF32, {4});
+  EXPECT_EQ(inferredType(b, b.op("FusedElementwise", {q, f}, attributes, "kiln")), "f32[2, 4]");
+  attributes["quantize"] = std::vector<float>{0.25f, -4.0f};
+  attributes["quantize_type"] = int64_t{3};  // i8
+  GraphBuilder c;
+  const ValueId q8 = c.input("q", DType::kU8, {2, 4});
+  const ValueId f8 = c.input("f", DType::kF32, {4});
+  EXPECT_EQ(inferredType(c, c.op("FusedElementwise", {q8, f8}, attributes, "kiln")), "i8[2, 4]");
+  GraphBuilder unscaled;
+  const ValueId u = unscaled.input("u", DType::kU8, {4});
+  EXPECT_NE(inferenceError(unscaled, unscaled.op("FusedElementwise", {u}, fusedProgram("Neg", {0, -1}), "kiln"))
+                .find("input 0 is u8"),
+            std::string::npos);
+  GraphBuilder scaled_float;
+  const ValueId x = scaled_float.input("x", DType::kF32, {4});
+  Attributes scaled = fusedProgram("Neg", {0, -1});
+  scaled["dequantize"] = std::vector<float>{0.5f, 0.0f};
+  EXPECT_NE(inferenceError(scaled_float, scaled_float.op("FusedElementwise", {x}, scaled, "kiln")).find("input 0 is f32"),
+            std::string::npos);
+  GraphBuilder wrong_count;
+  const ValueId w = wrong_count.input("w", DType::kU8, {4});
+  Attributes short_list = fusedProgram("Neg", {0, -1});
+  short_list["dequantize"] = std::vector<float>{0.5f};
+  EXPECT_NE(inferenceError(wrong_count, wrong_count.op("FusedElementwise", {w}, short_list, "kiln"))
+                .find("dequantize has 1 values for 1 inputs"),
             std::string::npos);
 }
 

@@ -17,7 +17,10 @@
 // input the program reads nearest-upsampled (kProgramUpsampleAttribute: an
 // FPN's Resize fused away, passes/upsample_fusion.h) is planned as if it had
 // the output's shape, and each block of it is gathered from the small tensor
-// into a buffer on the stack.
+// into a buffer on the stack. An 8-bit input (kProgramDequantizeAttribute: a
+// DequantizeLinear fused away) is dequantized a block at a time into a
+// buffer on the stack; an 8-bit output (kProgramQuantizeAttribute) is the
+// last instruction's block quantized on its way out.
 //
 // prepare resolves the program once: a vector-kernel function, operand
 // sources and a register per instruction; run only loops. run allocates
@@ -82,8 +85,19 @@ struct Upsample {
   bool active() const { return fh != 1 || fw != 1; }
 };
 
+// DequantizeLinear or QuantizeLinear per tensor, folded into the step.
+struct Quantization {
+  bool active = false;
+  bool is_signed = false;  // i8 (else u8)
+  float scale = 1;
+  float zero = 0;
+};
+
 struct FusedElementwiseState final : KernelState {
   std::vector<Instruction> program;
+  std::vector<Quantization> dequantize;  // per input
+  std::vector<int> dequantize_slot;      // per input: its conversion buffer, or -1
+  Quantization quantize;                 // of the output
   std::vector<float> immediates;
   BroadcastPlan plan;  // of the output over the inputs
   int64_t elements = 0;
@@ -189,24 +203,67 @@ std::vector<TensorInfo> plannedInputs(const KernelSetup& setup, const std::vecto
   return inputs;
 }
 
-std::vector<int64_t> checkTypes(const KernelSetup& setup, const std::vector<TensorInfo>& planned) {
+// The 8-bit inputs and output of kProgramDequantizeAttribute and
+// kProgramQuantizeAttribute, checked against the types.
+void readQuantization(const KernelSetup& setup, FusedElementwiseState& state) {
+  const size_t inputs = setup.inputs.size();
+  state.dequantize.assign(inputs, {});
+  state.dequantize_slot.assign(inputs, -1);
+  const std::string dequantize_key(kProgramDequantizeAttribute);
+  if (setup.params.has(dequantize_key)) {
+    const std::vector<double> values = setup.params.getFloats(dequantize_key, {});
+    if (values.size() != 2 * inputs) {
+      throw UsageError(fmt::format("{}: dequantize has {} values for {} inputs; it takes two per input", kOp,
+                                   values.size(), inputs));
+    }
+    if (setup.params.has(std::string(kProgramUpsampleAttribute))) {
+      throw UsageError(fmt::format("{}: upsample and dequantize do not go together", kOp));
+    }
+    int slots = 0;
+    for (size_t i = 0; i < inputs; ++i) {
+      if (values[2 * i] == 0) continue;
+      if (setup.inputs[i].dtype != DType::kU8 && setup.inputs[i].dtype != DType::kI8) {
+        throw UsageError(fmt::format("{}: input {} is dequantized but is {}, not u8 or i8", kOp, i,
+                                     dtypeName(setup.inputs[i].dtype)));
+      }
+      if (++slots > static_cast<int>(kMaxDequantizedInputs)) {
+        throw UsageError(fmt::format("{}: more than {} dequantized inputs", kOp, kMaxDequantizedInputs));
+      }
+      state.dequantize[i] = {true, setup.inputs[i].dtype == DType::kI8, static_cast<float>(values[2 * i]),
+                             static_cast<float>(values[2 * i + 1])};
+      state.dequantize_slot[i] = slots - 1;
+    }
+  }
+  const std::string quantize_key(kProgramQuantizeAttribute);
+  if (setup.params.has(quantize_key)) {
+    const std::vector<double> values = setup.params.getFloats(quantize_key, {});
+    const DType type = setup.outputs.empty() ? DType::kUndefined : setup.outputs[0].dtype;
+    if (values.size() != 2 || !(values[0] > 0) || (type != DType::kU8 && type != DType::kI8)) {
+      throw UsageError(fmt::format("{}: quantize takes (scale > 0, zero point) and a u8 or i8 output", kOp));
+    }
+    state.quantize = {true, type == DType::kI8, static_cast<float>(values[0]), static_cast<float>(values[1])};
+  }
+}
+
+std::vector<int64_t> checkTypes(const KernelSetup& setup, const std::vector<TensorInfo>& planned,
+                                const FusedElementwiseState& state) {
   if (setup.inputs.empty()) throw UsageError(fmt::format("{}: expects at least 1 input, got 0", kOp));
   if (setup.outputs.size() != 1) {
     throw UsageError(fmt::format("{}: expects 1 output, got {}", kOp, setup.outputs.size()));
   }
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
     const TensorInfo& input = setup.inputs[i];
-    if (input.dtype != DType::kF32 || !input.isStatic()) {
+    if ((input.dtype != DType::kF32 && !state.dequantize[i].active) || !input.isStatic()) {
       throw UsageError(fmt::format("{}: input {} is {}{}; the kernel takes f32 inputs of static shape", kOp, i,
                                    dtypeName(input.dtype), input.shapeString()));
     }
   }
   const std::vector<int64_t> out = broadcastShapes(kOp, planned);
-  const TensorInfo expected{DType::kF32, out};
+  const TensorInfo expected{state.quantize.active ? setup.outputs[0].dtype : DType::kF32, out};
   if (setup.outputs[0] != expected) {
-    throw UsageError(fmt::format("{}: output is {}{} but the inputs give f32{}", kOp,
+    throw UsageError(fmt::format("{}: output is {}{} but the inputs give {}{}", kOp,
                                  dtypeName(setup.outputs[0].dtype), setup.outputs[0].shapeString(),
-                                 expected.shapeString()));
+                                 dtypeName(expected.dtype), expected.shapeString()));
   }
   return out;
 }
@@ -228,7 +285,7 @@ std::vector<std::vector<int64_t>> tileShortRows(const KernelSetup& setup, const 
     const std::byte* constant = i < setup.constants.size() ? setup.constants[i] : nullptr;
     shape.insert(shape.begin(), rank - std::min(rank, shape.size()), 1);  // right-aligned, as broadcasting reads it
     const bool short_rows = rank >= 2 && out[rank - 1] > 1 && out[rank - 1] < kShortRow && out[rank - 2] > 1;
-    if (constant != nullptr && short_rows && shape.size() == rank && shape[rank - 1] == out[rank - 1] &&
+    if (constant != nullptr && setup.inputs[i].dtype == DType::kF32 && short_rows && shape.size() == rank && shape[rank - 1] == out[rank - 1] &&
         shape[rank - 2] == 1 && setup.inputs[i].numElements() == static_cast<uint64_t>(out[rank - 1])) {
       const auto* values = reinterpret_cast<const float*>(constant);
       std::vector<float>& tiled = state.tiled[i];
@@ -274,9 +331,11 @@ void planRowsPerBlock(FusedElementwiseState& state) {
 }
 
 std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
+  auto state = std::make_unique<FusedElementwiseState>();
+  readQuantization(setup, *state);
   std::vector<Upsample> upsample = readUpsampling(setup);
   const std::vector<TensorInfo> planned = plannedInputs(setup, upsample);
-  const std::vector<int64_t> out = checkTypes(setup, planned);
+  const std::vector<int64_t> out = checkTypes(setup, planned, *state);
   const ElementwiseProgram program = readElementwiseProgram(setup.params, setup.inputs.size());
   const RegisterAssignment registers = assignRegisters(program);
   if (registers.count > kMaxProgramRegisters) {
@@ -284,7 +343,6 @@ std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
                                  kMaxProgramRegisters));
   }
 
-  auto state = std::make_unique<FusedElementwiseState>();
   state->immediates = program.immediates;
   state->plan = planBroadcast(out, tileShortRows(setup, planned, out, *state));
   state->elements = static_cast<int64_t>(setup.outputs[0].numElements());
@@ -296,7 +354,11 @@ std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
   for (size_t i = 0; i < state->upsample.size(); ++i) {
     if (state->upsample[i].active()) state->upsample_slot[i] = slots++;
   }
-  if (slots == 0) planRowsPerBlock(*state);  // (gathered blocks follow the plain rows)
+  // Gathered and converted blocks follow the plain rows.
+  const bool converts = state->quantize.active ||
+                        std::any_of(state->dequantize.begin(), state->dequantize.end(),
+                                    [](const Quantization& q) { return q.active; });
+  if (slots == 0 && !converts) planRowsPerBlock(*state);
 
   const vec::VectorKernels& kernels = vec::vectorKernels();
   auto source = [&](int64_t slot) {
@@ -406,6 +468,9 @@ void gatherUpsampled(const Upsample& u, const float* x, int64_t at, int64_t coun
 void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_t begin, int64_t end) {
   alignas(64) float scratch[kScratchFloats];
   alignas(64) float gathered[kMaxUpsampledInputs][kMaxBlock];
+  alignas(64) float converted[kMaxDequantizedInputs][kMaxBlock];
+  alignas(64) float output_block[kMaxBlock];
+  const vec::VectorKernels& kernels = vec::vectorKernels();
   float* y = call.outputs[0].as<float>();
   const BroadcastPlan& plan = state.plan;
   const int64_t row_length = plan.rowLength();
@@ -424,6 +489,15 @@ void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_
                               block);
               return {block, false};
             }
+            if (const int slot = state.dequantize_slot[source.index]; slot >= 0) {
+              // 8-bit data: this block (or its one element) dequantized.
+              const Quantization& q = state.dequantize[source.index];
+              const bool scalar = plan.innerStride(source.index) == 0;
+              const auto* bytes =
+                  call.inputs[source.index].as<const uint8_t>() + rows.offset(source.index) + (scalar ? 0 : column);
+              kernels.dequantize8(bytes, converted[slot], scalar ? 1 : count, q.scale, q.zero, q.is_signed);
+              return {converted[slot], scalar};
+            }
             const std::vector<float>& tiled = state.tiled[source.index];
             const float* data = (tiled.empty() ? call.inputs[source.index].as<const float>() : tiled.data()) +
                                 rows.offset(source.index);
@@ -436,7 +510,19 @@ void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_
         }
         return stateOperand(state, source, scratch);
       };
-      runProgram(state, operand, scratch, y + at, count);
+      if (!state.quantize.active) {
+        runProgram(state, operand, scratch, y + at, count);
+        continue;
+      }
+      // An 8-bit output: the block in f32, then quantized into place (i8 as
+      // u8 shifted by 128, as QuantizeLinear's vector path).
+      runProgram(state, operand, scratch, output_block, count);
+      const Quantization& q = state.quantize;
+      uint8_t* out = call.outputs[0].as<uint8_t>() + at;
+      kernels.quantizeU8(output_block, out, count, q.scale, q.zero + (q.is_signed ? 128.0f : 0.0f));
+      if (q.is_signed) {
+        for (int64_t i = 0; i < count; ++i) out[i] ^= 0x80;
+      }
     }
   }
 }
