@@ -1,8 +1,10 @@
 #include "passes/qdq_fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -127,20 +129,10 @@ class QdqFusion {
         return false;
       }
     }
-    // The output: QuantizeLinear, directly or after a Relu it makes redundant.
     std::vector<NodeId> group{conv};
-    ValueId out = node.outputs[0];
-    bool relu = false;
-    if (const std::optional<NodeId> r = onlyReader(graph_, pinned_, out, "Relu")) {
-      group.push_back(*r);
-      out = graph_.node(*r).outputs[0];
-      relu = true;
-    }
-    const auto q = quantizedBy(out);
+    const auto q = quantizedOutput(node.outputs[0], group);
     if (!q) return false;
     const Quantized& y = q->second;
-    if (relu && y.zero_value != (y.type == DType::kU8 ? 0 : -128)) return false;
-    group.push_back(q->first);
     // The bias, as i32 at the scale x_scale * w_scale.
     std::vector<ValueId> inputs{x->data, x->scale, x->zero, wq.inputs[0], wq.inputs[1], w_zero, y.scale, y.zero};
     if (node.inputs.size() > 2 && node.inputs[2] != kNoValue) {
@@ -153,6 +145,56 @@ class QdqFusion {
     replaceByFusedNode(graph_, group, "QLinearConv", std::move(attributes), inputs, name + "/quantized");
     graph_.node(group.back()).domain.clear();
     return true;
+  }
+
+  // The QuantizeLinear of `value`: directly, or after a Relu or Clip that
+  // alone reads it and changes nothing the quantization would not. Appends
+  // the activation, if any, and the QuantizeLinear to `group`.
+  std::optional<std::pair<NodeId, Quantized>> quantizedOutput(ValueId value, std::vector<NodeId>& group) {
+    std::optional<NodeId> activation;
+    for (const char* op : {"Relu", "Clip"}) {
+      activation = onlyReader(graph_, pinned_, value, op);
+      if (activation) break;
+    }
+    const auto q = quantizedBy(activation ? graph_.node(*activation).outputs[0] : value);
+    if (!q) return std::nullopt;
+    if (activation) {
+      const std::optional<std::pair<float, float>> bounds = activationBounds(*activation);
+      if (!bounds || !quantizationAbsorbs(q->second, bounds->first, bounds->second)) return std::nullopt;
+      group.push_back(*activation);
+    }
+    group.push_back(q->first);
+    return q;
+  }
+
+  // The bounds a Relu ([0, inf)) or Clip (constant min and max, each
+  // optional) clamps to; nothing for a Clip with computed bounds.
+  std::optional<std::pair<float, float>> activationBounds(NodeId id) const {
+    const Node& node = graph_.node(id);
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    if (node.op_type == "Relu") return std::pair{0.0f, kInf};
+    float low = node.floatAttribute("min", -kInf);  // before opset 11
+    float high = node.floatAttribute("max", kInf);
+    for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
+      if (node.inputs[i] == kNoValue) continue;
+      const std::optional<float> bound = scalarConstant(graph_, node.inputs[i], 1);
+      if (!bound) return std::nullopt;
+      (i == 1 ? low : high) = *bound;
+    }
+    return std::pair{low, high};
+  }
+
+  // Whether quantizing with `y` already does what clamping to [low, high]
+  // does: QuantizeLinear is monotonic and saturates, so Q(clamp(v)) = Q(v)
+  // for every v exactly when Q(low) is the type's lowest value and Q(high)
+  // its highest.
+  static bool quantizationAbsorbs(const Quantized& y, float low, float high) {
+    const float lowest = y.type == DType::kU8 ? 0.0f : -128.0f;
+    const float highest = lowest + 255.0f;
+    auto quantize = [&](float v) {
+      return std::clamp(std::nearbyint(v / y.scale_value) + static_cast<float>(y.zero_value), lowest, highest);
+    };
+    return quantize(low) == lowest && quantize(high) == highest;
   }
 
   // Bias `value` ([M] f32: an initializer, or DequantizeLinear of an i32
@@ -248,16 +290,18 @@ class QdqFusion {
     const std::optional<Quantized> a = dequantized(node.inputs[0]);
     const std::optional<Quantized> b = dequantized(node.inputs[1]);
     if (!a || !b) return false;
-    const auto q = quantizedBy(node.outputs[0]);
-    if (!q) return false;
-    const Quantized& y = q->second;
     const ValueType& out = graph_.value(node.outputs[0]).type;
-    if (a->type != y.type || b->type != y.type || !out.hasStaticShape()) return false;
+    if (!out.hasStaticShape()) return false;
     for (ValueId operand : node.inputs) {
       if (graph_.value(operand).type.shape != out.shape) return false;
     }
+    std::vector<NodeId> group{add};
+    const auto q = quantizedOutput(node.outputs[0], group);
+    if (!q) return false;
+    const Quantized& y = q->second;
+    if (a->type != y.type || b->type != y.type) return false;
     const std::string name = node.name;
-    replaceByFusedNode(graph_, {add, q->first}, "QLinearAdd", {},
+    replaceByFusedNode(graph_, group, "QLinearAdd", {},
                        {a->data, a->scale, a->zero, b->data, b->scale, b->zero, y.scale, y.zero}, name + "/quantized");
     return true;
   }

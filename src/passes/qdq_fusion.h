@@ -13,10 +13,12 @@
 // this pass:
 //
 //   Q(Conv(DQ(x), DQ(w), bias))      -> QLinearConv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, B)
-//   Q(Relu(Conv(...)))               -> the same, when y_zero is the type's lowest value (Relu then changes
-//                                       nothing the saturation would not)
+//   Q(Relu(Conv(...))), Q(Clip(...)) -> the same, when the activation changes nothing the quantization would
+//                                       not: Q(low) and Q(high) of its bounds are the type's lowest and highest
+//                                       values (a Relu: y_zero is the lowest; ReLU6 calibrated on [0, 6])
 //   Q(MatMul(DQ(a), DQ(w)))          -> QLinearMatMul(a, a_scale, a_zero, w, w_scale, w_zero, y_scale, y_zero)
 //   Q(Add(DQ(a), DQ(b)))             -> kiln.QLinearAdd(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero)
+//                                       (a Relu or Clip before the Q too, on the same condition as a Conv's)
 //   Q(op(DQ(x)))                     -> op(x), when Q and DQ have the same scale and zero point, for the
 //                                       operators that pick or move elements: MaxPool, Concat (every
 //                                       input), Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice,
