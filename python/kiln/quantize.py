@@ -131,7 +131,12 @@ class _Histogram:
         self.low = min(self.low, float(x.min()))
         self.high = max(self.high, float(x.max()))
         self.values.append(x if x.size <= 100_000 else x[:: max(1, x.size // 100_000)])
-        magnitude = np.abs(x)
+        # Exact zeros (half of a ReLU's output) quantize exactly whatever the
+        # threshold; left in, their spike in the first bin would dominate
+        # the divergence and pull the threshold down to the smallest tried.
+        magnitude = np.abs(x[x != 0])
+        if magnitude.size == 0:
+            return
         top = float(magnitude.max())
         if self.counts is None:
             self.edge = top if top > 0 else 1.0
@@ -177,6 +182,8 @@ def activation_range(histogram: _Histogram, method: str, percentile: float):
         values = np.concatenate(histogram.values)
         low = float(np.percentile(values, 100.0 - percentile)) if histogram.low < 0 else histogram.low
         high = float(np.percentile(values, percentile)) if histogram.high > 0 else histogram.high
+    elif histogram.counts is None:  # entropy, of a value that was always 0
+        low, high = 0.0, 0.0
     else:  # entropy: one threshold on |x|, applied to the sides the value has
         # u8 gives a value of one sign 255 steps, one of both signs about 128 a side.
         levels = 255 if histogram.low >= 0 else 128

@@ -88,8 +88,8 @@ def test_every_method_quantizes_the_cnn(tmp_path, model_and_data, method):
     assert error < 0.1, error
     values = [layer.value for layer in report.layers]
     assert values == ["x", "r1", "r2", "c3", "res", "f", "y"], values
-    # entropy clips more of the tails of these Gaussian-like values than the others
-    bound = 0.25 if method == "entropy" else 0.05
+    # (entropy once fell to 0.13 here: the zeros of a ReLU's output pulled its threshold down)
+    bound = 0.05
     assert all(np.isfinite(layer.relative_error) and layer.relative_error < bound for layer in report.layers), \
         report.table()
     assert 0 < report.outputs["y"] < 0.1
