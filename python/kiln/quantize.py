@@ -370,15 +370,16 @@ def _insert_qdq(model, plan, parameters):
         node = graph.node[index]
         if node.op_type == "Add":
             continue
+        prefix = node.name or f"{node.op_type}_{index}"  # names of what it adds; nodes may have none
         w_name = node.input[1]
         weights = numpy_helper.to_array(initializers[w_name]).astype(np.float32)
         axis = 0 if node.op_type == "Conv" else 1
         q, scales = _quantize_weights(weights, axis)
-        qw = add_init(q, f"{node.name or w_name}/weight_quantized")
-        sw = add_init(scales, f"{node.name or w_name}/weight_scale")
-        zw = add_init(np.zeros(scales.shape, np.int8), f"{node.name or w_name}/weight_zero_point")
-        dq_w = f"{node.name or w_name}/weight_dequantized"
-        new_nodes.setdefault(("weights", node.name), []).append(
+        qw = add_init(q, f"{prefix}/weight_quantized")
+        sw = add_init(scales, f"{prefix}/weight_scale")
+        zw = add_init(np.zeros(scales.shape, np.int8), f"{prefix}/weight_zero_point")
+        dq_w = f"{prefix}/weight_dequantized"
+        new_nodes.setdefault(("weights", index), []).append(
             helper.make_node("DequantizeLinear", [qw, sw, zw], [dq_w], axis=axis, name=dq_w + "_node"))
         node.input[1] = dq_w
         if node.op_type == "Conv" and len(node.input) > 2 and node.input[2] in initializers:
@@ -386,11 +387,11 @@ def _insert_qdq(model, plan, parameters):
             bias = numpy_helper.to_array(initializers[node.input[2]]).astype(np.float64)
             bias_scale = (np.float32(x_scale) * scales).astype(np.float32)
             qb = np.clip(np.round(bias / bias_scale), -2**31 + 128, 2**31 - 128).astype(np.int32)
-            b = add_init(qb, f"{node.name or w_name}/bias_quantized")
-            bs = add_init(bias_scale, f"{node.name or w_name}/bias_scale")
-            bz = add_init(np.zeros(qb.shape, np.int32), f"{node.name or w_name}/bias_zero_point")
-            dq_b = f"{node.name or w_name}/bias_dequantized"
-            new_nodes[("weights", node.name)].append(
+            b = add_init(qb, f"{prefix}/bias_quantized")
+            bs = add_init(bias_scale, f"{prefix}/bias_scale")
+            bz = add_init(np.zeros(qb.shape, np.int32), f"{prefix}/bias_zero_point")
+            dq_b = f"{prefix}/bias_dequantized"
+            new_nodes[("weights", index)].append(
                 helper.make_node("DequantizeLinear", [b, bs, bz], [dq_b], axis=0, name=dq_b + "_node"))
             node.input[2] = dq_b
     # Rebuild the node list in order: each value's Q/DQ right after its producer
@@ -399,8 +400,8 @@ def _insert_qdq(model, plan, parameters):
     for value in parameters:
         if not any(float_name.get(value, value) in n.output for n in graph.node):
             ordered += new_nodes[float_name.get(value, value)]
-    for node in graph.node:
-        ordered += new_nodes.get(("weights", node.name), [])
+    for index, node in enumerate(graph.node):
+        ordered += new_nodes.get(("weights", index), [])
         ordered.append(node)
         for out in node.output:
             ordered += new_nodes.get(out, [])
@@ -464,6 +465,11 @@ def quantize(model_path, calibration_dir, output_path, method: str = "minmax", p
     return result
 
 
+def kiln_error():
+    import kiln
+    return kiln.Error
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kiln.quantize",
                                      description="Quantize an f32 ONNX model to a QDQ int8 model from calibration data")
@@ -479,7 +485,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         result = quantize(args.model, args.calibration, args.output, args.method, args.percentile,
                           split(args.exclude_op_types), split(args.exclude_nodes))
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, kiln_error()) as e:
         print(f"kiln.quantize: error: {e}", file=sys.stderr)
         return 1
     print(result.table())

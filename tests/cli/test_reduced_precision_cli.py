@@ -76,3 +76,29 @@ def test_precision_bf16_is_the_bf16_flag(kiln, tmp_path):
     np.testing.assert_array_equal(outputs[0], outputs[1])
     refused = kiln("compile", tmp_path / "m.onnx", "-o", tmp_path / "f8.kiln", "--precision", "f8")
     assert refused.returncode != 0 and not (tmp_path / "f8.kiln").exists()
+
+
+def test_kiln_quantize_runs_the_python_tool(kiln, build_dir, tmp_path):
+    import os
+    import sys
+
+    import pytest
+    if not (build_dir / "python" / "kiln" / "quantize.py").exists():
+        pytest.skip(f"no Python module under {build_dir}: `kiln quantize` runs python -m kiln.quantize")
+    rng = np.random.default_rng(8)
+    save([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+         [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")], tmp_path / "m.onnx")
+    (tmp_path / "cal").mkdir()
+    for i in range(4):
+        np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 3, 8, 8)).astype(np.float32))
+    env = dict(os.environ, KILN_PYTHON=sys.executable, PYTHONPATH=str(build_dir / "python"))
+    done = kiln("quantize", tmp_path / "m.onnx", "--calibration", tmp_path / "cal", "-o", tmp_path / "q.onnx",
+                "--method", "entropy", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "quantized 1 nodes (entropy calibration)" in done.stdout and (tmp_path / "q.onnx").exists()
+    compiled = kiln("compile", tmp_path / "q.onnx", "-o", tmp_path / "q.kiln")
+    assert compiled.returncode == 0, compiled.stderr
+    missing = kiln("quantize", tmp_path / "m.onnx", env=dict(env, KILN_PYTHON=str(tmp_path / "no-python")))
+    assert missing.returncode == 1 and "set KILN_PYTHON" in missing.stderr

@@ -16,6 +16,7 @@ Command addCompileCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
 Command addBenchCommand(CLI::App& app);
 Command addDevicesCommand(CLI::App& app);
+Command addQuantizeCommand(CLI::App& app);
 #ifdef KILN_HAS_SERVER
 Command addServeCommand(CLI::App& app);
 #endif

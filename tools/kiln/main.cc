@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   commands["compile"] = kiln::cli::addCompileCommand(app);
   commands["devices"] = kiln::cli::addDevicesCommand(app);
   commands["dump"] = kiln::cli::addDumpCommand(app);
+  commands["quantize"] = kiln::cli::addQuantizeCommand(app);
   commands["run"] = kiln::cli::addRunCommand(app);
 #ifdef KILN_HAS_SERVER
   commands["serve"] = kiln::cli::addServeCommand(app);
