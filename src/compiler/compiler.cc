@@ -158,27 +158,16 @@ ParamValue scalarOf(const Constant& constant) {
 
 std::string kernelName(const Node& node) { return node.domain.empty() ? node.op_type : node.domain + "." + node.op_type; }
 
-// --tf32: the products and convolutions may compute in TF32 (core/math_mode.h).
-void allowTf32(Graph& graph) {
+// Sets the math attribute (core/math_mode.h) to `mode` on every node of the
+// `ops`: --tf32 (cuda) on products and convolutions, --bf16 (cpu) on
+// products, which kernels/cpu/matmul.cc applies where the weights are constant.
+template <size_t N>
+void setMathMode(Graph& graph, const std::array<std::string_view, N>& ops, std::string_view mode) {
   for (NodeId id : graph.nodeIds()) {
     Node& node = graph.node(id);
     if (node.removed) continue;
-    const std::string name = kernelName(node);
-    if (std::find(kTf32Ops.begin(), kTf32Ops.end(), name) != kTf32Ops.end()) {
-      node.attributes[std::string(kMathAttribute)] = std::string(kMathTf32);
-    }
-  }
-}
-
-// --bf16 on the cpu target: products with constant weights multiply in bf16
-// (core/math_mode.h; kernels/cpu/matmul.cc decides per step).
-void allowBf16Products(Graph& graph) {
-  for (NodeId id : graph.nodeIds()) {
-    Node& node = graph.node(id);
-    if (node.removed) continue;
-    const std::string name = kernelName(node);
-    if (std::find(kBf16ProductOps.begin(), kBf16ProductOps.end(), name) != kBf16ProductOps.end()) {
-      node.attributes[std::string(kMathAttribute)] = std::string(kMathBf16);
+    if (std::find(ops.begin(), ops.end(), kernelName(node)) != ops.end()) {
+      node.attributes[std::string(kMathAttribute)] = std::string(mode);
     }
   }
 }
@@ -1243,8 +1232,8 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   }
   if (options.fp16 && storeInFloat16(graph, DType::kF16) > 0) inferTypes(graph, opsets);
   if (options.bf16 && options.target == "cuda" && storeInFloat16(graph, DType::kBF16) > 0) inferTypes(graph, opsets);
-  if (options.bf16 && options.target == "cpu") allowBf16Products(graph);
-  if (options.tf32) allowTf32(graph);
+  if (options.bf16 && options.target == "cpu") setMathMode(graph, kBf16ProductOps, kMathBf16);
+  if (options.tf32) setMathMode(graph, kTf32Ops, kMathTf32);
   optimizeSubgraphs(graph, opsets, limits, options.fuse_clip);
   removeDeadNodes(graph);
   verifyGraph(graph, /*require_types=*/true);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -102,41 +103,66 @@ class QdqFusion {
     return zero;
   }
 
+  // Weights that a DequantizeLinear of an 8-bit initializer makes.
+  struct QuantizedWeights {
+    ValueId data = kNoValue;  // the 8-bit initializer
+    ValueId scale = kNoValue;
+    ValueId zero = kNoValue;   // made when the node has none
+    std::vector<float> scales;  // one, or one per channel
+    int64_t channels = 0;       // along the channel axis
+  };
+
+  // The weights that make `value`: an 8-bit initializer of `rank` dimensions
+  // (a Conv's: at least 3) whose scale and zero point are one value, or one
+  // per channel along `channel_axis` (a Conv's 0, a MatMul's 1).
+  std::optional<QuantizedWeights> quantizedWeights(ValueId value, size_t min_rank, size_t max_rank,
+                                                   int64_t channel_axis) {
+    const NodeId producer = graph_.value(value).producer;
+    if (producer == kNoNode || !isOp(graph_, producer, "DequantizeLinear")) return std::nullopt;
+    const Node& dq = graph_.node(producer);
+    const Constant* w = initializerOf(graph_, dq.inputs[0]);
+    if (w == nullptr || !isInteger8(w->info.dtype) || w->info.shape.size() < min_rank ||
+        w->info.shape.size() > max_rank || dq.intAttribute("block_size", 0) != 0) {
+      return std::nullopt;
+    }
+    QuantizedWeights weights;
+    weights.data = dq.inputs[0];
+    weights.scale = dq.inputs[1];
+    weights.channels = w->info.shape[static_cast<size_t>(channel_axis)];
+    const std::optional<std::vector<float>> scales = floatsOf(graph_, dq.inputs[1]);
+    if (!scales) return std::nullopt;
+    const auto count = static_cast<int64_t>(scales->size());
+    const int64_t axis = dq.intAttribute("axis", 1);
+    const bool on_channels = axis == channel_axis || axis + static_cast<int64_t>(w->info.shape.size()) == channel_axis;
+    if (count != 1 && (count != weights.channels || !on_channels)) return std::nullopt;
+    weights.scales = *scales;
+    weights.zero = dq.inputs.size() > 2 ? dq.inputs[2] : kNoValue;
+    if (weights.zero == kNoValue) {
+      weights.zero = zeroOf(w->info.dtype);
+      return weights;
+    }
+    const Constant* z = initializerOf(graph_, weights.zero);
+    if (z == nullptr || z->info.dtype != w->info.dtype || static_cast<int64_t>(z->info.numElements()) != count) {
+      return std::nullopt;
+    }
+    return weights;
+  }
+
   bool fuseConv(NodeId conv) {
     const Node& node = graph_.node(conv);
     if (node.inputs.size() < 2) return false;
     const std::optional<Quantized> x = dequantized(node.inputs[0]);
     if (!x) return false;
-    // The weights: DequantizeLinear of an 8-bit initializer, per tensor or
-    // per output channel.
-    const NodeId w_dq = graph_.value(node.inputs[1]).producer;
-    if (w_dq == kNoNode || !isOp(graph_, w_dq, "DequantizeLinear")) return false;
-    const Node& wq = graph_.node(w_dq);
-    const Constant* w = initializerOf(graph_, wq.inputs[0]);
-    if (w == nullptr || !isInteger8(w->info.dtype) || w->info.shape.size() < 3 || wq.intAttribute("block_size", 0) != 0) {
-      return false;
-    }
-    const int64_t channels = w->info.shape[0];
-    const std::optional<std::vector<float>> w_scale = floatsOf(graph_, wq.inputs[1]);
-    const auto scales = static_cast<int64_t>(w_scale ? w_scale->size() : 0);
-    if (scales != 1 && (scales != channels || wq.intAttribute("axis", 1) != 0)) return false;
-    ValueId w_zero = wq.inputs.size() > 2 ? wq.inputs[2] : kNoValue;
-    if (w_zero == kNoValue) {
-      w_zero = zeroOf(w->info.dtype);
-    } else {
-      const Constant* z = initializerOf(graph_, w_zero);
-      if (z == nullptr || z->info.dtype != w->info.dtype || static_cast<int64_t>(z->info.numElements()) != scales) {
-        return false;
-      }
-    }
+    const std::optional<QuantizedWeights> w = quantizedWeights(node.inputs[1], 3, SIZE_MAX, 0);
+    if (!w) return false;
     std::vector<NodeId> group{conv};
     const auto q = quantizedOutput(node.outputs[0], group);
     if (!q) return false;
     const Quantized& y = q->second;
     // The bias, as i32 at the scale x_scale * w_scale.
-    std::vector<ValueId> inputs{x->data, x->scale, x->zero, wq.inputs[0], wq.inputs[1], w_zero, y.scale, y.zero};
+    std::vector<ValueId> inputs{x->data, x->scale, x->zero, w->data, w->scale, w->zero, y.scale, y.zero};
     if (node.inputs.size() > 2 && node.inputs[2] != kNoValue) {
-      const ValueId bias = quantizedBias(node.inputs[2], x->scale_value, *w_scale, channels);
+      const ValueId bias = quantizedBias(node.inputs[2], x->scale_value, w->scales, w->channels);
       if (bias == kNoValue) return false;
       inputs.push_back(bias);
     }
@@ -253,32 +279,14 @@ class QdqFusion {
     if (node.inputs.size() != 2) return false;
     const std::optional<Quantized> a = dequantized(node.inputs[0]);
     if (!a) return false;
-    const NodeId w_dq = graph_.value(node.inputs[1]).producer;
-    if (w_dq == kNoNode || !isOp(graph_, w_dq, "DequantizeLinear")) return false;
-    const Node& wq = graph_.node(w_dq);
-    const Constant* w = initializerOf(graph_, wq.inputs[0]);
-    if (w == nullptr || !isInteger8(w->info.dtype) || w->info.shape.size() != 2 || wq.intAttribute("block_size", 0) != 0) {
-      return false;
-    }
-    const std::optional<std::vector<float>> w_scale = floatsOf(graph_, wq.inputs[1]);
-    const auto scales = static_cast<int64_t>(w_scale ? w_scale->size() : 0);
-    const int64_t axis = wq.intAttribute("axis", 1);
-    if (scales != 1 && (scales != w->info.shape[1] || (axis != 1 && axis != -1))) return false;
-    ValueId w_zero = wq.inputs.size() > 2 ? wq.inputs[2] : kNoValue;
-    if (w_zero == kNoValue) {
-      w_zero = zeroOf(w->info.dtype);
-    } else {
-      const Constant* z = initializerOf(graph_, w_zero);
-      if (z == nullptr || z->info.dtype != w->info.dtype || static_cast<int64_t>(z->info.numElements()) != scales) {
-        return false;
-      }
-    }
+    const std::optional<QuantizedWeights> w = quantizedWeights(node.inputs[1], 2, 2, 1);
+    if (!w) return false;
     const auto q = quantizedBy(node.outputs[0]);
     if (!q) return false;
     const Quantized& y = q->second;
     const std::string name = node.name;
     replaceByFusedNode(graph_, {matmul, q->first}, "QLinearMatMul", {},
-                       {a->data, a->scale, a->zero, wq.inputs[0], wq.inputs[1], w_zero, y.scale, y.zero},
+                       {a->data, a->scale, a->zero, w->data, w->scale, w->zero, y.scale, y.zero},
                        name + "/quantized");
     graph_.node(q->first).domain.clear();
     return true;
