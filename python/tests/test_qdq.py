@@ -183,9 +183,12 @@ def test_quantize_linear_per_tensor(tmp_path, y_type):
     np.testing.assert_array_equal(ours, onnxruntime_outputs(path, {"x": x})[0])
 
 
-def test_quantize_static_cnn(tmp_path):
-    """A CNN quantized by onnxruntime's own quantizer (QDQ, per-channel
-    weights): every Conv runs in int8, and the output stays within a few of
+@pytest.mark.parametrize("quant_format", ["QDQ", "QOperator"])
+def test_quantize_static_cnn(tmp_path, quant_format):
+    """A CNN quantized by onnxruntime's own quantizer, per-channel weights,
+    in both its formats: QDQ, and QOperator (QLinearConv with com.microsoft
+    QLinearAdd, QLinearGlobalAveragePool and QGemm, which import as their QDQ
+    groups). Every Conv runs in int8, and the output stays within a few of
     its quantization steps of onnxruntime's."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -222,11 +225,13 @@ def test_quantize_static_cnn(tmp_path):
             return next(self.data, None)
 
     quantized = tmp_path / "q.onnx"
-    quantize_static(str(path), str(quantized), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    ops = compiled_ops(quantized, tmp_path / "q.kiln")
-    assert ops.get("kiln.NhwcQLinearConv") == 4, ops
+    quantize_static(str(path), str(quantized), Reader(), quant_format=getattr(QuantFormat, quant_format),
+                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     model = onnx.load(quantized)
+    if quant_format == "QOperator":
+        assert {"QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= {n.op_type for n in model.graph.node}
+    ops = compiled_ops(quantized, tmp_path / "q.kiln")
+    assert ops.get("kiln.NhwcQLinearConv") == 4 and ops.get("kiln.QLinearAdd") == 1, ops
     output_dq = next(n for n in model.graph.node if n.output[0] == "y")
     step = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == output_dq.input[1])))
     runner = kiln.Runner(tmp_path / "q.kiln")

@@ -28,6 +28,7 @@ class Rewrite {
   Rewrite& operator=(const Rewrite&) = delete;
 
   const Node& node() const { return node_; }
+  const Graph& graph() const { return graph_; }
 
   [[noreturn]] void fail(const std::string& message) const {
     throw GraphError(fmt::format("node '{}' ({}.{}): {}", prefix_, kDomain, node_.op_type, message));
@@ -330,6 +331,59 @@ namespace {
 
 int expandIn(Graph& graph, int64_t default_opset, RawMasks& raw_masks);
 
+// onnxruntime's QOperator-format contrib ops as the QDQ groups they compute
+// (passes/qdq_fusion.h and the elementwise fusion's quantized I/O then run
+// them in integers): (De)QuantizeLinear of `x` with `scale` and an optional
+// zero point, per tensor or along `axis` (opset 13+).
+ValueId quantizeLinear(Rewrite& r, const char* op, ValueId x, ValueId scale, ValueId zero, int64_t axis = 1) {
+  std::vector<ValueId> inputs{x, scale};
+  if (zero != kNoValue) inputs.push_back(zero);
+  Attributes attributes;
+  if (axis != 1) attributes["axis"] = axis;
+  return r.op(op, inputs, attributes);
+}
+
+// QLinearAdd / QLinearMul(A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale, C_zp?).
+void quantizedBinary(Rewrite& r, const char* op) {
+  const ValueId a = quantizeLinear(r, "DequantizeLinear", r.required(0, "A"), r.required(1, "A_scale"), r.in(2));
+  const ValueId b = quantizeLinear(r, "DequantizeLinear", r.required(3, "B"), r.required(4, "B_scale"), r.in(5));
+  r.finish({{0, quantizeLinear(r, "QuantizeLinear", r.op(op, {a, b}), r.required(6, "C_scale"), r.in(7))}});
+}
+
+// QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp) {channels_last = 0}.
+void quantizedGlobalAveragePool(Rewrite& r) {
+  if (r.node().intAttribute("channels_last", 0) != 0) r.fail("channels_last = 1 is not supported");
+  const ValueId x = quantizeLinear(r, "DequantizeLinear", r.required(0, "X"), r.required(1, "x_scale"), r.in(2));
+  r.finish({{0, quantizeLinear(r, "QuantizeLinear", r.op("GlobalAveragePool", {x}), r.required(3, "y_scale"),
+                               r.in(4))}});
+}
+
+// QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?) {alpha,
+// transA, transB}: C is i32 at scale a_scale * b_scale; without y_scale the
+// output is f32. b_scale per column of the product needs opset 13.
+void quantizedGemm(Rewrite& r, int64_t default_opset) {
+  const Node& node = r.node();
+  const bool trans_b = node.intAttribute("transB", 0) != 0;
+  const ValueId b_scale = r.required(4, "b_scale");
+  const Value& scale = r.graph().value(b_scale);
+  const bool per_column = scale.kind != ValueKind::kInitializer || scale.initializer->info.numElements() != 1;
+  if (per_column && default_opset < 13) r.fail("a b_scale per column needs opset 13 or later");
+  const ValueId a = quantizeLinear(r, "DequantizeLinear", r.required(0, "A"), r.required(1, "a_scale"), r.in(2));
+  const ValueId b =
+      quantizeLinear(r, "DequantizeLinear", r.required(3, "B"), b_scale, r.in(5), per_column && trans_b ? 0 : 1);
+  std::vector<ValueId> inputs{a, b};
+  if (r.in(6) != kNoValue) {
+    inputs.push_back(quantizeLinear(r, "DequantizeLinear", r.in(6), r.op("Mul", {r.required(1, "a_scale"), b_scale}),
+                                    kNoValue, per_column ? 0 : 1));
+  }
+  Attributes attributes = {{"alpha", node.floatAttribute("alpha", 1.0f)},
+                           {"transA", node.intAttribute("transA", 0)},
+                           {"transB", node.intAttribute("transB", 0)}};
+  ValueId y = r.op("Gemm", inputs, attributes);
+  if (r.in(7) != kNoValue) y = quantizeLinear(r, "QuantizeLinear", y, r.in(7), r.in(8));
+  r.finish({{0, y}});
+}
+
 }  // namespace
 
 int expandContribOps(Graph& graph, int64_t default_opset) {
@@ -415,6 +469,14 @@ int expandIn(Graph& graph, int64_t default_opset, RawMasks& raw_masks) {
       attention(graph, r, default_opset, raw_masks, kAttention);
     } else if (op == "QAttention") {
       attention(graph, r, default_opset, raw_masks, kQAttention);
+    } else if (op == "QLinearAdd") {
+      quantizedBinary(r, "Add");
+    } else if (op == "QLinearMul") {
+      quantizedBinary(r, "Mul");
+    } else if (op == "QLinearGlobalAveragePool") {
+      quantizedGlobalAveragePool(r);
+    } else if (op == "QGemm") {
+      quantizedGemm(r, default_opset);
     } else {
       continue;  // other contrib ops: kernels of their own, or reported as unsupported
     }

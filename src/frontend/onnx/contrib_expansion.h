@@ -50,6 +50,14 @@
 //                                the same with kiln.MatMulIntegerToFloat products
 //                                (weight scales and zero points per tensor or
 //                                per column)
+//   QLinearAdd, QLinearMul(A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale, C_zp?)
+//                                Q(Add or Mul(DQ(A), DQ(B))): the QDQ group, which
+//                                passes/qdq_fusion.h runs in integers again
+//   QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp) {channels_last 0}
+//                                Q(GlobalAveragePool(DQ(X)))
+//   QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?) {alpha, transA, transB}
+//                                [Q](Gemm(DQ(A), DQ(B), DQ(C, a_scale * b_scale)))
+//                                (onnxruntime's QuantFormat.QOperator output)
 //
 // LayerNormalization, which onnxruntime defines in the default domain from
 // version 1, runs as it is (ops/nn_ops.cc registers it from version 1 too). What a rewrite cannot express is refused with a GraphError naming the
