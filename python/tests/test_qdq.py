@@ -289,7 +289,7 @@ def test_data_movement_stays_in_integers(tmp_path):
     (np.uint8, False, (48,)),       # a vector
 ])
 def test_qlinear_matmul_matches_onnxruntime(tmp_path, a_type, per_column, a_shape):
-    """Constant i8 weights: oneDNN's int8 matmul (quantized_matmul.h); with the
+    """Constant i8 weights: oneDNN's int8 matmul (int8_matmul.h); with the
     weights a graph input, kiln's loop kernel. Both within one step of
     onnxruntime."""
     rng = np.random.default_rng(12)

@@ -1288,9 +1288,16 @@ CompileReport compile(Graph& graph, const std::map<std::string, int64_t>& opsets
   }
   if (options.target == "cpu") {
     // QDQ groups as integer operators, before folding expands their
-    // weights; lenient, as run-time shapes leave some values unknown.
-    inferTypes(graph, opsets, InferenceOptions{.lenient = true});
-    if (fuseQdq(graph) > 0) removeDeadNodes(graph);
+    // weights; lenient, as run-time shapes leave some values unknown. Only
+    // a model with DequantizeLinear nodes pays for the inference it needs.
+    const std::vector<NodeId> ids = graph.nodeIds();
+    const bool quantized = std::any_of(ids.begin(), ids.end(), [&](NodeId id) {
+      return graph.node(id).domain.empty() && graph.node(id).op_type == "DequantizeLinear";
+    });
+    if (quantized) {
+      inferTypes(graph, opsets, InferenceOptions{.lenient = true});
+      if (fuseQdq(graph) > 0) removeDeadNodes(graph);
+    }
   }
   const RuntimeShapes runtime = analyzeRuntimeShapes(graph, opsets, options);
   if (options.tf32 && options.target != "cuda") throw UsageError("tf32 (--tf32) is for the cuda target");

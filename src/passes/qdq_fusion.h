@@ -27,7 +27,7 @@
 // QLinearConv then runs on oneDNN's int8 convolution once the channels-last
 // pass has made it kiln.NhwcQLinearConv (kernels/cpu/quantized_conv.cc);
 // QLinearMatMul with constant i8 weights on oneDNN's int8 matmul
-// (kernels/cpu/quantized_matmul.h).
+// (kernels/cpu/int8_matmul.h).
 //
 // Conditions: the activations' DequantizeLinear and the QuantizeLinear are per
 // tensor (one scale, one zero point, or none: 0) over u8 or i8; the weights

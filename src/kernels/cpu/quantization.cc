@@ -40,10 +40,10 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/element_access.h"
 #include "kernels/cpu/exact_int_gemm.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/integer_conv_gemm.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/quantized_matmul.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -757,13 +757,13 @@ struct QLinearMatMulState final : KernelState {
   MatMulPlan plan;
   int64_t b_param_stride = 0;  // b_scale and b_zero_point: per tensor or per column
   Requantizer requantizer;
-  std::unique_ptr<QuantizedMatMul> fast;  // oneDNN's int8 matmul, where it applies (quantized_matmul.h)
+  std::unique_ptr<Int8MatMul> fast;  // oneDNN's requantizing int8 matmul, where it applies (int8_matmul.h)
 };
 
-// The fast path's object, where it applies (quantized_matmul.h): B a
+// The fast path's object, where it applies (int8_matmul.h): B a
 // constant 2-D i8 matrix with zero points 0, the other parameters constants
 // of one value, f32 scales.
-std::unique_ptr<QuantizedMatMul> prepareFastQLinearMatMul(const KernelSetup& setup, const MatMulPlan& plan) {
+std::unique_ptr<Int8MatMul> prepareFastQLinearMatMul(const KernelSetup& setup, const MatMulPlan& plan) {
   const TensorInfo& b = setup.inputs[3];
   const auto constant = [&](size_t i) { return i < setup.constants.size() ? setup.constants[i] : nullptr; };
   for (size_t i = 1; i < 8; ++i) {
@@ -785,10 +785,10 @@ std::unique_ptr<QuantizedMatMul> prepareFastQLinearMatMul(const KernelSetup& set
   }
   const int64_t rows = static_cast<int64_t>(setup.inputs[0].numElements()) / std::max<int64_t>(plan.k, 1);
   if (rows == 0 || plan.k == 0 || plan.n == 0) return nullptr;
-  return prepareQuantizedMatMul(rows, plan.k, plan.n, setup.inputs[0].dtype, setup.outputs[0].dtype,
-                                reinterpret_cast<const int8_t*>(constant(3)), scales,
-                                static_cast<int32_t>(loadAsFloat(constant(2), setup.inputs[2].dtype, 0)),
-                                static_cast<int32_t>(loadAsFloat(constant(7), setup.inputs[7].dtype, 0)));
+  return prepareRequantizedInt8MatMul(rows, plan.n, plan.k, setup.inputs[0].dtype, setup.outputs[0].dtype,
+                                      reinterpret_cast<const int8_t*>(constant(3)), scales,
+                                      static_cast<int32_t>(loadAsFloat(constant(2), setup.inputs[2].dtype, 0)),
+                                      static_cast<int32_t>(loadAsFloat(constant(7), setup.inputs[7].dtype, 0)));
 }
 
 // Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
@@ -820,7 +820,7 @@ std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
 void runQLinearMatMul(const KernelCall& call) {
   const auto& s = static_cast<const QLinearMatMulState&>(*call.state);
   if (s.fast) {
-    runQuantizedMatMul(*s.fast, call.inputs[0].data, call.outputs[0].data);
+    runRequantizedInt8MatMul(*s.fast, call.inputs[0].data, call.outputs[0].data);
     return;
   }
   const MatMulPlan& plan = s.plan;
