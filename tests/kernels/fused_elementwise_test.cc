@@ -352,6 +352,46 @@ TEST(FusedElementwiseKernel, EightBitInputsAndOutputsAreTheQuantizationKernels) 
   EXPECT_THAT(prepareError(kFused, inputs, outputs, params), HasSubstr("input 1 is dequantized but is f32"));
 }
 
+// One 8-bit input of the output's shape and an 8-bit output: the program is
+// tabulated over the input's 256 values at prepare and run looks bytes up
+// (vec::lookup8). The same bits as the kernels one at a time, u8 and i8, at
+// a length that leaves a tail, and in place.
+TEST(FusedElementwiseKernel, AUnaryProgramOfEightBitDataIsALookup) {
+  ProgramBuilder p(1);
+  p.op(Op::kMul, p.op(Op::kSigmoid, 0), 0);  // x * sigmoid(x)
+  for (const DType type : {DType::kU8, DType::kI8}) {
+    const bool is_signed = type == DType::kI8;
+    const std::vector<int64_t> shape = {3, 1001};
+    Operand x = output(type, shape);
+    for (size_t i = 0; i < x.bytes.size(); ++i) x.bytes[i] = static_cast<std::byte>((i * 37 + 11) % 256);
+    const float zero = is_signed ? 5.0f : 130.0f;
+    auto param = [&](float value, DType dtype) {
+      if (dtype == DType::kF32) return operand<float>({}, {value});
+      Operand o = output(dtype, {});
+      o.bytes[0] = static_cast<std::byte>(static_cast<uint8_t>(static_cast<int>(value)));
+      return o;
+    };
+    std::vector<Operand> dq_inputs = {x, param(0.04f, DType::kF32), param(zero, type)};
+    std::vector<Operand> dequantized = {output(DType::kF32, shape)};
+    PreparedKernel("DequantizeLinear", dq_inputs, dequantized, ParamMap{}).run(dq_inputs, dequantized);
+    std::vector<Operand> q_inputs = {runOneOpAtATime(p.program(), {dequantized[0]}), param(0.03f, DType::kF32),
+                                     param(zero - 9, type)};
+    std::vector<Operand> want = {output(type, shape)};
+    PreparedKernel("QuantizeLinear", q_inputs, want, ParamMap{}).run(q_inputs, want);
+
+    ParamMap params = p.params();
+    params.set(std::string(kProgramDequantizeAttribute), std::vector<double>{0.04, zero});
+    params.set(std::string(kProgramQuantizeAttribute), std::vector<double>{0.03, zero - 9});
+    std::vector<Operand> inputs = {x};
+    std::vector<Operand> outputs = {output(type, shape)};
+    PreparedKernel kernel(kFused, inputs, outputs, params);
+    kernel.run(inputs, outputs);
+    EXPECT_EQ(outputs[0].bytes, want[0].bytes) << dtypeName(type);
+    kernel.run(inputs, inputs);  // in place
+    EXPECT_EQ(inputs[0].bytes, want[0].bytes) << dtypeName(type) << ", in place";
+  }
+}
+
 TEST(FusedElementwiseKernel, OutputMayBeAnInputOfItsShape) {
   ProgramBuilder p(2, {3.0f});
   p.op(Op::kMul, p.op(Op::kRelu, p.op(Op::kAdd, 0, 1)), p.immediate(0));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,9 +60,10 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->min, nullptr);
     EXPECT_NE(table->expSum, nullptr);
     EXPECT_NE(table->affine, nullptr);
-    EXPECT_NE(table->quantizeU8, nullptr);
+    EXPECT_NE(table->quantize8, nullptr);
     EXPECT_NE(table->addQuantized, nullptr);
     EXPECT_NE(table->dequantize8, nullptr);
+    EXPECT_NE(table->lookup8, nullptr);
     EXPECT_NE(table->normalize, nullptr);
     EXPECT_NE(table->matmulAccumulate, nullptr);
     EXPECT_NE(table->foldColumns, nullptr);
@@ -391,10 +394,11 @@ TEST(VectorKernels, MatmulAccumulateAddsTheProduct) {
   }
 }
 
-TEST(VectorKernels, QuantizeU8RoundsHalfToEvenAsNearbyint) {
+TEST(VectorKernels, Quantize8RoundsHalfToEvenAsNearbyint) {
   // Values whose quotients land on exact halves (ties go to even), beyond
-  // both ends of the range (clamped), NaN (0), at every tail length.
-  const float scale = 0.5f, zero = 100.0f;
+  // both ends of the range (saturated), NaN (the lowest value), at every
+  // tail length, u8 and i8.
+  const float scale = 0.5f;
   std::vector<float> x;
   for (int i = -300; i <= 300; ++i) x.push_back(0.25f * static_cast<float>(i));
   x.push_back(std::numeric_limits<float>::quiet_NaN());
@@ -402,15 +406,69 @@ TEST(VectorKernels, QuantizeU8RoundsHalfToEvenAsNearbyint) {
   x.push_back(-1e6f);
   for (const VectorKernels* table : runnableTables()) {
     SCOPED_TRACE(std::string(isaName(table->isa)));
-    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{17}, static_cast<int64_t>(x.size())}) {
-      std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 7);
-      table->quantizeU8(x.data(), y.data(), n, scale, zero);
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = x[static_cast<size_t>(i)];
-        const float want = std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v / scale) + zero, 0.0f, 255.0f);
-        EXPECT_EQ(y[static_cast<size_t>(i)], static_cast<uint8_t>(want)) << "x = " << v;
+    for (const bool is_signed : {false, true}) {
+      const float zero = is_signed ? -28.0f : 100.0f;
+      const float low = is_signed ? -128.0f : 0.0f, high = is_signed ? 127.0f : 255.0f;
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{17}, static_cast<int64_t>(x.size())}) {
+        std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 7);
+        table->quantize8(x.data(), y.data(), n, scale, zero, is_signed);
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = x[static_cast<size_t>(i)];
+          const float want = std::isnan(v) ? low : std::clamp(std::nearbyint(v / scale) + zero, low, high);
+          const int got = is_signed ? static_cast<int8_t>(y[static_cast<size_t>(i)]) : y[static_cast<size_t>(i)];
+          EXPECT_EQ(got, static_cast<int>(want)) << "x = " << v << (is_signed ? " (i8)" : " (u8)");
+        }
+        EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
       }
-      EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
+    }
+  }
+}
+
+// quantize8 divides through the reciprocal (vector_math.h's
+// divideByReciprocal) on the FMA builds: the quotient must still round as the
+// division's, at the values where that matters: halfway between integers
+// (x = (k + 0.5) * scale, rounded, and its float neighbours), for scales of
+// every binade's mantissas, negative ones included.
+TEST(VectorKernels, Quantize8RoundsAsTheDivision) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-20, 6);
+  for (const VectorKernels* table : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table->isa)));
+    for (int trial = 0; trial < 300; ++trial) {
+      const float scale = std::ldexp(mantissa(rng), exponent(rng)) * (trial % 7 == 0 ? -1.0f : 1.0f);
+      std::vector<float> x;
+      for (int k = -300; k <= 300; ++k) {
+        const float half = (static_cast<float>(k) + 0.5f) * scale;
+        x.push_back(half);
+        x.push_back(std::nextafter(half, 0.0f));
+        x.push_back(std::nextafter(half, 2.0f * half));
+        x.push_back(static_cast<float>(k) * scale);
+      }
+      std::vector<uint8_t> y(x.size());
+      table->quantize8(x.data(), y.data(), static_cast<int64_t>(x.size()), scale, 3.0f, false);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = std::clamp(std::nearbyint(x[i] / scale) + 3.0f, 0.0f, 255.0f);
+        ASSERT_EQ(y[i], static_cast<uint8_t>(want)) << "x = " << x[i] << ", scale = " << scale;
+      }
+    }
+  }
+}
+
+// lookup8: every byte value, every tail length (the VBMI path's masked tail)
+// and lengths of several 64-byte steps, in every runnable table.
+TEST(VectorKernels, Lookup8IsTheTable) {
+  std::array<uint8_t, 256> table{};
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint8_t>((i * 151 + 7) % 256);
+  std::vector<uint8_t> x(700);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 13 + 200) % 256);
+  for (const VectorKernels* table_set : runnableTables()) {
+    SCOPED_TRACE(std::string(isaName(table_set->isa)));
+    for (int64_t n = 0; n <= 700; n += (n < 130 ? 1 : 97)) {
+      std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 3);
+      table_set->lookup8(x.data(), y.data(), n, table.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[static_cast<size_t>(i)], table[x[static_cast<size_t>(i)]]) << i << " of " << n;
+      EXPECT_EQ(y[static_cast<size_t>(n)], 3) << "wrote past n = " << n;
     }
   }
 }

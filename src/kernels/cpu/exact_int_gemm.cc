@@ -55,7 +55,7 @@ DynamicQuantization quantizeDynamic(const float* x, int64_t n, uint8_t* y) {
   q.scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
   const float zero = std::nearbyint(std::clamp(0.0f - lo / q.scale, 0.0f, 255.0f));
   q.zero = static_cast<uint8_t>(zero);
-  parallelForElements(n, [&](int64_t begin, int64_t end) { v.quantizeU8(x + begin, y + begin, end - begin, q.scale, zero); });
+  parallelForElements(n, [&](int64_t begin, int64_t end) { v.quantize8(x + begin, y + begin, end - begin, q.scale, zero, false); });
   return q;
 }
 

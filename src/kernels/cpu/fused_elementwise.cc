@@ -111,6 +111,11 @@ struct FusedElementwiseState final : KernelState {
   std::vector<int> tile_slot;  // per input: its tile in runRangeOfRows, or -1
   std::vector<Upsample> upsample;    // per input
   std::vector<int> upsample_slot;    // per input: its gather buffer, or -1
+  // A program of one 8-bit input of the output's shape and an 8-bit output
+  // is a function of 256 values: `table` holds its results (see tabulate),
+  // and run looks each byte up instead.
+  bool lookup = false;
+  std::array<uint8_t, 256> table{};
 };
 
 // --------------------------------------------------------------- prepare
@@ -330,6 +335,8 @@ void planRowsPerBlock(FusedElementwiseState& state) {
   state.tile_slot = std::move(slots);
 }
 
+std::array<uint8_t, 256> tabulate(const FusedElementwiseState& state);
+
 std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
   auto state = std::make_unique<FusedElementwiseState>();
   readQuantization(setup, *state);
@@ -386,6 +393,11 @@ std::unique_ptr<KernelState> prepareFusedElementwise(const KernelSetup& setup) {
     instruction.beta = program.beta[i];
     instruction.result = registers.result_register[i];
     state->program.push_back(instruction);
+  }
+  if (state->quantize.active && setup.inputs.size() == 1 && state->dequantize[0].active &&
+      setup.inputs[0].shape == out) {
+    state->table = tabulate(*state);
+    state->lookup = true;
   }
   return state;
 }
@@ -463,6 +475,31 @@ void gatherUpsampled(const Upsample& u, const float* x, int64_t at, int64_t coun
   }
 }
 
+// The program's results for each of the 256 values of its one input (8-bit),
+// computed as runRange computes them: y = table[x] is bit for bit the same.
+std::array<uint8_t, 256> tabulate(const FusedElementwiseState& state) {
+  alignas(64) float scratch[kScratchFloats];
+  alignas(64) float converted[kMaxBlock];
+  alignas(64) float output_block[kMaxBlock];
+  std::array<uint8_t, 256> bytes{};
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  std::array<uint8_t, 256> table{};
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  const Quantization& in = state.dequantize[0];
+  const Quantization& out = state.quantize;
+  for (int64_t at = 0; at < 256; at += state.block) {
+    const int64_t count = std::min<int64_t>(state.block, 256 - at);
+    auto operand = [&](const Source& source) -> Operand {
+      if (source.kind != Source::kInput) return stateOperand(state, source, scratch);
+      kernels.dequantize8(bytes.data() + at, converted, count, in.scale, in.zero, in.is_signed);
+      return {converted, false};
+    };
+    runProgram(state, operand, scratch, output_block, count);
+    kernels.quantize8(output_block, table.data() + at, count, out.scale, out.zero, out.is_signed);
+  }
+  return table;
+}
+
 // Output elements [begin, end), block by block along the plan's rows; the
 // registers live on this thread's stack.
 void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_t begin, int64_t end) {
@@ -514,15 +551,10 @@ void runRange(const FusedElementwiseState& state, const KernelCall& call, int64_
         runProgram(state, operand, scratch, y + at, count);
         continue;
       }
-      // An 8-bit output: the block in f32, then quantized into place (i8 as
-      // u8 shifted by 128, as QuantizeLinear's vector path).
+      // An 8-bit output: the block in f32, then quantized into place.
       runProgram(state, operand, scratch, output_block, count);
       const Quantization& q = state.quantize;
-      uint8_t* out = call.outputs[0].as<uint8_t>() + at;
-      kernels.quantizeU8(output_block, out, count, q.scale, q.zero + (q.is_signed ? 128.0f : 0.0f));
-      if (q.is_signed) {
-        for (int64_t i = 0; i < count; ++i) out[i] ^= 0x80;
-      }
+      kernels.quantize8(output_block, call.outputs[0].as<uint8_t>() + at, count, q.scale, q.zero, q.is_signed);
     }
   }
 }
@@ -580,6 +612,15 @@ void runRangeOfRows(const FusedElementwiseState& state, const KernelCall& call, 
 void runFusedElementwise(const KernelCall& call) {
   const auto& state = static_cast<const FusedElementwiseState&>(*call.state);
   if (state.elements == 0) return;
+  if (state.lookup) {
+    const uint8_t* x = call.inputs[0].as<const uint8_t>();
+    uint8_t* y = call.outputs[0].as<uint8_t>();
+    const vec::VectorKernels& kernels = vec::vectorKernels();
+    parallelForElements(state.elements, [&](int64_t begin, int64_t end) {
+      kernels.lookup8(x + begin, y + begin, end - begin, state.table.data());
+    });
+    return;
+  }
   parallelForElements(
       state.elements,
       [&](int64_t begin, int64_t end) {

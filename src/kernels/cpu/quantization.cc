@@ -253,7 +253,7 @@ struct QuantizeState final : KernelState {
   DType y_type = DType::kUndefined;
   DType precision = DType::kF32;  // x / scale is rounded to this type
   bool saturate = true;
-  // f32 to u8 or i8 with one f32 scale: vec::quantizeU8's vector loop.
+  // f32 to u8 or i8 with one f32 scale: vec::quantize8's vector loop.
   bool vector_path = false;
 };
 
@@ -289,23 +289,18 @@ std::unique_ptr<KernelState> prepareQuantize(const KernelSetup& setup) {
   return state;
 }
 
-// Per tensor, f32 to 8 bits: vec::quantizeU8 rounds x / scale half to even
-// and clamps to [0, 255], as QuantizeLinear does. i8 is u8 shifted by 128:
-// clamp(q + z, -128, 127) = clamp(q + z + 128, 0, 255) - 128.
+// Per tensor, f32 to 8 bits: vec::quantize8 rounds x / scale half to even
+// and saturates, as QuantizeLinear does.
 void runVectorQuantize(const KernelCall& call) {
   const float scale = loadElement<float>(call.inputs[1].data, 0);
   const bool is_signed = call.outputs[0].dtype == DType::kI8;
   const bool has_zero = call.input_count > 2 && call.inputs[2].data != nullptr;
-  const float zero = (has_zero ? loadAsFloat(call.inputs[2].data, call.inputs[2].dtype, 0) : 0.0f) +
-                     (is_signed ? 128.0f : 0.0f);
+  const float zero = has_zero ? loadAsFloat(call.inputs[2].data, call.inputs[2].dtype, 0) : 0.0f;
   const float* x = call.inputs[0].as<const float>();
   auto* y = call.outputs[0].as<uint8_t>();
   const vec::VectorKernels& kernels = vec::vectorKernels();
   parallelForElements(static_cast<int64_t>(call.outputs[0].numElements()), [&](int64_t begin, int64_t end) {
-    kernels.quantizeU8(x + begin, y + begin, end - begin, scale, zero);
-    if (is_signed) {
-      for (int64_t i = begin; i < end; ++i) y[i] ^= 0x80;
-    }
+    kernels.quantize8(x + begin, y + begin, end - begin, scale, zero, is_signed);
   }, 4);
 }
 

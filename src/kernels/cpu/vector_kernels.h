@@ -110,11 +110,12 @@ struct VectorKernels {
   float (*expSum)(const float* x, float* y, int64_t n, float shift) = nullptr;
   // y[i] = a * x[i] + b.
   void (*affine)(const float* x, float* y, int64_t n, float a, float b) = nullptr;
-  // y[i] = clamp(x[i] / scale rounded half to even, plus zero, to [0, 255])
-  // (zero an integer in [0, 255]; NaN gives 0): DynamicQuantizeLinear's
-  // rounding, bit for bit on every path (a division, not a product with
-  // the reciprocal).
-  void (*quantizeU8)(const float* x, uint8_t* y, int64_t n, float scale, float zero) = nullptr;
+  // y[i] = saturate(x[i] / scale rounded half to even, plus zero) over n
+  // bytes: u8 in [0, 255], or i8 in [-128, 127] with signed_bytes (zero an
+  // integer of that type; NaN gives the type's lowest value). QuantizeLinear and DynamicQuantizeLinear's
+  // rounding, bit for bit on every path (a division, not a product with the
+  // reciprocal).
+  void (*quantize8)(const float* x, uint8_t* y, int64_t n, float scale, float zero, bool signed_bytes) = nullptr;
   // y[i] = saturate(round(a_ratio * (a[i] - a_zero) + b_ratio * (b[i] - b_zero)) + y_zero)
   // over n bytes (u8, or i8 with signed_bytes), in f32, rounding half to
   // even: kiln.QLinearAdd, as onnxruntime's QLinearAdd computes it.
@@ -123,6 +124,11 @@ struct VectorKernels {
   // DequantizeLinear per tensor, exactly (one subtraction of integers held
   // exactly, one rounding).
   void (*dequantize8)(const uint8_t* x, float* y, int64_t n, float scale, float zero, bool signed_bytes) = nullptr;
+  // y[i] = table[x[i]] over n bytes (table: 256 entries): a unary function
+  // of 8-bit data tabulated (kiln.FusedElementwise between a DequantizeLinear
+  // and a QuantizeLinear). 64 bytes a step with AVX-512 VBMI, else a byte at
+  // a time.
+  void (*lookup8)(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) = nullptr;
   // y[j] = the sum (or, with `max`, the maximum, NaN propagating) over
   // i < rows of x[i * stride + j], for j < n: the column folds of a strided
   // matrix (a channels-last global pool over a block of channels).

@@ -14,6 +14,10 @@
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/cpu/vector_math.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace kiln::vec {
 namespace KILN_VECTOR_NS {
 namespace {
@@ -209,23 +213,41 @@ float expSum(const float* x, float* y, int64_t n, float shift) {
 void affine(const float* x, float* y, int64_t n, float a, float b) {
   mapArrays(y, n, [a, b](F32 v) { return a * v + b; }, Stream{x});
 }
-void quantizeU8(const float* x, uint8_t* y, int64_t n, float scale, float zero) {
-  // |x / scale| <= 255 for the x quantized here, so adding and subtracting
-  // 1.5 * 2^23 rounds half to even; the comparisons send NaN to 0.
+void quantize8(const float* x, uint8_t* y, int64_t n, float scale, float zero, bool signed_bytes) {
+  // Past +-1024, every quotient saturates whatever its rounding: clamped
+  // there first (NaN passes), the quotient fits divideByReciprocal's range.
+  // Adding and subtracting 1.5 * 2^23 then rounds half to even; the
+  // comparisons send NaN to 0. i8 is computed as u8 shifted by 128
+  // (clamp(q + z, -128, 127) = clamp(q + z + 128, 0, 255) - 128) and its top
+  // bit flipped on the way out.
   constexpr float kRounder = 12582912.0f;
+  const float shifted_zero = zero + (signed_bytes ? 128.0f : 0.0f);
+  const uint8_t flip = signed_bytes ? 0x80 : 0;
+  const float reciprocal = 1.0f / scale;
+  const bool by_reciprocal = kHasFma && __builtin_isnormal(reciprocal) && __builtin_isnormal(scale);
+  const float bound = 1024.0f * __builtin_fabsf(scale);
+  using U8 = uint8_t __attribute__((vector_size(kLanes)));
   const auto quantize = [=](F32 v) {
-    F32 q = ((v / scale + kRounder) - kRounder) + zero;
+    F32 q;
+    if (by_reciprocal) {
+      q = divideByReciprocal(atMost(atLeast(v, -bound), bound), splat(scale), splat(reciprocal));
+    } else {
+      q = v / scale;
+    }
+    q = ((q + kRounder) - kRounder) + shifted_zero;
     q = q > 255.0f ? F32{} + 255.0f : q;
-    return q >= 0.0f ? q : F32{};
+    q = q >= 0.0f ? q : F32{};
+    // In [0, 255]: the narrowing keeps the value (vpmovdb, or packs).
+    return __builtin_convertvector(__builtin_convertvector(q, I32), U8) ^ flip;
   };
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    const I32 q = __builtin_convertvector(quantize(load(x + i)), I32);
-    for (int lane = 0; lane < kLanes; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
+    const U8 q = quantize(load(x + i));
+    __builtin_memcpy(y + i, &q, sizeof q);
   }
   if (i < n) {
-    const I32 q = __builtin_convertvector(quantize(loadPartial(x + i, n - i, 0.0f)), I32);
-    for (int lane = 0; i + lane < n; ++lane) y[i + lane] = static_cast<uint8_t>(q[lane]);
+    const U8 q = quantize(loadPartial(x + i, n - i, 0.0f));
+    __builtin_memcpy(y + i, &q, static_cast<size_t>(n - i));
   }
 }
 void dequantize8(const uint8_t* x, float* y, int64_t n, float scale, float zero, bool signed_bytes) {
@@ -247,6 +269,39 @@ void dequantize8(const uint8_t* x, float* y, int64_t n, float scale, float zero,
     const F32 out = convert(v);
     __builtin_memcpy(y + i, &out, static_cast<size_t>(n - i) * sizeof(float));
   }
+}
+#if defined(__AVX512F__)
+// lookup8 with AVX-512 VBMI (Ice Lake, Sapphire Rapids, Zen 4 on): two
+// two-table byte permutes pick from entries 0-127 and 128-255 by each byte's
+// low seven bits, its top bit chooses between them; 64 bytes a step. The
+// target attribute enables the instructions in this function only; lookup8
+// calls it after asking the CPU.
+#define KILN_VBMI __attribute__((target("avx512bw,avx512vbmi")))
+KILN_VBMI __m512i lookup64(__m512i v, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+  const __m512i low = _mm512_permutex2var_epi8(t0, v, t1);
+  const __m512i high = _mm512_permutex2var_epi8(t2, v, t3);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high);
+}
+KILN_VBMI void lookup8Vbmi(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
+  const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
+  const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(y + i, lookup64(_mm512_loadu_si512(x + i), t0, t1, t2, t3));
+  if (i < n) {
+    const __mmask64 tail = (uint64_t{1} << (n - i)) - 1;  // n - i < 64
+    _mm512_mask_storeu_epi8(y + i, tail, lookup64(_mm512_maskz_loadu_epi8(tail, x + i), t0, t1, t2, t3));
+  }
+}
+#undef KILN_VBMI
+#endif
+void lookup8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
+#if defined(__AVX512F__)
+  if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw")) {
+    lookup8Vbmi(x, y, n, table);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
 }
 void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) {
   // Clamped before rounding (the bounds are integers, so the result is the
@@ -564,9 +619,10 @@ constexpr VectorKernels makeKernels() {
   k.min = &min;
   k.expSum = &expSum;
   k.affine = &affine;
-  k.quantizeU8 = &quantizeU8;
+  k.quantize8 = &quantize8;
   k.addQuantized = &addQuantized;
   k.dequantize8 = &dequantize8;
+  k.lookup8 = &lookup8;
   k.normalize = &normalize;
   k.scaleSums = &scaleSums;
   k.foldColumns = &foldColumns;

@@ -84,6 +84,30 @@ inline F32 sqrt(F32 x) {
   for (int i = 0; i < kLanes; ++i) r[i] = __builtin_sqrtf(x[i]);  // vectorised: (v)sqrtps
   return r;
 }
+// a * b + c rounded once. One instruction where the instruction set has FMA
+// (kHasFma: the AVX builds); a call per lane in the baseline build.
+inline constexpr bool kHasFma =
+#if defined(__FMA__)
+    true;
+#else
+    false;
+#endif
+inline F32 fusedMultiplyAdd(F32 a, F32 b, F32 c) {
+  F32 r;
+  for (int i = 0; i < kLanes; ++i) r[i] = __builtin_fmaf(a[i], b[i], c[i]);  // vectorised: vfmadd
+  return r;
+}
+// x / d rounded as the division rounds it, for d whose reciprocal r (= 1 / d
+// rounded) is finite and normal and |x / d| < 2^24: two Newton steps from
+// x * r, each an exact residual and an FMA. The first makes the quotient
+// faithful (within an ulp); from a faithful quotient and a correctly rounded
+// reciprocal the second gives the correctly rounded one (Markstein's
+// theorem). Several times the throughput of a division, on the FMA builds.
+inline F32 divideByReciprocal(F32 x, F32 d, F32 r) {
+  F32 q = x * r;
+  q = fusedMultiplyAdd(fusedMultiplyAdd(-q, d, x), r, q);
+  return fusedMultiplyAdd(fusedMultiplyAdd(-q, d, x), r, q);
+}
 // Round toward -inf / +inf. From 2^23 on every float is an integer (and NaN
 // and inf fail the test), so they stay, and only the others go through int
 // (whose range they fit); copySign keeps floor(-0) = -0 and ceil(-0.5) = -0.
