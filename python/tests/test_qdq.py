@@ -283,6 +283,94 @@ def test_data_movement_stays_in_integers(tmp_path):
     assert np.abs(ours - want).max() / 0.05 <= 1.01
 
 
+def test_split_and_nearest_resize_stay_in_integers(tmp_path):
+    """Split (every output quantized alike) and Resize in nearest mode (it
+    copies elements) between Q and DQ of one scale and zero point run on the
+    8-bit data, as a YOLO's C2f split and its upsampling do."""
+    rng = np.random.default_rng(14)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8), "w"),
+             numpy_helper.from_array(np.array(0.003, np.float32), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz"),
+             numpy_helper.from_array(np.array([3, 5], np.int64), "sizes"),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+
+    def qdq(x, name):
+        return [helper.make_node("QuantizeLinear", [x, "s", "z"], [name + "_q"]),
+                helper.make_node("DequantizeLinear", [name + "_q", "s", "z"], [name])]
+
+    nodes = qdq("x", "xd") + [
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"]),
+        helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1])] + qdq("c", "cd") + [
+        helper.make_node("Split", ["cd", "sizes"], ["a", "b"], axis=1)] + qdq("a", "ad") + qdq("b", "bd") + [
+        helper.make_node("Resize", ["ad", "", "scales"], ["ra"], mode="nearest"),
+        helper.make_node("Resize", ["bd", "", "scales"], ["rb"], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor")] + \
+        qdq("ra", "rad") + qdq("rb", "rbd") + [
+        helper.make_node("Concat", ["rbd", "rad"], ["cat"], axis=1)] + qdq("cat", "y")
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 5])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 10])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("QuantizeLinear") == 1 and ops.get("DequantizeLinear") == 1, ops  # the model's ends
+    assert ops.get("kiln.NhwcResize") == 2 and "Resize" not in ops, ops  # channels-last, as the convolution
+    x = rng.standard_normal((1, 4, 6, 5)).astype(np.float32) * 2
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    assert np.abs(ours - want).max() / 0.05 <= 1.01
+
+
+@pytest.mark.parametrize("q_type", [np.uint8, np.int8])
+def test_concat_of_different_quantizations_requantizes(tmp_path, q_type):
+    """A Concat whose inputs are quantized differently from its output (a
+    YOLO's, a CSP block's) becomes kiln.QLinearConcat: each input requantized
+    by a table as it is copied, no float step between. Two convolutions'
+    outputs, channels-last, and a third input of the output's own parameters
+    (copied as it is); the model's input and output conversions stay."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(12)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(info.min + 128, q_type), "z"),
+             numpy_helper.from_array(np.array(0.11, np.float32), "as"),
+             numpy_helper.from_array(np.array(info.min + 90, q_type), "az"),
+             numpy_helper.from_array(np.array(0.027, np.float32), "bs"),
+             numpy_helper.from_array(np.array(info.min + 140, q_type), "bz"),
+             numpy_helper.from_array(np.array(0.07, np.float32), "ys"),
+             numpy_helper.from_array(np.array(info.min + 120, q_type), "yz"),
+             numpy_helper.from_array(rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8), "wa"),
+             numpy_helper.from_array(rng.integers(-127, 128, (16, 4, 1, 1)).astype(np.int8), "wb"),
+             numpy_helper.from_array(np.array(0.004, np.float32), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wa", "ws", "wz"], ["wad"]),
+             helper.make_node("DequantizeLinear", ["wb", "ws", "wz"], ["wbd"]),
+             helper.make_node("Conv", ["xd", "wad"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["xd", "wbd"], ["b"]),
+             helper.make_node("Conv", ["xd", "wbd"], ["c"]),
+             helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"]),
+             helper.make_node("QuantizeLinear", ["b", "bs", "bz"], ["bq"]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["ad"]),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"]),
+             helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["cd"]),
+             helper.make_node("Concat", ["ad", "bd", "cd"], ["cat"], axis=1),
+             helper.make_node("QuantizeLinear", ["cat", "ys", "yz"], ["catq"]),
+             helper.make_node("DequantizeLinear", ["catq", "ys", "yz"], ["y"])]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 9, 7])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 40, 9, 7])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.QLinearConcat") == 1 and "Concat" not in ops, ops
+    assert ops.get("QuantizeLinear") == 1 and ops.get("DequantizeLinear") == 1, ops
+    x = rng.standard_normal((2, 4, 9, 7)).astype(np.float32) * 2
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    steps = np.abs(ours - want) / 0.07
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.99, (steps.max(), (steps < 0.5).mean())
+    levels = np.rint(want / 0.07) + (info.min + 120)
+    assert levels.min() == info.min and levels.max() == info.max  # the inputs' wider range saturates
+
+
 @pytest.mark.parametrize("a_type,per_column,a_shape", [
     (np.uint8, True, (2, 5, 48)),   # batched rows, per-column scales
     (np.int8, False, (7, 48)),

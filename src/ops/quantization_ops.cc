@@ -10,8 +10,12 @@
 // The quantized type is the zero point's, else the output_dtype attribute
 // (opset 21 on), else u8. The integer and quantized MatMul and Conv forms
 // take their output shapes from the plain operator's schema
-// (delegated_inference.h).
+// (delegated_inference.h). kiln.QLinearAdd and kiln.QLinearConcat are what
+// the QDQ fusion makes of an Add and a Concat between quantizations.
 #include <fmt/ranges.h>
+
+#include <variant>
+#include <vector>
 
 #include "ops/delegated_inference.h"
 #include "ops/op_families.h"
@@ -250,6 +254,33 @@ void registerQuantizationOps(OpRegistry& registry) {
                             }
                           }
                           c.output(0) = ValueType{c.inputType(0).dtype, delegatedShape(c, "Add", {0, 3})};
+                        }});
+  // kiln.QLinearConcat(x_1, ..., x_n; axis, scales, zero_points): Concat of
+  // 8-bit tensors of one type, each requantized from its own scale and zero
+  // point to the output's (the attributes list the inputs', then the
+  // output's); what passes/qdq_fusion.h makes of Q(Concat(DQ(x_1), ...)) when
+  // the parameters differ.
+  registry.add(OpSchema{"kiln", "QLinearConcat", 1, 1, 1u << 16, 1, 1, [](InferenceContext& c) {
+                          const size_t n = c.inputCount();
+                          std::vector<size_t> inputs;
+                          for (size_t i = 0; i < n; ++i) {
+                            expectInteger8(c, i, "every input");
+                            if (c.inputType(i).dtype != c.inputType(0).dtype) {
+                              c.fail("input {} is {} but input 0 is {}: they must match", i,
+                                     dtypeName(c.inputType(i).dtype), dtypeName(c.inputType(0).dtype));
+                            }
+                            inputs.push_back(i);
+                          }
+                          const auto scales = c.node().attributes.find("scales");
+                          const auto* scale_values = scales == c.node().attributes.end()
+                                                         ? nullptr
+                                                         : std::get_if<std::vector<float>>(&scales->second);
+                          const std::vector<int64_t> zeros = c.node().intsAttribute("zero_points", {});
+                          if (scale_values == nullptr || scale_values->size() != n + 1 || zeros.size() != n + 1) {
+                            c.fail("scales and zero_points take {} values each (the inputs', then the output's)",
+                                   n + 1);
+                          }
+                          c.output(0) = ValueType{c.inputType(0).dtype, delegatedShape(c, "Concat", inputs)};
                         }});
 }
 

@@ -146,7 +146,10 @@ class ChannelsLast {
     if (node.inputs.empty() || node.inputs[0] == kNoValue || node.outputs.size() != 1) return false;
     if (node.op_type == "QLinearConv") return isIntegerConv(graph_, node);
     const Value& x = graph_.value(node.inputs[0]);
-    if (!isRank4(x, DType::kF32) && !(node.op_type == "MaxPool" && isInteger8Rank4(x))) return false;
+    // MaxPool and a nearest Resize pick elements: 8-bit data as well.
+    const bool picks = node.op_type == "MaxPool" ||
+                       (node.op_type == "Resize" && node.stringAttribute("mode", "nearest") == "nearest");
+    if (!isRank4(x, DType::kF32) && !(picks && isInteger8Rank4(x))) return false;
     if (node.op_type == "AveragePool" && node.intAttribute("count_include_pad", 0) != 0 &&
         node.intAttribute("ceil_mode", 0) != 0) {
       return false;
@@ -192,10 +195,15 @@ class ChannelsLast {
     return elementwiseOps().contains(node.op_type);
   }
 
+  // Ops of any layout once their axis is renumbered.
+  static bool isConcatOrSplit(const Node& node) {
+    if (node.domain == "kiln") return node.op_type == "QLinearConcat";
+    return node.domain.empty() && (node.op_type == "Concat" || node.op_type == "Split");
+  }
+
   bool isAgnostic(const Node& node) const {
     const bool elementwise = isElementwise(node);
-    if (!node.domain.empty() && !elementwise) return false;
-    if (!elementwise && node.op_type != "Concat" && node.op_type != "Split") return false;
+    if (!elementwise && !isConcatOrSplit(node)) return false;
     if (!hasRank4Outputs(graph_, node)) return false;
     bool any_nhwc = false;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -233,7 +241,7 @@ class ChannelsLast {
       }
     }
     Node& mutable_node = graph_.node(id);
-    if (mutable_node.op_type == "Concat" || mutable_node.op_type == "Split") {
+    if (isConcatOrSplit(mutable_node)) {
       mutable_node.attributes["axis"] = nhwcAxis(mutable_node.intAttribute("axis", 0));
     }
     markOutputsNhwc(mutable_node);

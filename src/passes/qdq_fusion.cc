@@ -315,36 +315,88 @@ class QdqFusion {
   }
 
   // Operators whose outputs are elements of their data inputs (MaxPool
-  // picks them, the others move them): on quantized data with one scale and
-  // zero point they commute with the quantization, exactly.
+  // picks them, the others move them, Resize in nearest mode copies them):
+  // on quantized data with one scale and zero point they commute with the
+  // quantization, exactly.
   bool movesData(const Node& node) const {
     static const std::set<std::string> kOps = {"MaxPool", "Concat",   "Reshape", "Transpose",    "Flatten",
                                                "Squeeze", "Unsqueeze", "Slice",   "Gather",       "DepthToSpace",
-                                               "SpaceToDepth"};
-    return node.domain.empty() && node.outputs.size() == 1 && kOps.contains(node.op_type);
+                                               "SpaceToDepth", "Split"};
+    if (!node.domain.empty()) return false;
+    if (node.op_type == "Resize") return node.stringAttribute("mode", "nearest") == "nearest" && node.outputs.size() == 1;
+    return kOps.contains(node.op_type) && (node.outputs.size() == 1 || node.op_type == "Split");
   }
 
   // Q(op(DQ(x), ...)) with equal parameters: op over x itself. Concat's
   // every input is a data input; the others' is input 0 (the rest are
-  // shapes, axes or indices, left as they are).
+  // shapes, axes or indices, left as they are). A Concat whose inputs'
+  // parameters differ from its output's becomes kiln.QLinearConcat, which
+  // requantizes them as it copies.
   bool fuseDataMovement(NodeId id) {
     const Node& node = graph_.node(id);
     if (node.inputs.empty()) return false;
-    const auto q = quantizedBy(node.outputs[0]);
-    if (!q) return false;
-    const Quantized& y = q->second;
+    // Every output quantized (Split has several), all with one type, scale
+    // and zero point.
+    std::vector<NodeId> quantizations;
+    std::optional<Quantized> out;
+    for (ValueId output : node.outputs) {
+      const auto q = quantizedBy(output);
+      if (!q || (out && (q->second.type != out->type || q->second.scale_value != out->scale_value ||
+                         q->second.zero_value != out->zero_value))) {
+        return false;
+      }
+      // Several outputs are rewired below, which would rename a model output.
+      if (node.outputs.size() > 1 && pinned_.contains(q->second.data)) return false;
+      quantizations.push_back(q->first);
+      out = q->second;
+    }
+    if (!out) return false;
+    const Quantized& y = *out;
     std::vector<ValueId> inputs = node.inputs;
-    const size_t data_inputs = node.op_type == "Concat" ? inputs.size() : 1;
+    const bool concat = node.op_type == "Concat";
+    const size_t data_inputs = concat ? inputs.size() : 1;
+    std::vector<float> scales;
+    std::vector<int64_t> zero_points;
+    bool requantizes = false;
     for (size_t i = 0; i < data_inputs; ++i) {
       const std::optional<Quantized> x = dequantized(inputs[i]);
-      if (!x || x->type != y.type || x->scale_value != y.scale_value || x->zero_value != y.zero_value) return false;
+      if (!x || x->type != y.type) return false;
+      if (x->scale_value != y.scale_value || x->zero_value != y.zero_value) {
+        if (!concat) return false;
+        requantizes = true;
+      }
+      scales.push_back(x->scale_value);
+      zero_points.push_back(x->zero_value);
       inputs[i] = x->data;
     }
     Attributes attributes = node.attributes;
     const std::string op = node.op_type;
     const std::string name = node.name;
-    replaceByFusedNode(graph_, {id, q->first}, op, std::move(attributes), inputs, name + "/quantized");
-    graph_.node(q->first).domain.clear();
+    if (requantizes) {
+      scales.push_back(y.scale_value);
+      zero_points.push_back(y.zero_value);
+      attributes["scales"] = std::move(scales);
+      attributes["zero_points"] = std::move(zero_points);
+      replaceByFusedNode(graph_, {id, quantizations[0]}, "QLinearConcat", std::move(attributes), inputs,
+                         name + "/quantized");
+      return true;
+    }
+    if (quantizations.size() == 1) {
+      replaceByFusedNode(graph_, {id, quantizations[0]}, op, std::move(attributes), inputs, name + "/quantized");
+      graph_.node(quantizations[0]).domain.clear();
+      return true;
+    }
+    // Several outputs (Split): the node reads the 8-bit data and each
+    // QuantizeLinear's readers read its output instead.
+    for (size_t i = 0; i < data_inputs; ++i) graph_.setNodeInput(id, static_cast<uint32_t>(i), inputs[i]);
+    for (size_t k = 0; k < quantizations.size(); ++k) {
+      const Node& node_now = graph_.node(id);
+      const ValueId raw = node_now.outputs[k];
+      const ValueId quantized = graph_.node(quantizations[k]).outputs[0];
+      graph_.value(raw).type.dtype = y.type;
+      graph_.replaceAllUses(quantized, raw);
+      graph_.removeNode(quantizations[k]);
+    }
     return true;
   }
 

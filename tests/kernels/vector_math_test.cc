@@ -456,19 +456,29 @@ TEST(VectorKernels, Quantize8RoundsAsTheDivision) {
 }
 
 // lookup8: every byte value, every tail length (the VBMI path's masked tail)
-// and lengths of several 64-byte steps, in every runnable table.
+// and lengths of several 64-byte steps, one row and strided rows, in every
+// runnable table.
 TEST(VectorKernels, Lookup8IsTheTable) {
   std::array<uint8_t, 256> table{};
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint8_t>((i * 151 + 7) % 256);
-  std::vector<uint8_t> x(700);
+  std::vector<uint8_t> x(2100);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 13 + 200) % 256);
   for (const VectorKernels* table_set : runnableTables()) {
     SCOPED_TRACE(std::string(isaName(table_set->isa)));
     for (int64_t n = 0; n <= 700; n += (n < 130 ? 1 : 97)) {
       std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 3);
-      table_set->lookup8(x.data(), y.data(), n, table.data());
+      table_set->lookup8(x.data(), 0, y.data(), 0, 1, n, table.data());
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[static_cast<size_t>(i)], table[x[static_cast<size_t>(i)]]) << i << " of " << n;
       EXPECT_EQ(y[static_cast<size_t>(n)], 3) << "wrote past n = " << n;
+    }
+    // Three rows of 70 bytes, read 100 apart and written 90 apart: the bytes
+    // between rows stay.
+    std::vector<uint8_t> y(300, 3);
+    table_set->lookup8(x.data(), 100, y.data(), 90, 3, 70, table.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      const size_t row = i / 90, column = i % 90;
+      const uint8_t want = row < 3 && column < 70 ? table[x[row * 100 + column]] : 3;
+      ASSERT_EQ(y[i], want) << "at " << i;
     }
   }
 }

@@ -1,5 +1,6 @@
 // Data-movement CPU kernels with ONNX semantics: Transpose, Concat, Split,
-// Slice, Gather, Expand, Where, Tile, Pad and Resize (Cast: cast.cc).
+// Slice, Gather, Expand, Where, Tile, Pad and Resize (Cast: cast.cc), and
+// kiln.QLinearConcat, Concat of 8-bit data requantized on the way.
 //
 // Kernels that only move data move bytes, by element size (1, 2, 4 or 8), so
 // they work for every element type. Most of them reduce to one plan, built at
@@ -35,6 +36,7 @@
 #include "kernels/cpu/resize_general.h"
 #include "kernels/cpu/resize_tables.h"
 #include "kernels/cpu/setup_helpers.h"
+#include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 
@@ -564,38 +566,43 @@ void runSlice(const KernelCall& call) {
 
 // Concat and Split walk `outer` blocks; in each, every piece contributes a
 // contiguous run of bytes.
-struct PiecesState final : KernelState {
+struct PiecesState : KernelState {
   int64_t outer = 1;
   std::vector<size_t> piece_bytes;
   size_t whole_bytes = 0;
 };
 
-std::unique_ptr<KernelState> prepareConcat(const KernelSetup& setup) {
-  expectCounts("Concat", setup, 1, 1u << 16);
-  expectStatic("Concat", setup);
+// Concat's checks and pieces; `op` names it in errors.
+PiecesState planConcat(const KernelSetup& setup, const char* op) {
+  expectCounts(op, setup, 1, 1u << 16);
+  expectStatic(op, setup);
   const TensorInfo& first = setup.inputs[0];
-  refuseElementSize("Concat", first.dtype);
-  if (!setup.params.has("axis")) throw UsageError("Concat: needs the attribute axis");
-  const size_t axis = static_cast<size_t>(normalizeAxis("Concat", setup.params.getInt("axis", 0), first.shape.size()));
+  refuseElementSize(op, first.dtype);
+  if (!setup.params.has("axis")) throw UsageError(fmt::format("{}: needs the attribute axis", op));
+  const size_t axis = static_cast<size_t>(normalizeAxis(op, setup.params.getInt("axis", 0), first.shape.size()));
   std::vector<int64_t> out = first.shape;
   out[axis] = 0;
-  auto state = std::make_unique<PiecesState>();
+  PiecesState state;
   const size_t element = dtypeSize(first.dtype);
   for (size_t i = 0; i < setup.inputs.size(); ++i) {
     const TensorInfo& input = setup.inputs[i];
     bool match = input.dtype == first.dtype && input.shape.size() == first.shape.size();
     for (size_t d = 0; match && d < first.shape.size(); ++d) match = d == axis || input.shape[d] == first.shape[d];
     if (!match) {
-      throw UsageError(fmt::format("Concat: input {} is {} but input 0 is {}: they must match except along axis {}", i,
+      throw UsageError(fmt::format("{}: input {} is {} but input 0 is {}: they must match except along axis {}", op, i,
                                    typeString(input), typeString(first), axis));
     }
     out[axis] += input.shape[axis];
-    state->piece_bytes.push_back(static_cast<size_t>(product(input.shape, axis, input.shape.size())) * element);
+    state.piece_bytes.push_back(static_cast<size_t>(product(input.shape, axis, input.shape.size())) * element);
   }
-  expectOutput("Concat", setup.outputs[0], first.dtype, out);
-  state->outer = product(out, 0, axis);
-  for (size_t bytes : state->piece_bytes) state->whole_bytes += bytes;
+  expectOutput(op, setup.outputs[0], first.dtype, out);
+  state.outer = product(out, 0, axis);
+  for (size_t bytes : state.piece_bytes) state.whole_bytes += bytes;
   return state;
+}
+
+std::unique_ptr<KernelState> prepareConcat(const KernelSetup& setup) {
+  return std::make_unique<PiecesState>(planConcat(setup, "Concat"));
 }
 
 // memcpy for the pieces of Concat and Split, which are short when they cut
@@ -656,6 +663,84 @@ void runConcat(const KernelCall& call) {
                   [&](size_t whole_offset, size_t piece, size_t piece_offset, size_t bytes) {
                     copyPiece(y + whole_offset, call.inputs[piece].data + piece_offset, bytes);
                   });
+}
+
+// kiln.QLinearConcat(x_1, ..., x_n; axis, scales, zero_points): Concat of
+// 8-bit tensors (all u8 or all i8) whose quantizations differ: each input is
+// requantized to the output's as it is copied, exactly as DequantizeLinear
+// then QuantizeLinear compute it (scales, zero_points: each input's, then the
+// output's). What the QDQ fusion makes of Q(Concat(DQ(x_1), ...)) when the
+// parameters differ (a YOLO's or a CSP block's concatenations). A function
+// of one byte is a table of 256: built at prepare, looked up 64 bytes at a
+// time (vec::lookup8), a plain copy where the parameters are the output's.
+struct QuantizedPiecesState final : KernelState {
+  PiecesState pieces;
+  std::vector<std::array<uint8_t, 256>> tables;  // per input
+  std::vector<bool> copies;                      // per input: the output's parameters, copied as they are
+};
+
+std::unique_ptr<KernelState> prepareQLinearConcat(const KernelSetup& setup) {
+  constexpr const char* kOp = "kiln.QLinearConcat";
+  auto state = std::make_unique<QuantizedPiecesState>();
+  state->pieces = planConcat(setup, kOp);
+  const DType type = setup.inputs[0].dtype;
+  if (type != DType::kU8 && type != DType::kI8) {
+    throw UsageError(fmt::format("{}: the inputs must be u8 or i8, found {}", kOp, dtypeName(type)));
+  }
+  const size_t n = setup.inputs.size();
+  const std::vector<double> scales = setup.params.getFloats("scales", {});
+  const std::vector<int64_t> zeros = setup.params.getInts("zero_points", {});
+  const int64_t lowest = type == DType::kU8 ? 0 : -128;
+  bool valid = scales.size() == n + 1 && zeros.size() == n + 1;
+  for (size_t i = 0; valid && i <= n; ++i) {
+    valid = scales[i] > 0 && std::isfinite(scales[i]) && zeros[i] >= lowest && zeros[i] <= lowest + 255;
+  }
+  if (!valid) {
+    throw UsageError(fmt::format("{}: scales and zero_points take {} values each (the inputs', then the output's): "
+                                 "positive scales, zero points of the type's range",
+                                 kOp, n + 1));
+  }
+  const bool is_signed = type == DType::kI8;
+  const auto y_scale = static_cast<float>(scales[n]);
+  const auto y_zero = static_cast<float>(zeros[n]);
+  std::array<uint8_t, 256> bytes{};
+  for (size_t v = 0; v < bytes.size(); ++v) bytes[v] = static_cast<uint8_t>(v);
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  for (size_t i = 0; i < n; ++i) {
+    std::array<float, 256> real{};
+    kernels.dequantize8(bytes.data(), real.data(), 256, static_cast<float>(scales[i]), static_cast<float>(zeros[i]),
+                        is_signed);
+    state->tables.emplace_back();
+    kernels.quantize8(real.data(), state->tables.back().data(), 256, y_scale, y_zero, is_signed);
+    state->copies.push_back(state->tables.back() == bytes);
+  }
+  return state;
+}
+
+// By blocks of the dimensions before the axis; in each, piece by piece over
+// all the block's rows, so that a table is loaded once per piece.
+void runQLinearConcat(const KernelCall& call) {
+  const auto& state = static_cast<const QuantizedPiecesState&>(*call.state);
+  const PiecesState& pieces = state.pieces;
+  auto* y = call.outputs[0].as<uint8_t>();
+  const vec::VectorKernels& kernels = vec::vectorKernels();
+  const auto whole = static_cast<int64_t>(pieces.whole_bytes);
+  parallelForItems(pieces.outer, std::max<int64_t>(whole / 4, 1), [&](int64_t begin, int64_t end) {
+    int64_t offset = 0;
+    for (size_t i = 0; i < pieces.piece_bytes.size(); ++i) {
+      const auto bytes = static_cast<int64_t>(pieces.piece_bytes[i]);
+      const uint8_t* x = call.inputs[i].as<const uint8_t>() + begin * bytes;
+      uint8_t* out = y + begin * whole + offset;
+      if (state.copies[i]) {
+        for (int64_t o = begin; o < end; ++o, x += bytes, out += whole) {
+          copyPiece(reinterpret_cast<std::byte*>(out), reinterpret_cast<const std::byte*>(x), static_cast<size_t>(bytes));
+        }
+      } else {
+        kernels.lookup8(x, bytes, out, whole, end - begin, bytes, state.tables[i].data());
+      }
+      offset += bytes;
+    }
+  });
 }
 
 std::unique_ptr<KernelState> prepareSplit(const KernelSetup& setup) {
@@ -1549,6 +1634,7 @@ std::unique_ptr<KernelState> prepareUpsample(const KernelSetup& setup) {
 void registerDataMovementKernels(KernelRegistry& registry) {
   registry.add(KernelDef{"Transpose", &prepareTranspose, &runCopyPlan});
   registry.add(KernelDef{"Concat", &prepareConcat, &runConcat});
+  registry.add(KernelDef{"kiln.QLinearConcat", &prepareQLinearConcat, &runQLinearConcat});
   registry.add(KernelDef{"Split", &prepareSplit, &runSplit});
   registry.add(KernelDef{"Slice", &prepareSlice, &runSlice});
   registry.add(KernelDef{"Gather", &prepareGather, &runGather});

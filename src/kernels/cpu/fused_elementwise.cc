@@ -617,7 +617,7 @@ void runFusedElementwise(const KernelCall& call) {
     uint8_t* y = call.outputs[0].as<uint8_t>();
     const vec::VectorKernels& kernels = vec::vectorKernels();
     parallelForElements(state.elements, [&](int64_t begin, int64_t end) {
-      kernels.lookup8(x + begin, y + begin, end - begin, state.table.data());
+      kernels.lookup8(x + begin, 0, y + begin, 0, 1, end - begin, state.table.data());
     });
     return;
   }

@@ -124,11 +124,13 @@ struct VectorKernels {
   // DequantizeLinear per tensor, exactly (one subtraction of integers held
   // exactly, one rounding).
   void (*dequantize8)(const uint8_t* x, float* y, int64_t n, float scale, float zero, bool signed_bytes) = nullptr;
-  // y[i] = table[x[i]] over n bytes (table: 256 entries): a unary function
-  // of 8-bit data tabulated (kiln.FusedElementwise between a DequantizeLinear
-  // and a QuantizeLinear). 64 bytes a step with AVX-512 VBMI, else a byte at
-  // a time.
-  void (*lookup8)(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) = nullptr;
+  // y[r * y_stride + i] = table[x[r * x_stride + i]] for r < rows, i < n
+  // (table: 256 entries): a function of 8-bit data tabulated
+  // (kiln.FusedElementwise between a DequantizeLinear and a QuantizeLinear,
+  // kiln.QLinearConcat's requantization). 64 bytes a step with AVX-512 VBMI,
+  // else a byte at a time.
+  void (*lookup8)(const uint8_t* x, int64_t x_stride, uint8_t* y, int64_t y_stride, int64_t rows, int64_t n,
+                  const uint8_t* table) = nullptr;
   // y[j] = the sum (or, with `max`, the maximum, NaN propagating) over
   // i < rows of x[i * stride + j], for j < n: the column folds of a strided
   // matrix (a channels-last global pool over a block of channels).

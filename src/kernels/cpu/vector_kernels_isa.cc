@@ -273,7 +273,8 @@ void dequantize8(const uint8_t* x, float* y, int64_t n, float scale, float zero,
 #if defined(__AVX512F__)
 // lookup8 with AVX-512 VBMI (Ice Lake, Sapphire Rapids, Zen 4 on): two
 // two-table byte permutes pick from entries 0-127 and 128-255 by each byte's
-// low seven bits, its top bit chooses between them; 64 bytes a step. The
+// low seven bits, its top bit chooses between them; 64 bytes a step, the
+// table loaded once for all rows. The
 // target attribute enables the instructions in this function only; lookup8
 // calls it after asking the CPU.
 #define KILN_VBMI __attribute__((target("avx512bw,avx512vbmi")))
@@ -282,26 +283,30 @@ KILN_VBMI __m512i lookup64(__m512i v, __m512i t0, __m512i t1, __m512i t2, __m512
   const __m512i high = _mm512_permutex2var_epi8(t2, v, t3);
   return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high);
 }
-KILN_VBMI void lookup8Vbmi(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
+KILN_VBMI void lookup8Vbmi(const uint8_t* x, int64_t x_stride, uint8_t* y, int64_t y_stride, int64_t rows, int64_t n,
+                           const uint8_t* table) {
   const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
   const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(y + i, lookup64(_mm512_loadu_si512(x + i), t0, t1, t2, t3));
-  if (i < n) {
-    const __mmask64 tail = (uint64_t{1} << (n - i)) - 1;  // n - i < 64
-    _mm512_mask_storeu_epi8(y + i, tail, lookup64(_mm512_maskz_loadu_epi8(tail, x + i), t0, t1, t2, t3));
+  const __mmask64 tail = (uint64_t{1} << (n % 64)) - 1;
+  for (int64_t r = 0; r < rows; ++r, x += x_stride, y += y_stride) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) _mm512_storeu_si512(y + i, lookup64(_mm512_loadu_si512(x + i), t0, t1, t2, t3));
+    if (i < n) _mm512_mask_storeu_epi8(y + i, tail, lookup64(_mm512_maskz_loadu_epi8(tail, x + i), t0, t1, t2, t3));
   }
 }
 #undef KILN_VBMI
 #endif
-void lookup8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
+void lookup8(const uint8_t* x, int64_t x_stride, uint8_t* y, int64_t y_stride, int64_t rows, int64_t n,
+             const uint8_t* table) {
 #if defined(__AVX512F__)
   if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw")) {
-    lookup8Vbmi(x, y, n, table);
+    lookup8Vbmi(x, x_stride, y, y_stride, rows, n, table);
     return;
   }
 #endif
-  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+  for (int64_t r = 0; r < rows; ++r, x += x_stride, y += y_stride) {
+    for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+  }
 }
 void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) {
   // Clamped before rounding (the bounds are integers, so the result is the
