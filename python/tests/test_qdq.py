@@ -430,6 +430,59 @@ def test_qdq_matmul_becomes_qlinear_matmul(tmp_path):
     assert np.abs(ours - onnxruntime_outputs(path, {"x": x})[0]).max() / 0.3 <= 1.01
 
 
+@pytest.mark.parametrize("q_type,transposed,bias,per_column,relu", [
+    (np.uint8, True, "f32", True, False),   # a classifier's head, as onnxruntime's quantizer leaves it
+    (np.int8, False, "i32", False, False),
+    (np.uint8, False, None, True, True),
+    (np.int8, True, "f32", True, True),
+])
+def test_qdq_gemm_becomes_biased_qlinear_matmul(tmp_path, q_type, transposed, bias, per_column, relu):
+    """Q(Gemm(DQ(a), DQ(w), bias)) becomes kiln.QLinearMatMul: w as [k, n]
+    (transposed at compile time under transB), the bias in i32 at a_scale *
+    w_scale added to the sums, a Relu absorbed by the output's saturation.
+    Within one output step of onnxruntime; the output saturates at both ends
+    somewhere, so the bias and requantization are exercised throughout."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(15)
+    k, n = 48, 20
+    w = rng.integers(-127, 128, (n, k) if transposed else (k, n)).astype(np.int8)
+    ws = rng.uniform(0.002, 0.01, n).astype(np.float32) if per_column else np.array(0.005, np.float32)
+    inits = [numpy_helper.from_array(np.array(0.04, np.float32), "s"),
+             numpy_helper.from_array(np.array(info.min + 128, q_type), "z"),
+             numpy_helper.from_array(w, "w"), numpy_helper.from_array(ws, "ws"),
+             numpy_helper.from_array(np.zeros(ws.shape, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.08, np.float32), "ys"),
+             numpy_helper.from_array(np.array(info.min + (0 if relu else 100), q_type), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0 if transposed else 1)]
+    gemm_inputs = ["xd", "wd"]
+    if bias == "f32":
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 3, "b"))
+        gemm_inputs.append("b")
+    elif bias == "i32":
+        inits += [numpy_helper.from_array(rng.integers(-20000, 20000, (1, n)).astype(np.int32), "bq"),
+                  numpy_helper.from_array(np.array(0.04 * 0.005, np.float32), "bs")]
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "bs"], ["b"]))
+        gemm_inputs.append("b")
+    nodes.append(helper.make_node("Gemm", gemm_inputs, ["g"], transB=int(transposed)))
+    if relu:
+        nodes.append(helper.make_node("Relu", ["g"], ["gr"]))
+    nodes += [helper.make_node("QuantizeLinear", ["gr" if relu else "g", "ys", "yz"], ["gq"]),
+              helper.make_node("DequantizeLinear", ["gq", "ys", "yz"], ["y"])]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, k])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, n])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.QLinearMatMul") == 1 and "Gemm" not in ops and "Relu" not in ops, ops
+    x = rng.standard_normal((7, k)).astype(np.float32) * 3
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    steps = np.abs(ours - want) / 0.08
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.97, (steps.max(), (steps < 0.5).mean())
+    levels = np.rint(want / 0.08) + (info.min + (0 if relu else 100))
+    assert levels.min() == info.min and levels.max() == info.max
+
+
 @pytest.mark.parametrize("q_type", [np.uint8, np.int8])
 def test_elementwise_work_reads_and_writes_8_bits(tmp_path, q_type):
     """DequantizeLinear and QuantizeLinear around float elementwise work fold

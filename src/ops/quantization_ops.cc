@@ -240,6 +240,12 @@ void registerQuantizationOps(OpRegistry& registry) {
                         }});
   add(registry, "QLinearMatMul", 10, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });
   add(registry, "QLinearMatMul", 21, 8, 8, [](InferenceContext& c) { quantizedForm(c, "MatMul"); });  // f16 scales
+  // kiln.QLinearMatMul(QLinearMatMul's 8 inputs, bias?): an optional i32
+  // bias [n] at the scale a_scale * b_scale, added to the sums before they
+  // are requantized, as QLinearConv's; what passes/qdq_fusion.h makes of
+  // Q(Gemm(DQ(a), DQ(w), bias)).
+  registry.add(OpSchema{"kiln", "QLinearMatMul", 1, 8, 9, 1, 1,
+                        [](InferenceContext& c) { quantizedForm(c, "MatMul"); }});
   add(registry, "QLinearConv", 10, 8, 9, [](InferenceContext& c) { quantizedForm(c, "Conv"); });
   // kiln.QLinearAdd(a, a_scale, a_zero_point, b, b_scale, b_zero_point,
   // y_scale, y_zero_point): Add on quantized tensors (onnxruntime's

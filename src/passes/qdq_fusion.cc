@@ -50,6 +50,8 @@ class QdqFusion {
         fused += fuseConv(id) ? 1 : 0;
       } else if (isOp(graph_, id, "MatMul")) {
         fused += fuseMatMul(id) ? 1 : 0;
+      } else if (isOp(graph_, id, "Gemm")) {
+        fused += fuseGemm(id) ? 1 : 0;
       } else if (isOp(graph_, id, "Add")) {
         fused += fuseAdd(id) ? 1 : 0;
       } else if (movesData(graph_.node(id))) {
@@ -289,6 +291,55 @@ class QdqFusion {
                        {a->data, a->scale, a->zero, w->data, w->scale, w->zero, y.scale, y.zero},
                        name + "/quantized");
     graph_.node(q->first).domain.clear();
+    return true;
+  }
+
+  // Q(Gemm(DQ(a), DQ(w), bias)) with alpha = beta = 1 and a not transposed:
+  // w an 8-bit initializer whose scale is one value or one per output column,
+  // the bias (absent, [n] or [1, n]) f32 or DequantizeLinear of i32. Becomes
+  // kiln.QLinearMatMul over w as [k, n] (transposed here when transB is set)
+  // with the bias in i32 at a_scale * w_scale, as a QLinearConv's.
+  bool fuseGemm(NodeId gemm) {
+    const Node& node = graph_.node(gemm);
+    if (node.inputs.size() < 2 || node.floatAttribute("alpha", 1.0f) != 1.0f ||
+        node.floatAttribute("beta", 1.0f) != 1.0f || node.intAttribute("transA", 0) != 0) {
+      return false;
+    }
+    const bool transposed = node.intAttribute("transB", 0) != 0;
+    const std::optional<Quantized> a = dequantized(node.inputs[0]);
+    if (!a) return false;
+    const std::optional<QuantizedWeights> w = quantizedWeights(node.inputs[1], 2, 2, transposed ? 0 : 1);
+    if (!w) return false;
+    std::vector<NodeId> group{gemm};
+    const auto q = quantizedOutput(node.outputs[0], group);
+    if (!q) return false;
+    const Quantized& y = q->second;
+    const Constant& weights = *initializerOf(graph_, w->data);
+    const int64_t n = w->channels;
+    const int64_t k = weights.info.shape[transposed ? 1 : 0];
+    ValueId bias = kNoValue;
+    if (node.inputs.size() > 2 && node.inputs[2] != kNoValue) {
+      const ValueType& c = graph_.value(node.inputs[2]).type;
+      const std::optional<TensorInfo> info = c.hasStaticShape() ? c.tensorInfo() : std::nullopt;
+      const bool per_column = info && !info->shape.empty() && info->shape.back() == n &&
+                              info->numElements() == static_cast<uint64_t>(n);
+      if (!per_column) return false;
+      bias = quantizedBias(node.inputs[2], a->scale_value, w->scales, n);
+      if (bias == kNoValue) return false;
+    }
+    ValueId matrix = w->data;
+    if (transposed) {
+      std::vector<std::byte> bytes(weights.bytes.size());
+      for (int64_t row = 0; row < n; ++row) {
+        for (int64_t col = 0; col < k; ++col) bytes[static_cast<size_t>(col * n + row)] = weights.bytes[static_cast<size_t>(row * k + col)];
+      }
+      matrix = graph_.addInitializer(uniqueName(graph_, graph_.value(w->data).name + "/kn"),
+                                     makeConstant(TensorInfo{weights.info.dtype, {k, n}}, std::move(bytes)));
+    }
+    std::vector<ValueId> inputs{a->data, a->scale, a->zero, matrix, w->scale, w->zero, y.scale, y.zero};
+    if (bias != kNoValue) inputs.push_back(bias);
+    const std::string name = node.name;
+    replaceByFusedNode(graph_, group, "QLinearMatMul", {}, inputs, name + "/quantized");
     return true;
   }
 

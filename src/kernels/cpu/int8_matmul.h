@@ -8,11 +8,12 @@
 //   weights arrive shifted into i8, see exact_int_gemm.h). oneDNN applies the
 //   zero points as exact i32 compensations, so the result is ONNX's bit for
 //   bit.
-// - requantized, for QLinearMatMul with constant parameters:
-//     y [m, n] (u8/i8) = saturate(round(sum of (a - a_zero) * b * scale[j]) + y_zero)
+// - requantized, for QLinearMatMul with constant parameters (and
+//   kiln.QLinearMatMul, which adds an i32 bias, as QLinearConv's):
+//     y [m, n] (u8/i8) = saturate(round((sum of (a - a_zero) * b + bias[j]) * scale[j]) + y_zero)
 //   with b of i8 with zero points 0 and scale[j] = a_scale * b_scale[j] /
 //   y_scale formed in f32 as onnxruntime forms it; oneDNN requantizes in its
-//   epilogue.
+//   epilogue (oneDNN 2.x adds an integer bias before the scale).
 //
 // Unlike oneDNN's gemm API, which packs B on every call (8 MiB for ddddocr's
 // output projection), the primitive's B is reordered into its blocked layout
@@ -40,6 +41,8 @@ struct Int8MatMul {
   int32_t zeros[2] = {0, 0};
   dnnl::memory src_zero;
   dnnl::memory dst_zero;
+  std::vector<int32_t> bias_values;  // the requantized form's bias, when it has one
+  dnnl::memory bias;                 // points at bias_values
   onednn::ExecutionSlots slots;
 };
 
@@ -49,12 +52,13 @@ std::unique_ptr<Int8MatMul> prepareInt8MatMul(int64_t m, int64_t n, int64_t k, D
 
 void runInt8MatMul(const Int8MatMul& matmul, const std::byte* a, int32_t a_zero, int32_t* y);
 
-// Requantized into `y_dtype` (u8 or i8); `scales`: one value or n. nullptr
-// where oneDNN refuses the case (the caller keeps its loop kernel).
+// Requantized into `y_dtype` (u8 or i8); `scales`: one value or n; `bias`:
+// n values (copied), or nullptr. nullptr where oneDNN refuses the case (the
+// caller keeps its loop kernel).
 std::unique_ptr<Int8MatMul> prepareRequantizedInt8MatMul(int64_t m, int64_t n, int64_t k, DType a_dtype,
                                                          DType y_dtype, const int8_t* b,
                                                          const std::vector<float>& scales, int32_t a_zero,
-                                                         int32_t y_zero);
+                                                         int32_t y_zero, const int32_t* bias = nullptr);
 
 void runRequantizedInt8MatMul(const Int8MatMul& matmul, const std::byte* a, std::byte* y);
 

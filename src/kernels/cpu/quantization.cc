@@ -6,6 +6,8 @@
 //   MatMulInteger, ConvInteger   i32 sums of (a - a_zero) * (b - b_zero)
 //   QLinearMatMul, QLinearConv   the same sums requantized:
 //                       y = saturate(round(sum * a_scale * b_scale / y_scale) + y_zero)
+//   kiln.QLinearMatMul  QLinearMatMul with QLinearConv's i32 bias added to
+//                       the sums (what passes/qdq_fusion.h makes of a QDQ Gemm)
 //
 // Scales and zero points are per tensor, per axis or blocked (see
 // src/ops/quantization_ops.cc); ParamLayout maps an element of x to its
@@ -750,6 +752,7 @@ void expectSingle(std::string_view op, const KernelSetup& setup, size_t index) {
 
 struct QLinearMatMulState final : KernelState {
   MatMulPlan plan;
+  bool has_bias = false;  // kiln.QLinearMatMul's input 8
   int64_t b_param_stride = 0;  // b_scale and b_zero_point: per tensor or per column
   Requantizer requantizer;
   std::unique_ptr<Int8MatMul> fast;  // oneDNN's requantizing int8 matmul, where it applies (int8_matmul.h)
@@ -780,16 +783,20 @@ std::unique_ptr<Int8MatMul> prepareFastQLinearMatMul(const KernelSetup& setup, c
   }
   const int64_t rows = static_cast<int64_t>(setup.inputs[0].numElements()) / std::max<int64_t>(plan.k, 1);
   if (rows == 0 || plan.k == 0 || plan.n == 0) return nullptr;
+  const bool has_bias = setup.inputs.size() == 9 && setup.inputs[8].dtype != DType::kUndefined;
+  if (has_bias && constant(8) == nullptr) return nullptr;
   return prepareRequantizedInt8MatMul(rows, plan.n, plan.k, setup.inputs[0].dtype, setup.outputs[0].dtype,
                                       reinterpret_cast<const int8_t*>(constant(3)), scales,
                                       static_cast<int32_t>(loadAsFloat(constant(2), setup.inputs[2].dtype, 0)),
-                                      static_cast<int32_t>(loadAsFloat(constant(7), setup.inputs[7].dtype, 0)));
+                                      static_cast<int32_t>(loadAsFloat(constant(7), setup.inputs[7].dtype, 0)),
+                                      has_bias ? reinterpret_cast<const int32_t*>(constant(8)) : nullptr);
 }
 
-// Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
-std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
-  constexpr std::string_view op = "QLinearMatMul";
-  expectCounts(op, setup, 8, 8, 1, 1);
+// Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+// y_zero_point; kiln.QLinearMatMul also an optional bias (i32 [n], at the
+// scale a_scale * b_scale, added to the sums as QLinearConv's).
+std::unique_ptr<KernelState> prepareQLinearMatMulAs(const KernelSetup& setup, std::string_view op, size_t max_inputs) {
+  expectCounts(op, setup, 8, max_inputs, 1, 1);
   expectInteger8Inputs(op, setup, 0, 3);
   expectZeroPointType(op, setup, 2, 0);
   expectZeroPointType(op, setup, 5, 3);
@@ -808,8 +815,19 @@ std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
                                  typeText(setup.inputs[4]), typeText(setup.inputs[5])));
   }
   state->b_param_stride = std::max(b_scale, b_zero);
+  state->has_bias = setup.inputs.size() == 9 && setup.inputs[8].dtype != DType::kUndefined;
+  if (state->has_bias && (setup.inputs[8].dtype != DType::kI32 || setup.inputs[8].shape != std::vector<int64_t>{state->plan.n})) {
+    throw UsageError(fmt::format("{}: the bias {} must be i32[{}]", op, typeText(setup.inputs[8]), state->plan.n));
+  }
   state->fast = prepareFastQLinearMatMul(setup, state->plan);
   return state;
+}
+
+std::unique_ptr<KernelState> prepareQLinearMatMul(const KernelSetup& setup) {
+  return prepareQLinearMatMulAs(setup, "QLinearMatMul", 8);
+}
+std::unique_ptr<KernelState> prepareBiasedQLinearMatMul(const KernelSetup& setup) {
+  return prepareQLinearMatMulAs(setup, "kiln.QLinearMatMul", 9);
 }
 
 void runQLinearMatMul(const KernelCall& call) {
@@ -824,13 +842,15 @@ void runQLinearMatMul(const KernelCall& call) {
   const float y_scale = loadAsFloat(in[6].data, in[6].dtype, 0);
   const float y_zero = loadAsFloat(in[7].data, in[7].dtype, 0);
   std::byte* y = call.outputs[0].data;
+  const int32_t* bias = s.has_bias ? in[8].as<const int32_t>() : nullptr;
   withInteger8(in[0], in[3], [&](const auto* a, const auto* b) {
     integerMatMul(plan, a, b, zeroPointOf(call, 2, 0), zeroPointOf(call, 5, s.b_param_stride),
                   [&](int64_t batch, int64_t i, int64_t j0, const int32_t* sums, int64_t count) {
                     const int64_t row = (batch * plan.m + i) * plan.n + j0;
                     for (int64_t j = 0; j < count; ++j) {
                       const float b_scale = loadAsFloat(in[4].data, in[4].dtype, (j0 + j) * s.b_param_stride);
-                      s.requantizer.store(y, row + j, sums[j], s.requantizer.multiplier(a_scale, b_scale, y_scale),
+                      const int32_t sum = sums[j] + (bias != nullptr ? bias[j0 + j] : 0);
+                      s.requantizer.store(y, row + j, sum, s.requantizer.multiplier(a_scale, b_scale, y_scale),
                                           y_zero);
                     }
                   });
@@ -990,6 +1010,7 @@ void registerQuantizationKernels(KernelRegistry& registry) {
   registry.add({"MatMulInteger", prepareMatMulInteger, runMatMulInteger});
   registry.add({"kiln.MatMulIntegerToFloat", prepareMatMulIntegerToFloat, runMatMulIntegerToFloat});
   registry.add({"QLinearMatMul", prepareQLinearMatMul, runQLinearMatMul});
+  registry.add({"kiln.QLinearMatMul", prepareBiasedQLinearMatMul, runQLinearMatMul});
   registry.add({"ConvInteger", prepareConvInteger, runConvInteger});
   registry.add({"QLinearConv", prepareQLinearConv, runQLinearConv});
 }
