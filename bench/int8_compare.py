@@ -40,19 +40,22 @@ SECTION = "## int8 QDQ models"
 ITERATIONS = {1: 100, 8: 20}
 
 
-def quantize(f32_path: str, out_path: str, calibration_batch: int = 16) -> None:
-    """onnxruntime's quantize_static, QDQ, per-channel i8 weights, u8 activations."""
+def quantize(f32_path: str, out_path: str, calibration_batch: int = 16, samples=None) -> None:
+    """onnxruntime's quantize_static, QDQ, per-channel i8 weights, u8
+    activations; calibrated on `samples` (feeds), or on `calibration_batch`
+    random inputs."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    inputs = compare.model_inputs(f32_path)
-    rng = np.random.default_rng(compare.SEED)
-    samples = []
-    for _ in range(calibration_batch):
-        feed = {}
-        for name, dtype, dims, spec in inputs:
-            feed[name] = compare.make_input(rng, dtype, compare.concrete_shape(dims, spec, 1), spec)
-        samples.append(feed)
+    if samples is None:
+        inputs = compare.model_inputs(f32_path)
+        rng = np.random.default_rng(compare.SEED)
+        samples = []
+        for _ in range(calibration_batch):
+            feed = {}
+            for name, dtype, dims, spec in inputs:
+                feed[name] = compare.make_input(rng, dtype, compare.concrete_shape(dims, spec, 1), spec)
+            samples.append(feed)
 
     class Reader(CalibrationDataReader):
         def __init__(self):

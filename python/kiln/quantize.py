@@ -204,6 +204,37 @@ def u8_parameters(low: float, high: float):
 # ------------------------------------------------------------- the model
 
 
+def constants_to_initializers(model):
+    """Each Constant node of the main graph (a tensor value) made an
+    initializer, in place: exporters such as paddle2onnx give weights,
+    biases and the 3 and 6 of a hard-swish as Constant nodes, which would
+    otherwise be calibrated as activations (a scalar's one-value histogram
+    clipped by the entropy method broke every hard-swish of PP-LCNet).
+    Returns how many."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    moved = []
+    for node in graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.output[0] in outputs:
+            continue
+        attribute = node.attribute[0] if len(node.attribute) == 1 else None
+        if attribute is None or attribute.name not in ("value", "value_float", "value_floats", "value_int",
+                                                       "value_ints"):
+            continue
+        value = helper.get_attribute_value(attribute)
+        if attribute.name == "value":
+            array = numpy_helper.to_array(value)
+        else:
+            array = np.array(value, dtype=np.float32 if "float" in attribute.name else np.int64)
+        graph.initializer.append(numpy_helper.from_array(array, node.output[0]))
+        moved.append(node)
+    for node in moved:
+        graph.node.remove(node)
+    return len(moved)
+
+
 def fold_batch_norms(model):
     """Each inference BatchNormalization that alone reads a Conv's output
     (constant weights) folded into the Conv's weights and bias, in place:
@@ -279,6 +310,35 @@ def _plan(model, exclude_op_types, exclude_nodes):
             output = after[0].output[0]
         plan.append((index, inputs, output))
     return plan
+
+
+def _head_values(model, plan, values):
+    """The calibrated values from which a graph output is reached with no
+    quantized node between (a classifier's logits, say): they keep their whole
+    range whatever the method, since clipping them ties the top classes (an
+    entropy-clipped two-class head agreed with f32 on 60% of the images)."""
+    planned = {model.graph.node[i].name or str(i) for i, _, _ in plan}
+    readers: Dict[str, List] = {}
+    for index, node in enumerate(model.graph.node):
+        for name in node.input:
+            readers.setdefault(name, []).append((node.name or str(index), node))
+    graph_outputs = {o.name for o in model.graph.output}
+    heads = set()
+    for value in values:
+        frontier, seen = [value], {value}
+        while frontier:
+            current = frontier.pop()
+            if current in graph_outputs:
+                heads.add(value)
+                break
+            for key, node in readers.get(current, []):
+                if key in planned:
+                    continue
+                for out in node.output:
+                    if out not in seen:
+                        seen.add(out)
+                        frontier.append(out)
+    return heads
 
 
 def _with_outputs(model, names):
@@ -422,6 +482,7 @@ def quantize(model_path, calibration_dir, output_path, method: str = "minmax", p
     if method not in METHODS:
         raise ValueError(f"method '{method}' is not one of {', '.join(METHODS)}")
     model = onnx.load(model_path)
+    constants_to_initializers(model)
     fold_batch_norms(model)
     initializer_names = {i.name for i in model.graph.initializer}
     input_names = [i.name for i in model.graph.input if i.name not in initializer_names]
@@ -441,7 +502,9 @@ def quantize(model_path, calibration_dir, output_path, method: str = "minmax", p
         for run in f32_runs:
             for v in values:
                 histograms[v].add(run[v])
-        parameters = {v: u8_parameters(*activation_range(histograms[v], method, percentile)) for v in values}
+        heads = _head_values(model, plan, values)
+        parameters = {v: u8_parameters(*activation_range(histograms[v], "minmax" if v in heads else method,
+                                                         percentile)) for v in values}
         quantized = _insert_qdq(model, plan, parameters)
         onnx.save(quantized, output_path)
         result = QuantizationReport(method=method, quantized_nodes=[model.graph.node[i].name for i, _, _ in plan])

@@ -113,6 +113,58 @@ def test_methods_differ_where_outliers_are(tmp_path, model_and_data):
     assert ranges["entropy"] < ranges["minmax"] / 2, ranges
 
 
+def test_constant_nodes_are_weights_and_the_logits_keep_their_range(tmp_path):
+    """Exporters such as paddle2onnx give weights and a hard-swish's 3 and 6
+    as Constant nodes: they become initializers (the Conv is quantized with
+    int8 weights, the constants are not calibrated as activations: entropy
+    once clipped the scalar 3 to 0.19 and broke every hard-swish of a
+    PP-LCNet). The logits, which reach the output with no quantized node
+    between, keep their whole range under entropy calibration."""
+    rng = np.random.default_rng(3)
+
+    def constant(name, array):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array.astype(np.float32), name))
+
+    nodes = [constant("w", rng.standard_normal((8, 3, 3, 3)) * 0.4), constant("three", np.array(3.0)),
+             constant("six", np.array(6.0)), constant("fc", rng.standard_normal((8, 2)) * 4),
+             helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Add", ["c", "three"], ["c3"]),
+             helper.make_node("Clip", ["c3"], ["clipped"], min=0.0, max=6.0),
+             helper.make_node("Mul", ["c", "clipped"], ["m"]),
+             helper.make_node("Div", ["m", "six"], ["hs"]),
+             helper.make_node("GlobalAveragePool", ["hs"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc"], ["y"], name="logits")]
+    graph = helper.make_graph(nodes, "hs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "f32.onnx")
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    for i in range(16):
+        np.save(calibration / f"{i:02d}.npy", rng.standard_normal((1, 3, 12, 12)).astype(np.float32) * (1 + i % 4))
+    report = quantize(tmp_path / "f32.onnx", calibration, tmp_path / "int8.onnx", method="entropy")
+    assert report.quantized_nodes == ["conv", "logits"], report.quantized_nodes
+    quantized = onnx.load(tmp_path / "int8.onnx")
+    assert not [n for n in quantized.graph.node if n.op_type == "Constant"]
+    assert all(layer.value not in ("three", "six") for layer in report.layers)
+    kiln.compile(tmp_path / "f32.onnx", tmp_path / "f32.kiln")
+    kiln.compile(tmp_path / "int8.onnx", tmp_path / "int8.kiln")
+    f32, int8 = kiln.Runner(tmp_path / "f32.kiln"), kiln.Runner(tmp_path / "int8.kiln")
+    largest = max(np.abs(f32.run({"x": np.load(p)})["y"]).max() for p in sorted(calibration.iterdir()))
+    scale = next(i for i in quantized.graph.initializer if i.name == "y/scale")
+    assert float(numpy_helper.to_array(scale)) * 255 >= largest * 0.999  # the logits' range, unclipped
+    # Which values count as the head: the logits, not the convolution's output.
+    from kiln.quantize import _head_values, _plan, constants_to_initializers
+    model = onnx.load(tmp_path / "f32.onnx")
+    constants_to_initializers(model)
+    assert _head_values(model, _plan(model, set(), set()), ["x", "c", "f", "y"]) == {"y"}
+    held_out = [rng.standard_normal((1, 3, 12, 12)).astype(np.float32) * 2 for _ in range(40)]
+    same = sum(int(f32.run({"x": x})["y"].argmax() == int8.run({"x": x})["y"].argmax()) for x in held_out)
+    assert same >= 38, same
+
+
 def test_excluded_nodes_and_op_types_stay_float(tmp_path, model_and_data):
     f32_path, calibration = model_and_data
     report = quantize(f32_path, calibration, tmp_path / "int8.onnx", exclude_nodes=["conv2"], exclude_op_types=["Add"],
