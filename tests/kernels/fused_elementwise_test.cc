@@ -303,44 +303,52 @@ TEST(FusedElementwiseKernel, UpsampledInputsAreGatheredBlockByBlock) {
 TEST(FusedElementwiseKernel, EightBitInputsAndOutputsAreTheQuantizationKernels) {
   ProgramBuilder p(3);
   p.op(Op::kAdd, p.op(Op::kMul, p.op(Op::kSigmoid, 0), 1), 2);  // sigmoid(a) * gate + shift
-  for (const DType type : {DType::kU8, DType::kI8}) {
-    const bool is_signed = type == DType::kI8;
-    const std::vector<int64_t> shape = {2, 6, 700};
-    auto bytes = [&](const std::vector<int64_t>& dims, uint32_t seed) {
-      Operand o = output(type, dims);
-      const std::vector<float> v = randomValues<float>(elementCount(dims), seed, 0, 255);
-      for (size_t i = 0; i < v.size(); ++i) o.bytes[i] = static_cast<std::byte>(static_cast<uint8_t>(v[i]));
-      return o;
-    };
-    const Operand a = bytes(shape, 1);
-    const Operand gate = bytes({2, 6, 1}, 2);
-    const Operand shift = operand<float>({700}, values({700}, 3));
-    const float zero = is_signed ? -7.0f : 121.0f;
-    auto param = [&](float value, DType dtype) {
-      Operand o = output(dtype, {});
-      if (dtype == DType::kF32) return operand<float>({}, {value});
-      o.bytes[0] = static_cast<std::byte>(static_cast<uint8_t>(static_cast<int>(value)));
-      return o;
-    };
-    auto dequantized = [&](const Operand& x, float scale, float z) {
-      std::vector<Operand> inputs = {x, param(scale, DType::kF32), param(z, type)};
-      std::vector<Operand> outputs = {output(DType::kF32, x.info.shape)};
-      PreparedKernel("DequantizeLinear", inputs, outputs, ParamMap{}).run(inputs, outputs);
-      return outputs[0];
-    };
-    const Operand f32 = runOneOpAtATime(p.program(), {dequantized(a, 0.05f, zero), dequantized(gate, 0.01f, zero),
-                                                      shift});
-    std::vector<Operand> q_inputs = {f32, param(0.02f, DType::kF32), param(zero + 3, type)};
-    std::vector<Operand> want = {output(type, shape)};
-    PreparedKernel("QuantizeLinear", q_inputs, want, ParamMap{}).run(q_inputs, want);
+  struct Shapes {
+    std::vector<int64_t> a, gate, shift;
+  };
+  // Long rows (the gate one element per row: the scalar form), and short
+  // channels-last rows with a per-image gate (a squeeze-excite scale: the
+  // rows-per-block path, whose repeated row is dequantized into its tile).
+  for (const Shapes& shapes : {Shapes{{2, 6, 700}, {2, 6, 1}, {700}}, Shapes{{2, 5, 9, 8}, {2, 1, 1, 8}, {8}}}) {
+    for (const DType type : {DType::kU8, DType::kI8}) {
+      const bool is_signed = type == DType::kI8;
+      const std::vector<int64_t>& shape = shapes.a;
+      auto bytes = [&](const std::vector<int64_t>& dims, uint32_t seed) {
+        Operand o = output(type, dims);
+        const std::vector<float> v = randomValues<float>(elementCount(dims), seed, 0, 255);
+        for (size_t i = 0; i < v.size(); ++i) o.bytes[i] = static_cast<std::byte>(static_cast<uint8_t>(v[i]));
+        return o;
+      };
+      const Operand a = bytes(shape, 1);
+      const Operand gate = bytes(shapes.gate, 2);
+      const Operand shift = operand<float>(shapes.shift, values(shapes.shift, 3));
+      const float zero = is_signed ? -7.0f : 121.0f;
+      auto param = [&](float value, DType dtype) {
+        Operand o = output(dtype, {});
+        if (dtype == DType::kF32) return operand<float>({}, {value});
+        o.bytes[0] = static_cast<std::byte>(static_cast<uint8_t>(static_cast<int>(value)));
+        return o;
+      };
+      auto dequantized = [&](const Operand& x, float scale, float z) {
+        std::vector<Operand> inputs = {x, param(scale, DType::kF32), param(z, type)};
+        std::vector<Operand> outputs = {output(DType::kF32, x.info.shape)};
+        PreparedKernel("DequantizeLinear", inputs, outputs, ParamMap{}).run(inputs, outputs);
+        return outputs[0];
+      };
+      const Operand f32 = runOneOpAtATime(p.program(), {dequantized(a, 0.05f, zero), dequantized(gate, 0.01f, zero),
+                                                        shift});
+      std::vector<Operand> q_inputs = {f32, param(0.02f, DType::kF32), param(zero + 3, type)};
+      std::vector<Operand> want = {output(type, shape)};
+      PreparedKernel("QuantizeLinear", q_inputs, want, ParamMap{}).run(q_inputs, want);
 
-    ParamMap params = p.params();
-    params.set(std::string(kProgramDequantizeAttribute), std::vector<double>{0.05, zero, 0.01, zero, 0, 0});
-    params.set(std::string(kProgramQuantizeAttribute), std::vector<double>{0.02, zero + 3});
-    std::vector<Operand> inputs = {a, gate, shift};
-    std::vector<Operand> outputs = {output(type, shape)};
-    PreparedKernel(kFused, inputs, outputs, params).run(inputs, outputs);
-    EXPECT_EQ(outputs[0].bytes, want[0].bytes) << dtypeName(type);
+      ParamMap params = p.params();
+      params.set(std::string(kProgramDequantizeAttribute), std::vector<double>{0.05, zero, 0.01, zero, 0, 0});
+      params.set(std::string(kProgramQuantizeAttribute), std::vector<double>{0.02, zero + 3});
+      std::vector<Operand> inputs = {a, gate, shift};
+      std::vector<Operand> outputs = {output(type, shape)};
+      PreparedKernel(kFused, inputs, outputs, params).run(inputs, outputs);
+      EXPECT_EQ(outputs[0].bytes, want[0].bytes) << dtypeName(type) << " " << shape.size() << "-D";
+    }
   }
   // An 8-bit input without a scale is refused, and so is a scale on an f32 one.
   ParamMap params = p.params();
