@@ -144,13 +144,100 @@ def test_qdq_block_runs_in_integers(tmp_path, x_type):
     ops = compiled_ops(path, tmp_path / "m.kiln")
     x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32) * 2
     assert ops.get("kiln.NhwcQLinearConv") == 2, ops
-    assert "kiln.QLinearAdd" in ops and "kiln.NhwcMaxPool" in ops, ops
+    # The residual Add is the second convolution's sum post-op (conv_fusion.h).
+    assert "kiln.QLinearAdd" not in ops and "kiln.NhwcMaxPool" in ops, ops
     assert not {"Conv", "kiln.NhwcConv", "Add", "Relu"} & set(ops), ops
     ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
     want = onnxruntime_outputs(path, {"x": x})[0]
     steps = np.abs(ours - want) / 0.09
     assert steps.max() <= 2.01, steps.max()  # one step in a layer, carried into the next at most
-    assert (steps < 0.5).mean() >= 0.95
+    # The sum post-op rounds once where onnxruntime rounds the Conv's output
+    # first: a step apart on a fifth of the values.
+    assert (steps < 0.5).mean() >= 0.75
+
+
+@pytest.mark.parametrize("q_type", [np.uint8, np.int8])
+def test_add_of_two_tensors_is_qlinear_add(tmp_path, q_type):
+    """Q(Add(DQ(a), DQ(b))) of two computed tensors that no convolution makes
+    is kiln.QLinearAdd: within a step of onnxruntime, saturating at both
+    ends, a Relu after it absorbed by the output's saturation."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(16)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "as"),
+             numpy_helper.from_array(np.array(info.min + 100, q_type), "az"),
+             numpy_helper.from_array(np.array(0.11, np.float32), "bs"),
+             numpy_helper.from_array(np.array(info.min + 140, q_type), "bz"),
+             numpy_helper.from_array(np.array(0.06, np.float32), "ys"),
+             numpy_helper.from_array(np.array(info.min, q_type), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"]),
+             helper.make_node("QuantizeLinear", ["b", "bs", "bz"], ["bq"]),
+             helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["ad"]),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"]),
+             helper.make_node("Add", ["ad", "bd"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "ys", "yz"], ["y"])]
+    shape = [2, 3, 50]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "ab"],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.QLinearAdd") == 1 and "Relu" not in ops and "Add" not in ops, ops
+    feeds = {"a": rng.standard_normal(shape).astype(np.float32) * 6, "b": rng.standard_normal(shape).astype(np.float32) * 9}
+    ours = kiln.Runner(tmp_path / "m.kiln").run(feeds)["y"]
+    want = onnxruntime_outputs(path, feeds)[0]
+    steps = np.abs(ours - want) / 0.06
+    # onnxruntime leaves this Add unfused (the Relu between) and rounds the
+    # float sum; the ratios of QLinearAdd (onnxruntime's fused form too)
+    # land on the other side of a half now and then.
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.9, (steps.max(), (steps < 0.5).mean())
+    assert want.min() == 0 and want.max() == pytest.approx(0.06 * 255)  # both ends saturate
+
+
+@pytest.mark.parametrize("q_type,conv_zero,conv_first", [
+    (np.uint8, 0, True),      # the Conv's zero point the lowest value: its saturation is a ReLU, kept as a clip
+    (np.uint8, 110, False),   # the residual first
+    (np.int8, -20, True),
+])
+def test_residual_add_is_the_convolutions_sum_post_op(tmp_path, q_type, conv_zero, conv_first):
+    """Q(Add(DQ(QLinearConv), DQ(r))) becomes the convolution's oneDNN sum
+    post-op (passes/conv_fusion.h): the Conv's result clipped to the range
+    its own quantization saturated to, then the residual added, rounded
+    once. Within a step of onnxruntime, which rounds twice."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(17)
+    c = 16
+    w = rng.integers(-127, 128, (c, 8, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.array(0.03, np.float32), "xs"),
+             numpy_helper.from_array(np.array(info.min + 128, q_type), "xz"),
+             numpy_helper.from_array(w, "w"), numpy_helper.from_array(rng.uniform(0.002, 0.01, c).astype(np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(c, np.int8), "wz"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(0.04, np.float32), "cs"),
+             numpy_helper.from_array(np.array(conv_zero, q_type), "cz"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "rs"),
+             numpy_helper.from_array(np.array(info.min + 100, q_type), "rz"),
+             numpy_helper.from_array(np.array(0.09, np.float32), "ys"),
+             numpy_helper.from_array(np.array(info.min + 60, q_type), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "cs", "cz"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "cs", "cz"], ["cd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["r"], pads=[1, 1, 1, 1], dilations=[1, 1]),
+             helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "rs", "rz"], ["rd"]),
+             helper.make_node("Add", ["cd", "rd"] if conv_first else ["rd", "cd"], ["s"]),
+             helper.make_node("QuantizeLinear", ["s", "ys", "yz"], ["sq"]),
+             helper.make_node("DequantizeLinear", ["sq", "ys", "yz"], ["y"])]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 9, 9])], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.NhwcQLinearConv") == 2 and "kiln.QLinearAdd" not in ops, ops
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32) * 2
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    steps = np.abs(ours - want) / 0.09
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.8, (steps.max(), (steps < 0.5).mean())
 
 
 def test_relu_that_changes_values_is_kept(tmp_path):
@@ -231,7 +318,7 @@ def test_quantize_static_cnn(tmp_path, quant_format):
     if quant_format == "QOperator":
         assert {"QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= {n.op_type for n in model.graph.node}
     ops = compiled_ops(quantized, tmp_path / "q.kiln")
-    assert ops.get("kiln.NhwcQLinearConv") == 4 and ops.get("kiln.QLinearAdd") == 1, ops
+    assert ops.get("kiln.NhwcQLinearConv") == 4 and "kiln.QLinearAdd" not in ops, ops  # the Add: a sum post-op
     output_dq = next(n for n in model.graph.node if n.output[0] == "y")
     step = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == output_dq.input[1])))
     runner = kiln.Runner(tmp_path / "q.kiln")

@@ -1210,6 +1210,7 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // Activations and residual Adds after a channels-last Conv become its
   // oneDNN post-ops.
   fuseConvPostOps(graph, /*nchw=*/options.target == "cuda", options.fuse_clip);
+  if (options.channels_last) fuseQuantizedResidualAdds(graph);
   // 3x3 convolutions move to oneDNN's blocked layout, where it has Winograd.
   if (options.channels_last) useBlockedConvs(graph);
   // Layout changes that meet the model's own Transposes: one move, or none.

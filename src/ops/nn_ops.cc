@@ -7,7 +7,9 @@
 // size itself (stride 1 with "same" padding), which keeps the symbol.
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -549,7 +551,9 @@ std::vector<Dim> fromNchw(const std::vector<Dim>& dims, Layout layout) {
   return {dims[0], blocks, dims[2], dims[3], Dim::known(kBlock)};
 }
 
-void inferInLayout(InferenceContext& context, const std::string& op, Layout layout) {
+// `inputs`: how many of the node's inputs the ONNX operator takes (the rest
+// are kiln's: kiln.NhwcQLinearConv's fused residual).
+void inferInLayout(InferenceContext& context, const std::string& op, Layout layout, size_t inputs_of_op = SIZE_MAX) {
   const std::vector<Dim>* x = knownShape(context, 0);
   if (!x) return setUnknownShape(context, context.inputType(0).dtype);
   if (layout == Layout::kNhwc && x->size() != 4) context.fail("needs a 4-D input [N, H, W, C], got {}", dimsText(*x));
@@ -560,7 +564,7 @@ void inferInLayout(InferenceContext& context, const std::string& op, Layout layo
   const OpSchema* schema = OpRegistry::global().find("", op, kNewest);
   Graph scratch("layout");
   std::vector<ValueId> inputs;
-  for (size_t i = 0; i < context.inputCount(); ++i) {
+  for (size_t i = 0; i < std::min(context.inputCount(), inputs_of_op); ++i) {
     if (!context.hasInput(i)) {
       inputs.push_back(kNoValue);
       continue;
@@ -593,7 +597,11 @@ void registerNnOps(OpRegistry& registry) {
                           [op](InferenceContext& context) { inferInLayout(context, op, Layout::kNhwc); }});
   };
   nhwc("Conv", 2, 4);  // input 3: a fused residual Add (src/passes/conv_fusion.h)
-  nhwc("QLinearConv", 8, 9);
+  // Inputs 9 to 11: a fused residual QLinearAdd's other operand, scale and
+  // zero point (src/passes/conv_fusion.h), which ONNX's QLinearConv has not.
+  registry.add(OpSchema{"kiln", "NhwcQLinearConv", 1, 8, 12, 1, 1, [](InferenceContext& context) {
+                          inferInLayout(context, "QLinearConv", Layout::kNhwc, 9);
+                        }});
   nhwc("ConvTranspose", 2, 4);  // input 3: the same, when its patches do not overlap
   nhwc("MaxPool", 1, 1);
   nhwc("AveragePool", 1, 1);

@@ -1,6 +1,7 @@
 #include "passes/conv_fusion.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -281,6 +282,75 @@ size_t fuseConvPostOps(Graph& graph, bool nchw, bool fuse_clip) {
       graph.setNodeInput(id, 3, chain.residual);
     }
     fused += chain.kinds.size();
+  }
+  return fused;
+}
+
+// The real range [(lowest - zero) * scale, (highest - zero) * scale] that
+// quantizing with this one-value scale and 8-bit zero point saturates to;
+// nothing unless both are initializers.
+std::optional<std::vector<float>> quantizedRange(const Graph& graph, ValueId scale, ValueId zero) {
+  const Constant* s = initializerOf(graph, scale);
+  const Constant* z = initializerOf(graph, zero);
+  if (s == nullptr || z == nullptr || s->info.dtype != DType::kF32 || s->info.numElements() != 1 ||
+      z->info.numElements() != 1 || (z->info.dtype != DType::kU8 && z->info.dtype != DType::kI8)) {
+    return std::nullopt;
+  }
+  float scale_value = 0;
+  std::memcpy(&scale_value, s->bytes.data(), sizeof(float));
+  const bool is_signed = z->info.dtype == DType::kI8;
+  const auto byte = static_cast<uint8_t>(z->bytes[0]);
+  const float zero_value = is_signed ? static_cast<float>(static_cast<int8_t>(byte)) : static_cast<float>(byte);
+  const float lowest = is_signed ? -128.0f : 0.0f;
+  return std::vector<float>{(lowest - zero_value) * scale_value, (lowest + 255.0f - zero_value) * scale_value};
+}
+
+size_t fuseQuantizedResidualAdds(Graph& graph) {
+  const std::set<ValueId> pinned = pinnedValues(graph);
+  size_t fused = 0;
+  for (NodeId id : graph.topologicalOrder()) {
+    const Node& add = graph.node(id);
+    if (add.removed || add.domain != "kiln" || add.op_type != "QLinearAdd" || add.inputs.size() != 8) continue;
+    for (const uint32_t side : {0u, 3u}) {
+      // The Conv's output: input `side` (with its scale and zero point after
+      // it); the residual: the other operand.
+      const ValueId conv_out = graph.node(id).inputs[side];
+      const NodeId conv = graph.value(conv_out).producer;
+      if (conv == kNoNode || graph.node(conv).domain != "kiln" || graph.node(conv).op_type != "NhwcQLinearConv" ||
+          graph.node(conv).inputs.size() > 9 || pinned.contains(conv_out) || graph.value(conv_out).users.size() != 1) {
+        continue;
+      }
+      const uint32_t other = 3 - side;
+      const Node& add_now = graph.node(id);
+      const ValueId residual = add_now.inputs[other];
+      const ValueType& type = graph.value(conv_out).type;
+      if (graph.value(residual).type != type || !type.hasStaticShape()) continue;
+      bool constant_params = true;
+      for (uint32_t i : {1u, 2u, 4u, 5u, 6u, 7u}) {
+        constant_params = constant_params && graph.value(add_now.inputs[i]).kind == ValueKind::kInitializer;
+      }
+      // The Conv's own saturation, which the fused form keeps as a clip.
+      const std::optional<std::vector<float>> range =
+          quantizedRange(graph, graph.node(conv).inputs[6], graph.node(conv).inputs[7]);
+      if (!constant_params || !range) continue;
+      const ValueId residual_scale = add_now.inputs[other + 1], residual_zero = add_now.inputs[other + 2];
+      const ValueId y_scale = add_now.inputs[6], y_zero = add_now.inputs[7];
+      const ValueId sum = add_now.outputs[0];
+      // The Add's output keeps its name and readers; the Conv now makes it,
+      // quantized with the Add's parameters, the residual read by oneDNN's
+      // sum post-op (kernels/cpu/quantized_conv.cc).
+      replaceKeepingName(graph, sum, conv_out, "/fused");
+      graph.removeNode(id);
+      graph.node(conv).attributes["residual_clip"] = *range;
+      graph.setNodeInput(conv, 6, y_scale);
+      graph.setNodeInput(conv, 7, y_zero);
+      graph.node(conv).inputs.resize(12, kNoValue);  // an omitted bias stays kNoValue
+      graph.setNodeInput(conv, 9, residual);
+      graph.setNodeInput(conv, 10, residual_scale);
+      graph.setNodeInput(conv, 11, residual_zero);
+      ++fused;
+      break;
+    }
   }
   return fused;
 }

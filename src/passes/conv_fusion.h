@@ -35,4 +35,16 @@ inline constexpr size_t kMaxPostOps = 4;
 // become a post-op (activation_match.h: oneDNN's clip maps NaN to Clip's min).
 size_t fuseConvPostOps(Graph& graph, bool nchw = false, bool fuse_clip = true);
 
+// Fuses into a kiln.NhwcQLinearConv the kiln.QLinearAdd that alone reads its
+// output (an int8 ResNet's residual connection): the Conv takes the Add's
+// output scale and zero point as its own (inputs 6 and 7) and reads the other
+// operand with its scale and zero point as inputs 9 to 11, which oneDNN adds
+// through its sum post-op before rounding. The Conv's own quantization
+// leaves its saturation, kept as a clip to the range it saturated to
+// (attribute `residual_clip`, [low, high] in real units: a ReLU where its
+// zero point was the lowest value), and its rounding, which the fused form
+// skips: within a step of the unfused result, closer to the float one.
+// Parameters must be constants. Returns the number fused.
+size_t fuseQuantizedResidualAdds(Graph& graph);
+
 }  // namespace kiln

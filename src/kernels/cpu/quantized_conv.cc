@@ -20,6 +20,14 @@
 // onnxruntime's kernel forms it, (x_scale * w_scale) / y_scale; a product
 // may still round to the other neighbour than onnxruntime's (one step).
 //
+// A fused residual Add (inputs 9-11, passes/conv_fusion.h) is oneDNN's sum
+// post-op: the residual is copied into the output first, and
+//   y[m] = saturate(round(clip(acc[m] * x_scale * w_scale[m] / y_scale)
+//                         + (s_scale / y_scale) * (s - s_zero)) + y_zero)
+// where y_scale and y_zero are the Add's and clip (an eltwise post-op
+// before the sum) bounds the Conv's result to the range its own
+// quantization saturated to (attribute residual_clip, over y_scale).
+//
 // Weights are reordered once, at prepare, into the primitive's blocked
 // layout. Zero points live in the state (i32 memory objects oneDNN reads).
 // Concurrency and allocation as in conv.cc (execution slots,
@@ -53,6 +61,7 @@ constexpr const char* kKernel = "kiln.NhwcQLinearConv";
 struct QuantizedConvState final : KernelState {
   bool empty = false;  // a batch of 0: nothing to compute
   bool has_bias = false;
+  bool has_sum = false;  // inputs 9-11: a residual added by the sum post-op
   dnnl::convolution_forward primitive;
   dnnl::memory packed_weights;
   std::vector<int32_t> bias_values;  // a copy of the constant B, owned with the primitive
@@ -88,10 +97,12 @@ float singleValue(const KernelSetup& setup, size_t index, const char* what) {
 }
 
 // Inputs: x [N, H, W, C], x_scale, x_zero_point, w [M, C/group, kH, kW],
-// w_scale, w_zero_point, y_scale, y_zero_point, B? (i32 [M]).
+// w_scale, w_zero_point, y_scale, y_zero_point, B? (i32 [M]), and for a
+// fused residual (passes/conv_fusion.h) s (y's type), s_scale, s_zero_point.
 std::unique_ptr<KernelState> prepareNhwcQLinearConv(const KernelSetup& setup) {
-  if (setup.inputs.size() < 8 || setup.inputs.size() > 9 || setup.outputs.size() != 1) {
-    throw UsageError(fmt::format("{}: expects 8 or 9 inputs and 1 output", kKernel));
+  if (setup.inputs.size() < 8 || setup.inputs.size() > 12 || setup.inputs.size() == 10 ||
+      setup.inputs.size() == 11 || setup.outputs.size() != 1) {
+    throw UsageError(fmt::format("{}: expects 8, 9 or 12 inputs and 1 output", kKernel));
   }
   const TensorInfo& x = setup.inputs[0];
   const TensorInfo& w = setup.inputs[3];
@@ -131,7 +142,24 @@ std::unique_ptr<KernelState> prepareNhwcQLinearConv(const KernelSetup& setup) {
   }
   state->zeros[0] = static_cast<int32_t>(singleValue(setup, 2, "x_zero_point"));
   state->zeros[1] = static_cast<int32_t>(singleValue(setup, 7, "y_zero_point"));
-  state->has_bias = setup.inputs.size() == 9 && setup.inputs[8].dtype != DType::kUndefined;
+  state->has_bias = setup.inputs.size() >= 9 && setup.inputs[8].dtype != DType::kUndefined;
+  state->has_sum = setup.inputs.size() == 12;
+  float sum_scale = 0;
+  int32_t sum_zero = 0;
+  std::vector<double> clip;  // the Conv's own saturation, in real units
+  if (state->has_sum) {
+    if (setup.inputs[9] != y) {
+      throw UsageError(fmt::format("{}: the residual (input 9) is {}{} but the output is {}{}: they must be equal",
+                                   kKernel, dtypeName(setup.inputs[9].dtype), setup.inputs[9].shapeString(),
+                                   dtypeName(y.dtype), y.shapeString()));
+    }
+    sum_scale = singleValue(setup, 10, "the residual's scale") / y_scale;
+    sum_zero = static_cast<int32_t>(singleValue(setup, 11, "the residual's zero point"));
+    clip = setup.params.getFloats("residual_clip", {});
+    if (clip.size() != 2 || !(clip[0] <= clip[1])) {
+      throw UsageError(fmt::format("{}: a fused residual needs residual_clip, [low, high]", kKernel));
+    }
+  }
   if (state->has_bias && (setup.inputs[8].dtype != DType::kI32 || setup.inputs[8].shape != std::vector<int64_t>{m})) {
     throw UsageError(fmt::format("{}: the bias must be i32[{}]", kKernel, m));
   }
@@ -161,6 +189,14 @@ std::unique_ptr<KernelState> prepareNhwcQLinearConv(const KernelSetup& setup) {
   attr.set_output_scales(w_scales == 1 ? 0 : 1 << 1, scales);
   attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
   attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  if (state->has_sum) {
+    // dst = saturate(round(clip(acc * scale) + s_scale / y_scale * (s - s_zero)) + y_zero), s read from dst.
+    dnnl::post_ops post_ops;
+    post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(clip[0]) / y_scale,
+                            static_cast<float>(clip[1]) / y_scale);
+    post_ops.append_sum(sum_scale, sum_zero, integerType(y.dtype));
+    attr.set_post_ops(post_ops);
+  }
   const dnnl::engine& engine = onednn::cpuEngine();
   dnnl::convolution_forward::primitive_desc pd;
   try {
@@ -198,6 +234,10 @@ std::unique_ptr<KernelState> prepareNhwcQLinearConv(const KernelSetup& setup) {
 void runNhwcQLinearConv(const KernelCall& call) {
   const auto& state = static_cast<const QuantizedConvState&>(*call.state);
   if (state.empty) return;
+  if (state.has_sum && call.inputs[9].data != call.outputs[0].data) {
+    // The sum post-op reads the residual from the output.
+    std::memcpy(call.outputs[0].data, call.inputs[9].data, call.outputs[0].numElements());
+  }
   ExecutionSlot& slot = state.slots.claim();
   onednn::setHandle(kKernel, slot.src, const_cast<std::byte*>(call.inputs[0].data));
   onednn::setHandle(kKernel, slot.dst, call.outputs[0].data);
