@@ -156,11 +156,13 @@ def test_qdq_block_runs_in_integers(tmp_path, x_type):
     assert (steps < 0.5).mean() >= 0.75
 
 
+@pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("q_type", [np.uint8, np.int8])
-def test_add_of_two_tensors_is_qlinear_add(tmp_path, q_type):
+def test_add_or_mul_of_two_tensors_is_quantized(tmp_path, q_type, op):
     """Q(Add(DQ(a), DQ(b))) of two computed tensors that no convolution makes
-    is kiln.QLinearAdd: within a step of onnxruntime, saturating at both
-    ends, a Relu after it absorbed by the output's saturation."""
+    is kiln.QLinearAdd, Q(Mul(...)) kiln.QLinearMul (a hard-swish written as
+    x * HardSigmoid(x), a gate): within a step of onnxruntime, saturating at
+    both ends, a Relu after it absorbed by the output's saturation."""
     info = np.iinfo(q_type)
     rng = np.random.default_rng(16)
     inits = [numpy_helper.from_array(np.array(0.05, np.float32), "as"),
@@ -173,14 +175,14 @@ def test_add_of_two_tensors_is_qlinear_add(tmp_path, q_type):
              helper.make_node("QuantizeLinear", ["b", "bs", "bz"], ["bq"]),
              helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["ad"]),
              helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"]),
-             helper.make_node("Add", ["ad", "bd"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node(op, ["ad", "bd"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
              helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["rq"]),
              helper.make_node("DequantizeLinear", ["rq", "ys", "yz"], ["y"])]
     shape = [2, 3, 50]
     path = save(tmp_path, nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "ab"],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
     ops = compiled_ops(path, tmp_path / "m.kiln")
-    assert ops.get("kiln.QLinearAdd") == 1 and "Relu" not in ops and "Add" not in ops, ops
+    assert ops.get(f"kiln.QLinear{op}") == 1 and "Relu" not in ops and op not in ops, ops
     feeds = {"a": rng.standard_normal(shape).astype(np.float32) * 6, "b": rng.standard_normal(shape).astype(np.float32) * 9}
     ours = kiln.Runner(tmp_path / "m.kiln").run(feeds)["y"]
     want = onnxruntime_outputs(path, feeds)[0]

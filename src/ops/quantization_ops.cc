@@ -10,8 +10,9 @@
 // The quantized type is the zero point's, else the output_dtype attribute
 // (opset 21 on), else u8. The integer and quantized MatMul and Conv forms
 // take their output shapes from the plain operator's schema
-// (delegated_inference.h). kiln.QLinearAdd and kiln.QLinearConcat are what
-// the QDQ fusion makes of an Add and a Concat between quantizations.
+// (delegated_inference.h). kiln.QLinearAdd, kiln.QLinearMul and
+// kiln.QLinearConcat are what the QDQ fusion makes of an Add, a Mul and a
+// Concat between quantizations.
 #include <fmt/ranges.h>
 
 #include <variant>
@@ -247,20 +248,23 @@ void registerQuantizationOps(OpRegistry& registry) {
   registry.add(OpSchema{"kiln", "QLinearMatMul", 1, 8, 9, 1, 1,
                         [](InferenceContext& c) { quantizedForm(c, "MatMul"); }});
   add(registry, "QLinearConv", 10, 8, 9, [](InferenceContext& c) { quantizedForm(c, "Conv"); });
-  // kiln.QLinearAdd(a, a_scale, a_zero_point, b, b_scale, b_zero_point,
-  // y_scale, y_zero_point): Add on quantized tensors (onnxruntime's
-  // com.microsoft QLinearAdd); what passes/qdq_fusion.h makes of
-  // Q(Add(DQ(a), DQ(b))). a, b and the output have one 8-bit type.
-  registry.add(OpSchema{"kiln", "QLinearAdd", 1, 8, 8, 1, 1, [](InferenceContext& c) {
-                          expectInteger8(c, 0, "input 0");
-                          for (size_t i : {3u, 7u}) {
-                            if (c.inputType(i).dtype != c.inputType(0).dtype) {
-                              c.fail("input {} is {} but input 0 is {}: they must match", i,
-                                     dtypeName(c.inputType(i).dtype), dtypeName(c.inputType(0).dtype));
+  // kiln.QLinearAdd and kiln.QLinearMul(a, a_scale, a_zero_point, b,
+  // b_scale, b_zero_point, y_scale, y_zero_point): Add and Mul on quantized
+  // tensors (onnxruntime's com.microsoft QLinearAdd, QLinearMul); what
+  // passes/qdq_fusion.h makes of Q(Add(DQ(a), DQ(b))) and Q(Mul(...)). a, b
+  // and the output have one 8-bit type.
+  for (const char* op : {"Add", "Mul"}) {
+    registry.add(OpSchema{"kiln", std::string("QLinear") + op, 1, 8, 8, 1, 1, [op](InferenceContext& c) {
+                            expectInteger8(c, 0, "input 0");
+                            for (size_t i : {3u, 7u}) {
+                              if (c.inputType(i).dtype != c.inputType(0).dtype) {
+                                c.fail("input {} is {} but input 0 is {}: they must match", i,
+                                       dtypeName(c.inputType(i).dtype), dtypeName(c.inputType(0).dtype));
+                              }
                             }
-                          }
-                          c.output(0) = ValueType{c.inputType(0).dtype, delegatedShape(c, "Add", {0, 3})};
-                        }});
+                            c.output(0) = ValueType{c.inputType(0).dtype, delegatedShape(c, op, {0, 3})};
+                          }});
+  }
   // kiln.QLinearConcat(x_1, ..., x_n; axis, scales, zero_points): Concat of
   // 8-bit tensors of one type, each requantized from its own scale and zero
   // point to the output's (the attributes list the inputs', then the

@@ -180,9 +180,10 @@ class ChannelsLast {
 
   // An elementwise operator: the ONNX ones above; QuantizeLinear and
   // DequantizeLinear with one scale and zero point (per-axis ones index
-  // channels by their axis); kiln.QLinearAdd (its parameters are one value).
+  // channels by their axis); kiln.QLinearAdd and kiln.QLinearMul (their
+// parameters are one value).
   bool isElementwise(const Node& node) const {
-    if (node.domain == "kiln") return node.op_type == "QLinearAdd";
+    if (node.domain == "kiln") return node.op_type == "QLinearAdd" || node.op_type == "QLinearMul";
     if (!node.domain.empty()) return false;
     if (node.op_type == "QuantizeLinear" || node.op_type == "DequantizeLinear") {
       if (node.intAttribute("block_size", 0) != 0) return false;

@@ -52,8 +52,8 @@ class QdqFusion {
         fused += fuseMatMul(id) ? 1 : 0;
       } else if (isOp(graph_, id, "Gemm")) {
         fused += fuseGemm(id) ? 1 : 0;
-      } else if (isOp(graph_, id, "Add")) {
-        fused += fuseAdd(id) ? 1 : 0;
+      } else if (isOp(graph_, id, "Add") || isOp(graph_, id, "Mul")) {
+        fused += fuseBinary(id) ? 1 : 0;
       } else if (movesData(graph_.node(id))) {
         fused += fuseDataMovement(id) ? 1 : 0;
       }
@@ -343,8 +343,10 @@ class QdqFusion {
     return true;
   }
 
-  bool fuseAdd(NodeId add) {
-    const Node& node = graph_.node(add);
+  // Q(Add(DQ(a), DQ(b))) and Q(Mul(...)) of one shape (no broadcasting) and
+  // one 8-bit type: kiln.QLinearAdd, kiln.QLinearMul.
+  bool fuseBinary(NodeId id) {
+    const Node& node = graph_.node(id);
     if (node.inputs.size() != 2) return false;
     const std::optional<Quantized> a = dequantized(node.inputs[0]);
     const std::optional<Quantized> b = dequantized(node.inputs[1]);
@@ -354,13 +356,14 @@ class QdqFusion {
     for (ValueId operand : node.inputs) {
       if (graph_.value(operand).type.shape != out.shape) return false;
     }
-    std::vector<NodeId> group{add};
+    std::vector<NodeId> group{id};
     const auto q = quantizedOutput(node.outputs[0], group);
     if (!q) return false;
     const Quantized& y = q->second;
     if (a->type != y.type || b->type != y.type) return false;
     const std::string name = node.name;
-    replaceByFusedNode(graph_, group, "QLinearAdd", {},
+    const std::string op = "QLinear" + node.op_type;
+    replaceByFusedNode(graph_, group, op, {},
                        {a->data, a->scale, a->zero, b->data, b->scale, b->zero, y.scale, y.zero}, name + "/quantized");
     return true;
   }

@@ -61,7 +61,7 @@ TEST(VectorKernels, EveryEntryIsSetAndTheChosenTableRunsHere) {
     EXPECT_NE(table->expSum, nullptr);
     EXPECT_NE(table->affine, nullptr);
     EXPECT_NE(table->quantize8, nullptr);
-    EXPECT_NE(table->addQuantized, nullptr);
+    EXPECT_NE(table->binaryQuantized, nullptr);
     EXPECT_NE(table->dequantize8, nullptr);
     EXPECT_NE(table->lookup8, nullptr);
     EXPECT_NE(table->normalize, nullptr);
@@ -483,37 +483,49 @@ TEST(VectorKernels, Lookup8IsTheTable) {
   }
 }
 
-// addQuantized against the scalar formula, u8 and i8: every pair of a
-// sweep of byte values, ratios that send sums past both ends (saturation),
-// ties (ratios of 0.5 land on halves), at every tail length.
-TEST(VectorKernels, AddQuantizedIsTheRoundedSaturatedSum) {
-  for (const bool is_signed : {false, true}) {
-    const QuantizedAddParams p{.a_ratio = 0.5f, .a_zero = is_signed ? -3.0f : 125.0f, .b_ratio = 1.5f,
-                               .b_zero = is_signed ? 10.0f : 138.0f, .y_zero = is_signed ? -20.0f : 108.0f,
-                               .signed_bytes = is_signed};
-    std::vector<uint8_t> a, b;
-    for (int i = 0; i < 256; ++i) {
-      for (int j = 0; j < 256; j += 5) {
-        a.push_back(static_cast<uint8_t>(i));
-        b.push_back(static_cast<uint8_t>(j));
-      }
-    }
-    auto value = [&](uint8_t byte) {
-      return is_signed ? static_cast<float>(static_cast<int8_t>(byte)) : static_cast<float>(byte);
-    };
-    for (const VectorKernels* table : runnableTables()) {
-      SCOPED_TRACE(std::string(isaName(table->isa)) + (is_signed ? " i8" : " u8"));
-      for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{17}, static_cast<int64_t>(a.size())}) {
-        std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 7);
-        table->addQuantized(a.data(), b.data(), y.data(), n, p);
-        for (int64_t i = 0; i < n; ++i) {
-          const auto k = static_cast<size_t>(i);
-          const float sum = std::nearbyint(p.a_ratio * (value(a[k]) - p.a_zero) + p.b_ratio * (value(b[k]) - p.b_zero));
-          const float low = is_signed ? -128.0f : 0.0f;
-          const float want = std::clamp(sum + p.y_zero, low, low + 255.0f);
-          ASSERT_EQ(value(y[k]), want) << "a = " << value(a[k]) << ", b = " << value(b[k]);
+// binaryQuantized against the scalar formulas, sum and product, u8 and i8:
+// every pair of a sweep of byte values, ratios that send results past both
+// ends (saturation), ties (ratios of 0.5 land on halves), at every tail
+// length.
+TEST(VectorKernels, BinaryQuantizedIsTheRoundedSaturatedSumOrProduct) {
+  for (const bool multiply : {false, true}) {
+    for (const bool is_signed : {false, true}) {
+      const QuantizedBinaryParams p{.multiply = multiply, .a_ratio = multiply ? 0.0125f : 0.5f,
+                                    .a_zero = is_signed ? -3.0f : 125.0f, .b_ratio = 1.5f,
+                                    .b_zero = is_signed ? 10.0f : 138.0f, .y_zero = is_signed ? -20.0f : 108.0f,
+                                    .signed_bytes = is_signed};
+      std::vector<uint8_t> a, b;
+      for (int i = 0; i < 256; ++i) {
+        for (int j = 0; j < 256; j += 5) {
+          a.push_back(static_cast<uint8_t>(i));
+          b.push_back(static_cast<uint8_t>(j));
         }
-        EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
+      }
+      auto value = [&](uint8_t byte) {
+        return is_signed ? static_cast<float>(static_cast<int8_t>(byte)) : static_cast<float>(byte);
+      };
+      for (const VectorKernels* table : runnableTables()) {
+        SCOPED_TRACE(std::string(isaName(table->isa)) + (is_signed ? " i8" : " u8") + (multiply ? " product" : " sum"));
+        for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{17}, static_cast<int64_t>(a.size())}) {
+          std::vector<uint8_t> y(static_cast<size_t>(n) + 1, 7);
+          table->binaryQuantized(a.data(), b.data(), y.data(), n, p);
+          bool saw_low = false, saw_high = false;
+          for (int64_t i = 0; i < n; ++i) {
+            const auto k = static_cast<size_t>(i);
+            const float da = value(a[k]) - p.a_zero, db = value(b[k]) - p.b_zero;
+            const float v = multiply ? std::nearbyint(p.a_ratio * (da * db))
+                                     : std::nearbyint(p.a_ratio * da + p.b_ratio * db);
+            const float low = is_signed ? -128.0f : 0.0f;
+            const float want = std::clamp(v + p.y_zero, low, low + 255.0f);
+            saw_low = saw_low || want == low;
+            saw_high = saw_high || want == low + 255.0f;
+            ASSERT_EQ(value(y[k]), want) << "a = " << value(a[k]) << ", b = " << value(b[k]);
+          }
+          if (n == static_cast<int64_t>(a.size())) {
+            EXPECT_TRUE(saw_low && saw_high) << "the sweep saturates at both ends";
+          }
+          EXPECT_EQ(y[static_cast<size_t>(n)], 7) << "wrote past n";
+        }
       }
     }
   }

@@ -24,7 +24,7 @@ void registerTransformerKernels(KernelRegistry& registry);  // transformer.cc: A
 void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, CastLike (every dtype)
 void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
 void registerQuantizedConvKernels(KernelRegistry& registry);  // quantized_conv.cc: kiln.NhwcQLinearConv (oneDNN int8)
-void registerQuantizedAddKernels(KernelRegistry& registry);   // quantized_add.cc: kiln.QLinearAdd
+void registerQuantizedAddKernels(KernelRegistry& registry);   // quantized_add.cc: kiln.QLinearAdd, kiln.QLinearMul
 void registerDynamicInt8Kernels(KernelRegistry& registry);  // dynamic_int8_matmul.cc: kiln.DynamicInt8MatMul
 void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv

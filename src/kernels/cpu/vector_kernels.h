@@ -84,11 +84,12 @@ enum class Operands : uint8_t {
 };
 using BinaryFn = void (*)(const float* a, const float* b, float* y, int64_t n);
 
-// The parameters of VectorKernels::addQuantized.
-struct QuantizedAddParams {
-  float a_ratio = 1;  // a_scale / y_scale
+// The parameters of VectorKernels::binaryQuantized.
+struct QuantizedBinaryParams {
+  bool multiply = false;  // the product (kiln.QLinearMul), else the sum (kiln.QLinearAdd)
+  float a_ratio = 1;      // a_scale / y_scale; for the product a_scale * b_scale / y_scale
   float a_zero = 0;
-  float b_ratio = 1;  // b_scale / y_scale
+  float b_ratio = 1;  // b_scale / y_scale (the sum only)
   float b_zero = 0;
   float y_zero = 0;
   bool signed_bytes = false;  // the arrays hold i8 (zero points in [-128, 127]), else u8
@@ -116,10 +117,13 @@ struct VectorKernels {
   // rounding, bit for bit on every path (a division, not a product with the
   // reciprocal).
   void (*quantize8)(const float* x, uint8_t* y, int64_t n, float scale, float zero, bool signed_bytes) = nullptr;
-  // y[i] = saturate(round(a_ratio * (a[i] - a_zero) + b_ratio * (b[i] - b_zero)) + y_zero)
-  // over n bytes (u8, or i8 with signed_bytes), in f32, rounding half to
-  // even: kiln.QLinearAdd, as onnxruntime's QLinearAdd computes it.
-  void (*addQuantized)(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) = nullptr;
+  // Over n bytes (u8, or i8 with signed_bytes), in f32, rounding half to
+  // even, as onnxruntime's QLinearAdd and QLinearMul compute them:
+  //   sum      y[i] = saturate(round(a_ratio * (a[i] - a_zero) + b_ratio * (b[i] - b_zero)) + y_zero)
+  //   product  y[i] = saturate(round(a_ratio * ((a[i] - a_zero) * (b[i] - b_zero))) + y_zero)
+  // (the product of the differences is exact in f32).
+  void (*binaryQuantized)(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n,
+                          const QuantizedBinaryParams& p) = nullptr;
   // y[i] = (x[i] - zero) * scale over n bytes (u8, or i8 with signed_bytes):
   // DequantizeLinear per tensor, exactly (one subtraction of integers held
   // exactly, one rounding).

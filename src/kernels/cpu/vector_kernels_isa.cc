@@ -308,7 +308,8 @@ void lookup8(const uint8_t* x, int64_t x_stride, uint8_t* y, int64_t y_stride, i
     for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
   }
 }
-void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedAddParams& p) {
+template <bool kMultiply>
+void binaryQuantizedAs(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedBinaryParams& p) {
   // Clamped before rounding (the bounds are integers, so the result is the
   // same), which keeps |v| small enough for the 1.5 * 2^23 rounding. i8
   // bytes are read as u8 with their top bit flipped (v + 128), zero points
@@ -322,10 +323,15 @@ void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, con
   const float low = -y_zero;
   const float high = 255.0f - y_zero;
   using U8 = uint8_t __attribute__((vector_size(kLanes)));
-  const auto add = [&](U8 va, U8 vb) {
+  const auto combine = [&](U8 va, U8 vb) {
     const F32 fa = __builtin_convertvector(__builtin_convertvector(va ^ flip, I32), F32);
     const F32 fb = __builtin_convertvector(__builtin_convertvector(vb ^ flip, I32), F32);
-    F32 v = p.a_ratio * (fa - a_zero) + p.b_ratio * (fb - b_zero);
+    F32 v;
+    if constexpr (kMultiply) {
+      v = p.a_ratio * ((fa - a_zero) * (fb - b_zero));  // the product of two integers below 2^8: exact
+    } else {
+      v = p.a_ratio * (fa - a_zero) + p.b_ratio * (fb - b_zero);
+    }
     v = v < low ? F32{} + low : v;
     v = v > high ? F32{} + high : v;
     const I32 q = __builtin_convertvector(((v + kRounder) - kRounder) + y_zero, I32);
@@ -336,15 +342,22 @@ void addQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, con
     U8 va, vb;
     __builtin_memcpy(&va, a + i, sizeof va);
     __builtin_memcpy(&vb, b + i, sizeof vb);
-    const U8 vy = add(va, vb);
+    const U8 vy = combine(va, vb);
     __builtin_memcpy(y + i, &vy, sizeof vy);
   }
   if (i < n) {
     U8 va{}, vb{};
     __builtin_memcpy(&va, a + i, static_cast<size_t>(n - i));
     __builtin_memcpy(&vb, b + i, static_cast<size_t>(n - i));
-    const U8 vy = add(va, vb);
+    const U8 vy = combine(va, vb);
     __builtin_memcpy(y + i, &vy, static_cast<size_t>(n - i));
+  }
+}
+void binaryQuantized(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const QuantizedBinaryParams& p) {
+  if (p.multiply) {
+    binaryQuantizedAs<true>(a, b, y, n, p);
+  } else {
+    binaryQuantizedAs<false>(a, b, y, n, p);
   }
 }
 // Up to 4 vectors of columns per pass down the rows, accumulators in
@@ -625,7 +638,7 @@ constexpr VectorKernels makeKernels() {
   k.expSum = &expSum;
   k.affine = &affine;
   k.quantize8 = &quantize8;
-  k.addQuantized = &addQuantized;
+  k.binaryQuantized = &binaryQuantized;
   k.dequantize8 = &dequantize8;
   k.lookup8 = &lookup8;
   k.normalize = &normalize;
