@@ -132,16 +132,20 @@ def ctc_text(steps):
     return tuple(int(c) for i, c in enumerate(best) if c != 0 and (i == 0 or c != best[i - 1]))
 
 
-def measure(kiln, f32_package, int8_package, held_out):
-    """(top-1 agreement over rows, f32 accuracy or None, rows, share of
-    images whose CTC reading is the f32 one or None)."""
+def measure(kiln, f32_package, int8_package, int8_model, held_out):
+    """(top-1 agreement with f32 over rows, f32 accuracy or None, rows,
+    share of images whose CTC reading is the f32 one or None, top-1
+    agreement over rows with onnxruntime running the same int8 model)."""
+    import onnxruntime
     f32, int8 = kiln.Runner(f32_package), kiln.Runner(int8_package)
-    same = total = right = labelled = same_text = 0
+    peer = onnxruntime.InferenceSession(int8_model, providers=["CPUExecutionProvider"])
+    same = total = right = labelled = same_text = same_peer = 0
     for feed, label in held_out:
         a_out = next(iter(f32.run(feed).values()))
         b_out = next(iter(int8.run(feed).values()))
         a, b = rows_of(a_out), rows_of(b_out)
         same += int((a.argmax(1) == b.argmax(1)).sum())
+        same_peer += int((rows_of(peer.run(None, feed)[0]).argmax(1) == b.argmax(1)).sum())
         total += a.shape[0]
         if a_out.ndim == 3:
             same_text += int(ctc_text(a) == ctc_text(b))
@@ -149,7 +153,7 @@ def measure(kiln, f32_package, int8_package, held_out):
             labelled += 1
             right += int(a[0].argmax() == label)
     texts = same_text / len(held_out) if rows_of(a_out).shape[0] > 1 else None
-    return same / total, (right / labelled if labelled else None), total, texts
+    return same / total, (right / labelled if labelled else None), total, texts, same_peer / total
 
 
 def fixed_batch(entry, source, target):
@@ -205,22 +209,25 @@ def main(argv=None) -> int:
             for label, path in quantized.items():
                 package = os.path.join(work, "int8.kiln")
                 kiln.compile(path, package)
-                top1, f32_right, count, texts = measure(kiln, os.path.join(work, "f32.kiln"), package, held_out)
-                rows.append((name, label, top1, f32_right, count, texts))
-                print(f"{name} {label}: top-1 {top1:.3f} of {count} rows, f32 right {f32_right}, texts {texts}",
-                      file=sys.stderr)
+                top1, f32_right, count, texts, peer = measure(kiln, os.path.join(work, "f32.kiln"), package, path,
+                                                              held_out)
+                rows.append((name, label, top1, f32_right, count, texts, peer))
+                print(f"{name} {label}: top-1 {top1:.3f} of {count} rows, f32 right {f32_right}, texts {texts}, "
+                      f"onnxruntime {peer:.3f}", file=sys.stderr)
     command = "python bench/quantize_trained.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     lines = [SECTION, "",
              f"`{command.strip()}` on {datetime.date.today().isoformat()}, {compare.machine_info()}.",
              "Trained zoo models on rendered text (see the script): top-1 is the share of rows (images; the",
              "recognizer's time steps) whose int8 top-1 is the f32 one; f32 right: images the f32 model labels",
              "right (the rendering's label), which shows the images suit the model; same text: images whose",
-             "CTC reading (best class per step, repeats merged, blanks dropped) is the f32 model's.", "",
-             "| model | quantizer | top-1 = f32 top-1 | rows | f32 right | same text |", "|---|---|---|---|---|---|"]
+             "CTC reading (best class per step, repeats merged, blanks dropped) is the f32 model's; = onnxruntime:",
+             "rows whose top-1 in kiln is onnxruntime's on the same int8 model.", "",
+             "| model | quantizer | top-1 = f32 top-1 | rows | f32 right | same text | = onnxruntime |",
+             "|---|---|---|---|---|---|---|"]
 
     def share(value):
         return "n/a" if value is None else f"{value:.3f}"
-    lines += [f"| {m} | {q} | {t1:.3f} | {n} | {share(r)} | {share(t)} |" for m, q, t1, r, n, t in rows]
+    lines += [f"| {m} | {q} | {t1:.3f} | {n} | {share(r)} | {share(t)} | {o:.3f} |" for m, q, t1, r, n, t, o in rows]
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.no_write:
