@@ -673,6 +673,14 @@ def write_results(path, section, heading="## Model comparison"):
     os.replace(path + ".tmp", path)
 
 
+def publish(table, results, heading, write=True):
+    """Prints a bench script's table and, unless `write` is false
+    (--no-write), puts it in the results file under `heading`."""
+    print(table)
+    if write:
+        write_results(results, table, heading)
+
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------

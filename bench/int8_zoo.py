@@ -167,9 +167,7 @@ def main(argv=None) -> int:
         rows.append(bench(manifest[name], args, lambda text: print(text, file=sys.stderr, flush=True)))
     command = "python bench/int8_zoo.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     table = render(rows, command.strip(), args.threads)
-    print(table)
-    if not args.no_write:
-        compare.write_results(args.results, table, SECTION)
+    compare.publish(table, args.results, SECTION, not args.no_write)
     return 0
 
 

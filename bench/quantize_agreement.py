@@ -98,9 +98,7 @@ def main(argv=None) -> int:
              "| model | quantizer | top-1 | in top-5 | error |", "|---|---|---|---|---|"]
     lines += [f"| {m} | {q} | {t1:.2f} | {t5:.2f} | {e:.3g} |" for m, q, t1, t5, e in rows]
     table = "\n".join(lines) + "\n"
-    print(table)
-    if not args.no_write:
-        compare.write_results(args.results, table, SECTION)
+    compare.publish(table, args.results, SECTION, not args.no_write)
     return 0
 
 

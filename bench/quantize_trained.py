@@ -229,9 +229,7 @@ def main(argv=None) -> int:
         return "n/a" if value is None else f"{value:.3f}"
     lines += [f"| {m} | {q} | {t1:.3f} | {n} | {share(r)} | {share(t)} | {o:.3f} |" for m, q, t1, r, n, t, o in rows]
     table = "\n".join(lines) + "\n"
-    print(table)
-    if not args.no_write:
-        compare.write_results(args.results, table, SECTION)
+    compare.publish(table, args.results, SECTION, not args.no_write)
     return 0
 
 
