@@ -573,6 +573,60 @@ def test_qdq_gemm_becomes_biased_qlinear_matmul(tmp_path, q_type, transposed, bi
 
 
 @pytest.mark.parametrize("q_type", [np.uint8, np.int8])
+def test_chains_of_8_bit_table_steps_are_one_lookup(tmp_path, q_type):
+    """A quantized model quantizes after every operator: a HardSigmoid, a
+    scaling and a shift, each between its own QuantizeLinear and
+    DequantizeLinear, are three 8-bit steps that each compute a function of
+    256 values. passes/byte_tables.h makes the chain one kiln.Lookup8 whose
+    table is theirs composed; a branch that reads the middle of a chain
+    keeps the chain from joining there. Within one step of onnxruntime."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(18)
+    inits = [numpy_helper.from_array(np.array(0.04, np.float32), "s"),
+             numpy_helper.from_array(np.array(info.min + 128, q_type), "z"),
+             numpy_helper.from_array(np.array(1.0 / 255, np.float32), "hs"),
+             numpy_helper.from_array(np.array(info.min, q_type), "hz"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "ms"),
+             numpy_helper.from_array(np.array(info.min + 5, q_type), "mz"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "as"),
+             numpy_helper.from_array(np.array(info.min + 30, q_type), "az"),
+             numpy_helper.from_array(np.array(2.5, np.float32), "scale"),
+             numpy_helper.from_array(np.array(-0.7, np.float32), "shift")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("HardSigmoid", ["xd"], ["h"]),
+             helper.make_node("QuantizeLinear", ["h", "hs", "hz"], ["hq"]),
+             helper.make_node("DequantizeLinear", ["hq", "hs", "hz"], ["hd"]),
+             helper.make_node("Mul", ["hd", "scale"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "ms", "mz"], ["mq"]),
+             helper.make_node("DequantizeLinear", ["mq", "ms", "mz"], ["md"]),
+             helper.make_node("Add", ["md", "shift"], ["a"]),
+             helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"]),
+             helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["y"])]
+    shape = [1, 4, 30, 30]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.Lookup8") == 1 and "kiln.FusedElementwise" not in ops, ops
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    steps = np.abs(ours - want) / 0.02
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.99, (steps.max(), (steps < 0.5).mean())
+
+    # The same chain with the middle value also a model output: two steps.
+    model = onnx.load(path)
+    model.graph.output.append(helper.make_tensor_value_info("mq", TensorProto.UINT8 if q_type == np.uint8
+                                                            else TensorProto.INT8, shape))
+    onnx.save(model, tmp_path / "branch.onnx")
+    ops = compiled_ops(tmp_path / "branch.onnx", tmp_path / "branch.kiln")
+    assert ops.get("kiln.Lookup8", 0) + ops.get("kiln.FusedElementwise", 0) == 2, ops
+    outputs = kiln.Runner(tmp_path / "branch.kiln").run({"x": x})
+    np.testing.assert_array_equal(outputs["y"], ours)
+    assert np.abs(outputs["mq"].astype(np.int32) - onnxruntime_outputs(tmp_path / "branch.onnx", {"x": x})[1]).max() <= 1
+
+
+@pytest.mark.parametrize("q_type", [np.uint8, np.int8])
 def test_elementwise_work_reads_and_writes_8_bits(tmp_path, q_type):
     """DequantizeLinear and QuantizeLinear around float elementwise work fold
     into its fused step (passes/elementwise_fusion.h, quantized I/O): a SiLU

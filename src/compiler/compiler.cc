@@ -23,6 +23,7 @@
 #include "passes/float16_storage.h"
 #include "passes/batchnorm_folding.h"
 #include "passes/blocked_conv.h"
+#include "passes/byte_tables.h"
 #include "passes/channels_last.h"
 #include "passes/conv_fusion.h"
 #include "passes/common_subexpression.h"
@@ -1226,6 +1227,13 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
               .max_immediates = kCudaMaxProgramImmediates};
   }
   if (fuseElementwise(graph, limits) > 0) inferTypes(graph, opsets);
+  // Chains of 8-bit table steps (a quantized model's scalings and
+  // activations, each between its own quantizations) as one table.
+  // (The fusion leaves the DequantizeLinears it absorbed, unread.)
+  if (options.target == "cpu") {
+    removeDeadNodes(graph);
+    composeByteTables(graph, kernelFolding(options));
+  }
   // A feature pyramid's nearest upsampling read by such a step, in it.
   if (options.target == "cpu" && fuseUpsampling(graph) > 0) {
     removeDeadNodes(graph);

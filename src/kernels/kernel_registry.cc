@@ -42,6 +42,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerQuantizationKernels(r);
     registerQuantizedConvKernels(r);
     registerQuantizedAddKernels(r);
+    registerByteTableKernels(r);
     registerDynamicInt8Kernels(r);
     registerSignalKernels(r);
     registerSamplingKernels(r);

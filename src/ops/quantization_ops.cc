@@ -265,6 +265,14 @@ void registerQuantizationOps(OpRegistry& registry) {
                             c.output(0) = ValueType{c.inputType(0).dtype, delegatedShape(c, op, {0, 3})};
                           }});
   }
+  // kiln.Lookup8(x, table): y = table[x] for 8-bit x and a table of 256
+  // values of y's type (u8 or i8); what passes/byte_tables.h makes of a
+  // chain of 8-bit table steps.
+  registry.add(OpSchema{"kiln", "Lookup8", 1, 2, 2, 1, 1, [](InferenceContext& c) {
+                          expectInteger8(c, 0, "x (input 0)");
+                          expectInteger8(c, 1, "the table (input 1)");
+                          c.output(0) = ValueType{c.inputType(1).dtype, c.inputType(0).shape};
+                        }});
   // kiln.QLinearConcat(x_1, ..., x_n; axis, scales, zero_points): Concat of
   // 8-bit tensors of one type, each requantized from its own scale and zero
   // point to the output's (the attributes list the inputs', then the

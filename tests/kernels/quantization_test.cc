@@ -1,6 +1,6 @@
-// Quantization kernels (src/kernels/cpu/quantization.cc) against values
-// worked out by hand or taken from the ONNX operator documentation's
-// examples. (The float8 and f16 conversions themselves are tested in
+// Quantization kernels (src/kernels/cpu/quantization.cc, and the 8-bit
+// table kernels kiln.Lookup8 and kiln.QLinearConcat) against values worked
+// out by hand or taken from the ONNX operator documentation's examples. (The float8 and f16 conversions themselves are tested in
 // tests/core/float_formats_test.cc.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -259,6 +259,45 @@ TEST(QLinearConvKernel, RequantizesWithBiasAndPerChannelScales) {
   // Channel 0: multiplier 2, sums (x - 10) * 3 + 4 = 4, 10, 16, 64 -> 108, 120, 132, 228.
   // Channel 1: multiplier 0.5, sums (x - 10) * -2 - 8 = -8, -12, -16, -48 -> 96, 94, 92, 76.
   EXPECT_EQ(y, (std::vector<uint8_t>{108, 120, 132, 228, 96, 94, 92, 76}));
+}
+
+TEST(Lookup8Kernel, LooksUpEveryByteAndRefusesWhatItCannotRun) {
+  // u8 in, i8 out: table[v] = 100 - v as i8 (wrapping), over a length with a tail.
+  std::vector<int8_t> table(256);
+  for (int v = 0; v < 256; ++v) table[static_cast<size_t>(v)] = static_cast<int8_t>(static_cast<uint8_t>(100 - v));
+  std::vector<uint8_t> x(300);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<int8_t> y = runKernel<int8_t>("kiln.Lookup8", {operand<uint8_t>({3, 100}, x),
+                                                                   operand<int8_t>({256}, table, /*constant=*/true)},
+                                                  {output(DType::kI8, {3, 100})});
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], table[x[i]]) << i;
+  const Operand x8 = operand<uint8_t>({4}, {1, 2, 3, 4});
+  EXPECT_THAT(prepareError("kiln.Lookup8", {x8, operand<int8_t>({256}, table)}, {output(DType::kI8, {4})}),
+              HasSubstr("must be a constant"));
+  EXPECT_THAT(prepareError("kiln.Lookup8", {x8, operand<int8_t>({4}, {1, 2, 3, 4}, true)}, {output(DType::kI8, {4})}),
+              HasSubstr("256 u8 or i8 values"));
+  EXPECT_THAT(prepareError("kiln.Lookup8", {x8, operand<int8_t>({256}, table, true)}, {output(DType::kU8, {4})}),
+              HasSubstr("the output is u8[4]"));
+}
+
+TEST(QLinearConcatKernel, RequantizesEachInputAsDequantizeThenQuantize) {
+  // Along axis 1 of [2, c, 2]: input 0 (scale 0.5, zero 10) requantized to
+  // the output's (scale 0.25, zero 0): (v - 10) * 2, saturating at 0 and 255;
+  // input 1 already has the output's parameters: copied.
+  const Operand a = operand<uint8_t>({2, 1, 2}, {10, 11, 200, 5});
+  const Operand b = operand<uint8_t>({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  ParamMap p = params({{"axis", int64_t{1}}});
+  p.set("scales", std::vector<double>{0.5, 0.25, 0.25});
+  p.set("zero_points", std::vector<int64_t>{10, 0, 0});
+  EXPECT_EQ(runKernel<uint8_t>("kiln.QLinearConcat", {a, b}, {output(DType::kU8, {2, 3, 2})}, p),
+            (std::vector<uint8_t>{0, 2, 1, 2, 3, 4, 255, 0, 5, 6, 7, 8}));
+  ParamMap bad = p;
+  bad.set("zero_points", std::vector<int64_t>{10, 0, 300});
+  EXPECT_THAT(prepareError("kiln.QLinearConcat", {a, b}, {output(DType::kU8, {2, 3, 2})}, bad),
+              HasSubstr("zero points of the type's range"));
+  bad.set("scales", std::vector<double>{0.5, 0.25});
+  EXPECT_THAT(prepareError("kiln.QLinearConcat", {a, b}, {output(DType::kU8, {2, 3, 2})}, bad),
+              HasSubstr("take 3 values each"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ void registerCastKernels(KernelRegistry& registry);          // cast.cc: Cast, C
 void registerQuantizationKernels(KernelRegistry& registry);  // quantization.cc: (De)QuantizeLinear, QLinearMatMul/Conv, ...
 void registerQuantizedConvKernels(KernelRegistry& registry);  // quantized_conv.cc: kiln.NhwcQLinearConv (oneDNN int8)
 void registerQuantizedAddKernels(KernelRegistry& registry);   // quantized_add.cc: kiln.QLinearAdd, kiln.QLinearMul
+void registerByteTableKernels(KernelRegistry& registry);      // byte_table.cc: kiln.Lookup8
 void registerDynamicInt8Kernels(KernelRegistry& registry);  // dynamic_int8_matmul.cc: kiln.DynamicInt8MatMul
 void registerSignalKernels(KernelRegistry& registry);        // signal.cc: DFT, STFT, window functions, MelWeightMatrix
 void registerSamplingKernels(KernelRegistry& registry);      // sampling.cc: GridSample, AffineGrid, RoiAlign, DeformConv
