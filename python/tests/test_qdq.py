@@ -626,6 +626,50 @@ def test_chains_of_8_bit_table_steps_are_one_lookup(tmp_path, q_type):
     assert np.abs(outputs["mq"].astype(np.int32) - onnxruntime_outputs(tmp_path / "branch.onnx", {"x": x})[1]).max() <= 1
 
 
+@pytest.mark.parametrize("activation", ["Sigmoid", "HardSigmoid"])
+@pytest.mark.parametrize("q_type", [np.uint8, np.int8])
+def test_x_times_a_table_of_x_is_one_lookup(tmp_path, q_type, activation):
+    """SiLU and hard-swish as onnxruntime's quantizer leaves them:
+    Q(Mul(DQ(x), DQ(Q(Sigmoid(DQ(x)))))). Both operands are functions of x's
+    byte, so the whole is one kiln.Lookup8 (passes/byte_tables.h), the same
+    bits as the unfused steps (the sigmoid also an output keeps them apart)
+    and within one step of onnxruntime."""
+    info = np.iinfo(q_type)
+    rng = np.random.default_rng(19)
+    inits = [numpy_helper.from_array(np.array(0.04, np.float32), "s"),
+             numpy_helper.from_array(np.array(info.min + 128, q_type), "z"),
+             numpy_helper.from_array(np.array(1.0 / 255, np.float32), "gs"),
+             numpy_helper.from_array(np.array(info.min, q_type), "gz"),
+             numpy_helper.from_array(np.array(0.03, np.float32), "ys"),
+             numpy_helper.from_array(np.array(info.min + 20, q_type), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node(activation, ["xd"], ["g"]),
+             helper.make_node("QuantizeLinear", ["g", "gs", "gz"], ["gq"]),
+             helper.make_node("DequantizeLinear", ["gq", "gs", "gz"], ["gd"]),
+             helper.make_node("Mul", ["xd", "gd"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["mq"]),
+             helper.make_node("DequantizeLinear", ["mq", "ys", "yz"], ["y"])]
+    shape = [1, 8, 20, 20]
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    ops = compiled_ops(path, tmp_path / "m.kiln")
+    assert ops.get("kiln.Lookup8") == 1 and "kiln.QLinearMul" not in ops and "kiln.FusedElementwise" not in ops, ops
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    ours = kiln.Runner(tmp_path / "m.kiln").run({"x": x})["y"]
+    want = onnxruntime_outputs(path, {"x": x})[0]
+    steps = np.abs(ours - want) / 0.03
+    assert steps.max() <= 1.01 and (steps < 0.5).mean() >= 0.97, (steps.max(), (steps < 0.5).mean())
+
+    model = onnx.load(path)
+    model.graph.output.append(helper.make_tensor_value_info("gq", TensorProto.UINT8 if q_type == np.uint8
+                                                            else TensorProto.INT8, shape))
+    onnx.save(model, tmp_path / "apart.onnx")
+    ops = compiled_ops(tmp_path / "apart.onnx", tmp_path / "apart.kiln")
+    assert ops.get("kiln.QLinearMul") == 1, ops
+    np.testing.assert_array_equal(kiln.Runner(tmp_path / "apart.kiln").run({"x": x})["y"], ours)
+
+
 @pytest.mark.parametrize("q_type", [np.uint8, np.int8])
 def test_elementwise_work_reads_and_writes_8_bits(tmp_path, q_type):
     """DequantizeLinear and QuantizeLinear around float elementwise work fold

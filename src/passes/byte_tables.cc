@@ -1,5 +1,6 @@
 #include "passes/byte_tables.h"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -54,35 +55,131 @@ ConstantPtr everyByte(DType dtype) {
   return makeConstant(TensorInfo{dtype, {256}}, std::move(bytes));
 }
 
+// Makes `id` kiln.Lookup8(x, table), its attributes dropped.
+void becomeLookup(Graph& graph, NodeId id, ValueId x, const ConstantPtr& table) {
+  const ValueId table_value = graph.addInitializer(uniqueName(graph, graph.node(id).name + "/table"), table);
+  for (uint32_t i = 0; i < graph.node(id).inputs.size(); ++i) graph.setNodeInput(id, i, kNoValue);
+  graph.node(id).inputs.assign(2, kNoValue);
+  graph.setNodeInput(id, 0, x);
+  graph.setNodeInput(id, 1, table_value);
+  graph.node(id).op_type = "Lookup8";
+  graph.node(id).attributes.clear();
+}
+
+class Composer {
+ public:
+  Composer(Graph& graph, const ConstantEvaluator& evaluate)
+      : graph_(graph), evaluate_(evaluate), pinned_(pinnedValues(graph)) {}
+
+  // One pass over the graph; returns the steps removed.
+  size_t run() {
+    size_t removed = 0;
+    for (NodeId id : graph_.topologicalOrder()) {
+      if (graph_.node(id).removed) continue;
+      if (isTableStep(graph_, graph_.node(id))) {
+        removed += composeChain(id);
+      } else if (isQuantizedBinary(graph_.node(id))) {
+        removed += composeBinary(id);
+      }
+    }
+    return removed;
+  }
+
+ private:
+  // A table step whose output only `reader` reads: its producer of the
+  // value, or kNoNode.
+  NodeId onlyTableFeeding(ValueId value) const {
+    const NodeId producer = graph_.value(value).producer;
+    if (producer == kNoNode || !isTableStep(graph_, graph_.node(producer)) || pinned_.contains(value) ||
+        graph_.value(value).users.size() != 1) {
+      return kNoNode;
+    }
+    return producer;
+  }
+
+  // Two table steps in a row: the second's table of the first's.
+  size_t composeChain(NodeId second) {
+    const NodeId first = onlyTableFeeding(graph_.node(second).inputs[0]);
+    if (first == kNoNode) return 0;
+    const ValueId x = graph_.node(first).inputs[0];
+    const std::optional<ConstantPtr> inner = applied(graph_, graph_.node(first), everyByte(graph_.value(x).type.dtype), evaluate_);
+    if (!inner) return 0;
+    const std::optional<ConstantPtr> table = applied(graph_, graph_.node(second), *inner, evaluate_);
+    if (!table) return 0;
+    becomeLookup(graph_, second, x, *table);
+    graph_.removeNode(first);
+    return 1;
+  }
+
+  static bool isQuantizedBinary(const Node& node) {
+    return !node.removed && node.domain == "kiln" && (node.op_type == "QLinearMul" || node.op_type == "QLinearAdd") &&
+           node.inputs.size() == 8;
+  }
+
+  // kiln.QLinearMul or kiln.QLinearAdd of x and a table step of x (SiLU's
+  // x * Sigmoid(x), a hard-swish's x * HardSigmoid(x), each quantized), or
+  // of two table steps of x, or of x and x: a function of x's byte, so a
+  // table too, computed by the node's own kernel over the 256 bytes.
+  size_t composeBinary(NodeId id) {
+    const Node& node = graph_.node(id);
+    const ValueType& out = graph_.value(node.outputs[0]).type;
+    // The operands' source and each one's table step, if it is one.
+    std::array<NodeId, 2> steps{};
+    std::array<ValueId, 2> sources{};
+    for (size_t k = 0; k < 2; ++k) {
+      const ValueId operand = node.inputs[k * 3];
+      if (graph_.value(operand).type != out) return 0;
+      steps[k] = onlyTableFeeding(operand);
+      sources[k] = steps[k] == kNoNode ? operand : graph_.node(steps[k]).inputs[0];
+    }
+    if (sources[0] != sources[1]) return 0;
+    const ValueId x = sources[0];
+    if (graph_.value(x).type != out) return 0;
+    std::vector<ConstantPtr> inputs(8);
+    for (size_t i : {1u, 2u, 4u, 5u, 6u, 7u}) {
+      const Value& param = graph_.value(node.inputs[i]);
+      if (param.kind != ValueKind::kInitializer) return 0;
+      inputs[i] = param.initializer;
+    }
+    const ConstantPtr bytes = everyByte(graph_.value(x).type.dtype);
+    for (size_t k = 0; k < 2; ++k) {
+      if (steps[k] == kNoNode) {
+        inputs[k * 3] = bytes;
+        continue;
+      }
+      const std::optional<ConstantPtr> operand = applied(graph_, graph_.node(steps[k]), bytes, evaluate_);
+      if (!operand) return 0;
+      inputs[k * 3] = *operand;
+    }
+    const std::optional<std::vector<ConstantPtr>> table = evaluate_(node, inputs, {TensorInfo{out.dtype, {256}}});
+    if (!table || table->size() != 1 || (*table)[0] == nullptr) return 0;
+    becomeLookup(graph_, id, x, (*table)[0]);
+    size_t removed = 0;
+    for (const NodeId step : steps) {
+      if (step != kNoNode && !graph_.node(step).removed) {
+        graph_.removeNode(step);
+        ++removed;
+      }
+    }
+    return removed;
+  }
+
+  Graph& graph_;
+  const ConstantEvaluator& evaluate_;
+  const std::set<ValueId> pinned_;
+};
+
 }  // namespace
 
 size_t composeByteTables(Graph& graph, const ConstantEvaluator& evaluate) {
   if (!evaluate) return 0;
-  const std::set<ValueId> pinned = pinnedValues(graph);
   size_t removed = 0;
-  for (NodeId second : graph.topologicalOrder()) {
-    if (!isTableStep(graph, graph.node(second))) continue;
-    const ValueId link = graph.node(second).inputs[0];
-    const NodeId first = graph.value(link).producer;
-    if (first == kNoNode || !isTableStep(graph, graph.node(first)) || pinned.contains(link) ||
-        graph.value(link).users.size() != 1) {
-      continue;
-    }
-    const ValueId x = graph.node(first).inputs[0];
-    const std::optional<ConstantPtr> inner = applied(graph, graph.node(first), everyByte(graph.value(x).type.dtype), evaluate);
-    if (!inner) continue;
-    const std::optional<ConstantPtr> table = applied(graph, graph.node(second), *inner, evaluate);
-    if (!table) continue;
-    const ValueId table_value = graph.addInitializer(uniqueName(graph, graph.node(second).name + "/table"), *table);
-    Node& node = graph.node(second);
-    for (uint32_t i = 0; i < node.inputs.size(); ++i) graph.setNodeInput(second, i, kNoValue);
-    graph.node(second).inputs.assign(2, kNoValue);
-    graph.setNodeInput(second, 0, x);
-    graph.setNodeInput(second, 1, table_value);
-    graph.node(second).op_type = "Lookup8";
-    graph.node(second).attributes.clear();
-    graph.removeNode(first);
-    ++removed;
+  // A step made a table may join a chain with a step before it: again until
+  // nothing changes.
+  for (size_t pass = 0; pass < 4; ++pass) {
+    const size_t now = Composer(graph, evaluate).run();
+    removed += now;
+    if (now == 0) break;
   }
   return removed;
 }

@@ -12,6 +12,12 @@
 // makes each chain one kiln.Lookup8(x, table) step, whose table is a
 // 256-byte initializer of the output's type.
 //
+// A kiln.QLinearMul or kiln.QLinearAdd of x and a table step of x (SiLU's
+// x * Sigmoid(x) and a hard-swish's x * HardSigmoid(x), each quantized: 57
+// steps of YOLOv8n, 24 of PP-OCRv4's detector), of two table steps of x, or
+// of x and x is a function of x's byte as well: its table is the node's own
+// kernel over the 256 bytes and the operands' tables.
+//
 // A link joins when the first step's output has no other reader and is not
 // pinned (pass_helpers.h). A kiln.Lookup8 made here is a table step too, so
 // chains of any length become one step.
