@@ -75,6 +75,9 @@ size_t dtypePackedBits(DType dtype);
 // 2-bit types).
 bool isStorageOnly(DType dtype);
 
+// u8 or i8: the types of quantized activations and weights.
+constexpr bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
+
 // The DType of a C++ element type: dtypeOf<float>() == DType::kF32.
 template <typename T>
 constexpr DType dtypeOf() {

@@ -13,8 +13,6 @@
 namespace kiln {
 namespace {
 
-bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
-
 // A step whose output is a function of the byte it reads: kiln.Lookup8, or
 // a kiln.FusedElementwise of one 8-bit input of its output's shape that
 // writes 8 bits.
@@ -86,8 +84,8 @@ class Composer {
   }
 
  private:
-  // A table step whose output only `reader` reads: its producer of the
-  // value, or kNoNode.
+  // The table step that makes `value`, when its one reader is the node at
+  // hand and it is not pinned; else kNoNode.
   NodeId onlyTableFeeding(ValueId value) const {
     const NodeId producer = graph_.value(value).producer;
     if (producer == kNoNode || !isTableStep(graph_, graph_.node(producer)) || pinned_.contains(value) ||
@@ -102,7 +100,8 @@ class Composer {
     const NodeId first = onlyTableFeeding(graph_.node(second).inputs[0]);
     if (first == kNoNode) return 0;
     const ValueId x = graph_.node(first).inputs[0];
-    const std::optional<ConstantPtr> inner = applied(graph_, graph_.node(first), everyByte(graph_.value(x).type.dtype), evaluate_);
+    const std::optional<ConstantPtr> inner =
+        applied(graph_, graph_.node(first), everyByte(graph_.value(x).type.dtype), evaluate_);
     if (!inner) return 0;
     const std::optional<ConstantPtr> table = applied(graph_, graph_.node(second), *inner, evaluate_);
     if (!table) return 0;

@@ -16,8 +16,6 @@
 namespace kiln {
 namespace {
 
-bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
-
 // The f32 values of initializer `id`, or nothing (absent, not f32).
 std::optional<std::vector<float>> floatsOf(const Graph& graph, ValueId id) {
   const Constant* c = initializerOf(graph, id);
@@ -331,7 +329,9 @@ class QdqFusion {
     if (transposed) {
       std::vector<std::byte> bytes(weights.bytes.size());
       for (int64_t row = 0; row < n; ++row) {
-        for (int64_t col = 0; col < k; ++col) bytes[static_cast<size_t>(col * n + row)] = weights.bytes[static_cast<size_t>(row * k + col)];
+        for (int64_t col = 0; col < k; ++col) {
+          bytes[static_cast<size_t>(col * n + row)] = weights.bytes[static_cast<size_t>(row * k + col)];
+        }
       }
       matrix = graph_.addInitializer(uniqueName(graph_, graph_.value(w->data).name + "/kn"),
                                      makeConstant(TensorInfo{weights.info.dtype, {k, n}}, std::move(bytes)));

@@ -24,8 +24,6 @@ struct ByteTableState final : KernelState {
   int64_t elements = 0;
 };
 
-bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
-
 std::unique_ptr<KernelState> prepareLookup8(const KernelSetup& setup) {
   if (setup.inputs.size() != 2 || setup.outputs.size() != 1) {
     throw UsageError(fmt::format("{}: expects 2 inputs (x, table) and 1 output", kKernel));

@@ -61,7 +61,6 @@ using checks::typeText;
 
 using Ints = std::vector<int64_t>;
 
-bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
 bool isScaleType(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
 
 bool isQuantizedType(DType dtype) {

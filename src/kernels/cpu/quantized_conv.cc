@@ -76,8 +76,6 @@ dnnl::memory::data_type integerType(DType dtype) {
   return dtype == DType::kU8 ? dnnl::memory::data_type::u8 : dnnl::memory::data_type::s8;
 }
 
-bool isInteger8(DType dtype) { return dtype == DType::kU8 || dtype == DType::kI8; }
-
 // Constant input `index` of the setup, or a UsageError: the channels-last
 // pass writes this operator only over constant parameters.
 const std::byte* constantAt(const KernelSetup& setup, size_t index, const char* what) {
