@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/transpose_tile.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -96,7 +97,11 @@ TEST(TransposeKernel, MatchesReference) {
       // Past parallel.h's bound: split across threads by rows, and a tiled
       // transpose (NCHW -> NHWC of 3 channels) in chunks of 256 rows with a
       // partial last one.
-      {{2, 3, 70, 143}, {0, 2, 3, 1}},  {{1, 3, 20001}, {0, 2, 1}}, {{40, 30, 41}, {0, 2, 1}}};
+      {{2, 3, 70, 143}, {0, 2, 3, 1}},  {{1, 3, 20001}, {0, 2, 1}}, {{40, 30, 41}, {0, 2, 1}},
+      // Layout changes of feature maps both ways (transpose_tile.h's vector
+      // blocks, with partial blocks at both edges), and of 2 and 4 planes.
+      {{1, 144, 23, 29}, {0, 2, 3, 1}}, {{1, 23, 29, 144}, {0, 3, 1, 2}}, {{1, 37, 300}, {0, 2, 1}},
+      {{2, 2, 9, 41}, {0, 2, 3, 1}},    {{2, 4, 9, 41}, {0, 2, 3, 1}}};
   uint32_t seed = 1;
   for (const auto& [shape, perm] : cases) {
     checkTranspose<float>(shape, perm, seed++);
@@ -108,6 +113,44 @@ TEST(TransposeKernel, MatchesReference) {
 
 // Strides of an empty tensor among huge dimensions overflowed int64
 // (UBSan; found by graph_run_fuzz and package_fuzz).
+// transposeTile directly: every element size, row and column counts around
+// the vector blocks' sizes, outputs with padded rows (ys > cols) and the
+// interleaving paths (2-4 columns, contiguous rows).
+template <typename T>
+void checkTransposeTile(int64_t rows, int64_t cols, int64_t ys) {
+  const int64_t xs = rows + 3;  // input rows with a gap after each
+  std::vector<T> x(static_cast<size_t>(xs * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(i * 2654435761u + 17);
+  const T sentinel = static_cast<T>(0x5a);
+  std::vector<T> y(static_cast<size_t>(rows * ys + 8), sentinel);
+  transposeTile(y.data(), ys, x.data(), xs, rows, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < ys; ++j) {
+      const T want = j < cols ? x[static_cast<size_t>(i + j * xs)] : sentinel;
+      ASSERT_EQ(y[static_cast<size_t>(i * ys + j)], want)
+          << sizeof(T) << "-byte " << rows << "x" << cols << " ys " << ys << " at " << i << ", " << j;
+    }
+  }
+  for (size_t k = static_cast<size_t>(rows * ys); k < y.size(); ++k) ASSERT_EQ(y[k], sentinel) << "wrote past the end";
+}
+
+template <typename T>
+void checkTransposeTiles() {
+  for (int64_t rows : {1, 3, 4, 15, 16, 17, 33, 64}) {
+    for (int64_t cols : {1, 2, 3, 4, 5, 15, 16, 17, 40}) {
+      checkTransposeTile<T>(rows, cols, cols);
+      checkTransposeTile<T>(rows, cols, cols + 5);
+    }
+  }
+}
+
+TEST(TransposeTile, MatchesReferenceForEveryElementSize) {
+  checkTransposeTiles<uint8_t>();
+  checkTransposeTiles<uint16_t>();
+  checkTransposeTiles<uint32_t>();
+  checkTransposeTiles<uint64_t>();
+}
+
 TEST(TransposeKernel, EmptyTensorsWithHugeDimensions) {
   const int64_t huge = (int64_t{1} << 62) + 2;
   EXPECT_TRUE(run<float>("Transpose", {operand<float>({0, huge, 4}, {})}, DType::kF32, {4, huge, 0}).empty());

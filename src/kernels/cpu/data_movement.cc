@@ -9,7 +9,8 @@
 // dimension, negative along a reversed one). Adjacent dimensions that the
 // input walks as one merge, so the common cases come out as a single memcpy
 // or a loop over rows. A transpose whose input innermost dimension is not the
-// output's innermost runs as 2-D tiles, so that both sides stay in cache.
+// output's innermost runs as 2-D tiles, so that both sides stay in cache
+// (transpose_tile.h).
 //
 // Inputs that give positions (Slice starts/ends, Pad pads, Resize scales)
 // are read at prepare when they are constants; otherwise run reads them from
@@ -36,6 +37,7 @@
 #include "kernels/cpu/resize_general.h"
 #include "kernels/cpu/resize_tables.h"
 #include "kernels/cpu/setup_helpers.h"
+#include "kernels/cpu/transpose_tile.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -200,21 +202,6 @@ inline void copyRow(T* __restrict y, const T* __restrict x, int64_t n, int64_t s
     for (int64_t i = 0; i < n; ++i) y[i] = v;
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i * stride];
-  }
-}
-
-// y[i * ys + j] = x[i + j * xs] for i < rows, j < cols, in square tiles.
-template <typename T>
-inline void transposeTile(T* __restrict y, int64_t ys, const T* __restrict x, int64_t xs, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 64 / sizeof(T) < 8 ? 8 : (64 / sizeof(T) > 32 ? 32 : 64 / sizeof(T));
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-    const int64_t i1 = std::min(rows, i0 + kTile);
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-      const int64_t j1 = std::min(cols, j0 + kTile);
-      for (int64_t i = i0; i < i1; ++i) {
-        for (int64_t j = j0; j < j1; ++j) y[i * ys + j] = x[i + j * xs];
-      }
-    }
   }
 }
 
