@@ -22,6 +22,7 @@
 #include "passes/attention_fusion.h"
 #include "passes/float16_storage.h"
 #include "passes/batchnorm_folding.h"
+#include "passes/conv_tap_trimming.h"
 #include "passes/blocked_conv.h"
 #include "passes/byte_tables.h"
 #include "passes/channels_last.h"
@@ -1178,6 +1179,9 @@ CompiledProgram compileProgram(Graph& graph, const std::map<std::string, int64_t
   // Inference-mode BatchNormalization after a Conv becomes the Conv's
   // weights and bias; any other becomes a per-channel Mul and Add.
   if (foldBatchNormIntoConv(graph) + rewriteBatchNormAsScaleShift(graph) > 0) inferTypes(graph, opsets);
+  // Kernel taps that read only padding (a 3x3 Conv over a map one row high)
+  // are dropped.
+  if (trimPaddingTaps(graph) > 0) inferTypes(graph, opsets);
   // Squeeze ... Unsqueeze around elementwise work (Keras Conv1D exports)
   // cancel, so that the layout pass sees Conv meet Conv.
   if (cancelUnitAxisPairs(graph) > 0) {
