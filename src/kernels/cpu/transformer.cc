@@ -27,6 +27,7 @@
 #include "kernels/cpu/float_staging.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/transpose_tile.h"
 #include "kernels/cpu/vector_kernels.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -198,16 +199,8 @@ void attentionBlockFast(const AttentionState& s, const AttentionData& d, int64_t
   float* kt = scratch.data();
   float* scores = kt + s.head_size * t;
   const float* k = d.k + b * s.k.batch + kv_h * s.k.head;
-  // K transposed in blocks of 8 keys: 8 rows read whole, 8 consecutive
-  // floats written per head element (a key at a time would write a cache
-  // line per element).
-  constexpr int64_t kKeyBlock = 8;
-  for (int64_t j0 = 0; j0 < t; j0 += kKeyBlock) {
-    const int64_t keys = std::min(kKeyBlock, t - j0);
-    for (int64_t c = 0; c < s.head_size; ++c) {
-      for (int64_t j = 0; j < keys; ++j) kt[c * t + j0 + j] = k[(j0 + j) * s.k.seq + c];
-    }
-  }
+  // K transposed: kt[c][j] = k[j][c], by 4x4 vector blocks.
+  transposeTile(kt, t, k, s.k.seq, s.head_size, t);
   const float* v = d.v + b * s.v.batch + kv_h * s.v.head;
   const vec::BinaryFn add = vk.binaryFn(vec::Binary::kAdd, vec::Operands::kBoth);
   float inv_sum[kFastRows];
