@@ -9,7 +9,9 @@
 // Dynamic input dimensions are fixed at import with `input_shapes`
 // (`kiln compile --shape x:1x3x224x224`) or `batch` (`--batch N`, which sets
 // every unknown leading dimension). With `require_static_inputs`, an input
-// dimension left unknown is an error naming the input and the dimension.
+// dimension left unknown is an error naming the input and the dimension;
+// without it the dimension stays symbolic, and the compiled package fixes it
+// at run time (`kiln compile` and `kiln.compile` say so in a notice).
 //
 // Every problem in the model is a GraphError that names the file and what
 // was expected and found. Thread safety: the functions are reentrant.
@@ -47,6 +49,11 @@ OnnxModel importOnnx(const std::filesystem::path& path, const OnnxImportOptions&
 // `base_directory`; an empty path refuses external data.
 OnnxModel importOnnxFromMemory(std::span<const std::byte> bytes, const std::string& source_name,
                                const std::filesystem::path& base_directory, const OnnxImportOptions& options = {});
+
+// The first graph input dimension that is not fixed, as "input 'x'
+// dimension 0 ('batch')" (or "input 'x' has no shape"); empty when every
+// input's shape is static.
+std::string unfixedInputDimension(const Graph& graph);
 
 // Parses "1x3x224x224" (the --shape syntax); throws UsageError.
 std::vector<int64_t> parseDims(const std::string& text);

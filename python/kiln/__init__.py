@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import warnings
 import weakref
 from typing import Mapping, Optional, Sequence
 
@@ -102,9 +103,10 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     """Compiles an ONNX model into a .kiln package.
 
     shapes fixes input shapes ({"x": [1, 3, 224, 224]}); batch fixes every
-    unknown leading input dimension. With dynamic=True, input dimensions left
-    unknown stay symbolic and the package is specialized per input signature
-    at run time (so is a model whose shapes depend on input values, always).
+    unknown leading input dimension. Input dimensions left unknown stay
+    symbolic and the package is specialized per input signature at run time
+    (so is a model whose shapes depend on input values, always), with a
+    warning unless dynamic=True asks for that.
     Returns the compile report (steps, and step_kernels: steps per kernel,
     which shows what the fusions made; views, constants, arena bytes against
     the lower bound; runtime_shapes tells whether the package is specialized
@@ -134,9 +136,13 @@ def compile(onnx_path, out_path, shapes: Optional[Mapping[str, Sequence[int]]] =
     for plugin in plugins:
         _load_plugin(str(plugin))
     fixed = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
-    return _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
-                    str(target), bool(quantize_activations), bool(tf32), bool(fp16), bool(bf16),
-                    [str(v) for v in variables], str(gradients_of or ""), [str(v) for v in wrt])
+    report = _compile(str(onnx_path), str(out_path), fixed, None if batch is None else int(batch), bool(dynamic),
+                      str(target), bool(quantize_activations), bool(tf32), bool(fp16), bool(bf16),
+                      [str(v) for v in variables], str(gradients_of or ""), [str(v) for v in wrt])
+    if report["unfixed_input"]:
+        warnings.warn(f"kiln.compile: {report['unfixed_input']} is not fixed: shapes are fixed at run time, per "
+                      "input signature (shapes= or batch= makes a static package, faster to load)", stacklevel=2)
+    return report
 
 
 # Runners on devices, stopped before the interpreter finalizes: their

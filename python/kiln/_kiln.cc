@@ -47,8 +47,12 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   kiln::OnnxImportOptions options;
   options.input_shapes = shapes;
   options.batch = batch;
-  options.require_static_inputs = !dynamic;
+  // Dimensions left unknown are fixed at run time (kiln.compile warns,
+  // from "unfixed_input"); training and gradients need them fixed.
+  const bool differentiates = !training_loss.empty() || !gradients_of.empty();
+  options.require_static_inputs = !dynamic && differentiates;
   kiln::OnnxModel model = kiln::importOnnx(onnx_path, options);
+  const std::string unfixed = dynamic ? "" : kiln::unfixedInputDimension(*model.graph);
   kiln::CompileOptions compile_options;
   compile_options.model_name = std::filesystem::path(onnx_path).stem().string();
   compile_options.has_kernel = [](const std::string& name) { return kiln::KernelRegistry::cpu().find(name) != nullptr; };
@@ -107,6 +111,7 @@ nb::dict compileModel(const std::string& onnx_path, const std::string& output_pa
   result["plan"] = report.plan_summary;
   result["runtime_shapes"] = report.runtime_shapes;
   result["runtime_shapes_reason"] = report.runtime_shapes_reason;
+  result["unfixed_input"] = report.runtime_shapes ? unfixed : std::string();
   return result;
 }
 

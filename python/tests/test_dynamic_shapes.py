@@ -117,10 +117,11 @@ def test_inputs_that_do_not_fit_are_refused(attention):
     assert runner.memory_stats()["plan_cache_misses"] == 0
 
 
-def test_without_dynamic_unknown_dimensions_are_an_error(tmp_path):
+def test_without_dynamic_unknown_dimensions_are_fixed_at_run_time_with_a_warning(tmp_path):
     model = attention_block(tmp_path / "attention.onnx")
-    with pytest.raises(kiln.Error, match="--dynamic"):
-        kiln.compile(model, tmp_path / "a.kiln")
+    with pytest.warns(UserWarning, match="is not fixed: shapes are fixed at run time"):
+        report = kiln.compile(model, tmp_path / "a.kiln")
+    assert report["runtime_shapes"] and kiln.Runner(tmp_path / "a.kiln").dynamic
     # Fixed shapes still give a static package with a step program.
     report = kiln.compile(model, tmp_path / "a.kiln", shapes={"x": [2, 8, HIDDEN]})
     assert not report["runtime_shapes"] and report["steps"] > 0

@@ -64,10 +64,30 @@ def test_bad_inputs_raise_clear_errors(mlp_onnx, tmp_path):
 
 
 def test_compile_errors_are_kiln_errors(mlp_onnx, tmp_path):
-    with pytest.raises(kiln.Error, match="dimension 0 \\('n'\\) is not fixed"):
-        kiln.compile(mlp_onnx, tmp_path / "m.kiln")
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(kiln.Error, match="not a valid ONNX model"):
+        kiln.compile(tmp_path / "junk.onnx", tmp_path / "m.kiln")
     with pytest.raises(kiln.Error):
         kiln.Runner(tmp_path / "does-not-exist.kiln")
+
+
+def test_an_unfixed_dimension_is_fixed_at_run_time_with_a_warning(mlp_onnx, tmp_path):
+    with pytest.warns(UserWarning, match="input 'x' dimension 0 \\('n'\\) is not fixed: shapes are fixed at run time"):
+        report = kiln.compile(mlp_onnx, tmp_path / "m.kiln")
+    assert report["runtime_shapes"] and report["unfixed_input"] == "input 'x' dimension 0 ('n')"
+    runner = kiln.Runner(tmp_path / "m.kiln")
+    session = ort.InferenceSession(str(mlp_onnx))
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 6)).astype(np.float32)
+        ours = runner.run({"x": x})
+        for name, theirs in zip(("y", "r"), session.run(None, {"x": x})):
+            np.testing.assert_allclose(ours[name], theirs, rtol=1e-5, atol=1e-6)
+    # dynamic=True asks for it: no warning; shapes= makes a static package.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kiln.compile(mlp_onnx, tmp_path / "m.kiln", dynamic=True)["unfixed_input"] == ""
+        assert not kiln.compile(mlp_onnx, tmp_path / "m.kiln", shapes={"x": [2, 6]})["runtime_shapes"]
 
 
 THREAD_PROBE = """

@@ -117,7 +117,8 @@ Command addCompileCommand(CLI::App& app) {
                                       "or repeated")
       ->delimiter(',');
   cmd->add_flag("--dynamic", args->dynamic,
-                "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time");
+                "Keep unknown input dimensions symbolic: the package is compiled per input signature at run time "
+                "(what happens anyway to the dimensions --shape and --batch leave unknown, with a notice)");
 
   return [args]() {
     const auto start = std::chrono::steady_clock::now();
@@ -131,8 +132,12 @@ Command addCompileCommand(CLI::App& app) {
       options.input_shapes[shape.substr(0, colon)] = parseDims(shape.substr(colon + 1));
     }
     if (args->batch > 0) options.batch = args->batch;
-    options.require_static_inputs = !args->dynamic;
+    // An input dimension left unknown (no --shape, no --batch) is fixed at
+    // run time, with a notice below; --dynamic asks for that on purpose.
+    // Gradients keep needing them fixed (or --dynamic).
+    options.require_static_inputs = !args->dynamic && !args->gradients_of.empty();
     OnnxModel model = importOnnx(args->model, options);
+    const std::string unfixed = args->dynamic ? "" : unfixedInputDimension(*model.graph);
 
     // A progress bar on stderr, shown only for compiles that last more than a
     // second and only on a terminal.
@@ -183,7 +188,12 @@ Command addCompileCommand(CLI::App& app) {
       }
     }
     if (report.runtime_shapes) {
-      std::fprintf(stderr, "notice: shapes are fixed at run time (%s)\n", report.runtime_shapes_reason.c_str());
+      if (!unfixed.empty()) {
+        std::fprintf(stderr, "notice: %s is not fixed: shapes are fixed at run time, per input signature (--shape "
+                     "NAME:DIMS or --batch N makes a static package, faster to load)\n", unfixed.c_str());
+      } else {
+        std::fprintf(stderr, "notice: shapes are fixed at run time (%s)\n", report.runtime_shapes_reason.c_str());
+      }
       std::printf("compiled %s -> %s: shapes known at run time, specialized per input signature; %zu constants "
                   "(%llu bytes), %.2f s\n",
                   args->model.c_str(), args->output.c_str(), report.constants,

@@ -20,6 +20,12 @@ using onnx_import::ModelSource;
 
 namespace {
 
+// "input 'x' dimension 0 ('batch')": dimension i of `type`, for messages.
+std::string unfixedDimension(const std::string& input, const ValueType& type, size_t i) {
+  const Dim& dim = (*type.shape)[i];
+  return fmt::format("input '{}' dimension {}{}", input, i, dim.symbol.empty() ? "" : " ('" + dim.symbol + "')");
+}
+
 // Imports one GraphProto. Subgraph importers point at their parent so that
 // names read from enclosing graphs resolve (and become outer-scope values).
 class GraphImporter {
@@ -125,12 +131,10 @@ class GraphImporter {
                          input.name()));
       }
       for (size_t i = 0; i < type.shape->size(); ++i) {
-        const Dim& dim = (*type.shape)[i];
-        if (dim.isKnown()) continue;
-        fail(fmt::format("input '{}' dimension {}{} is not fixed: give it with --shape {}:DIMS{}, or compile with "
-                         "--dynamic to fix it at run time",
-                         input.name(), i, dim.symbol.empty() ? "" : " ('" + dim.symbol + "')", input.name(),
-                         i == 0 ? " or --batch N" : ""));
+        if ((*type.shape)[i].isKnown()) continue;
+        fail(fmt::format("{} is not fixed: give it with --shape {}:DIMS{}, or compile with --dynamic to fix it at "
+                         "run time",
+                         unfixedDimension(input.name(), type, i), input.name(), i == 0 ? " or --batch N" : ""));
       }
     }
     return type;
@@ -390,6 +394,17 @@ OnnxModel importOnnx(const std::filesystem::path& path, const OnnxImportOptions&
   }
   return importModel(model, ModelSource{path.string(), directory, error ? std::filesystem::path() : resolved.parent_path()},
                      options);
+}
+
+std::string unfixedInputDimension(const Graph& graph) {
+  for (ValueId id : graph.inputs()) {
+    const Value& input = graph.value(id);
+    if (!input.type.shape) return fmt::format("input '{}' has no shape", input.name);
+    for (size_t i = 0; i < input.type.shape->size(); ++i) {
+      if (!(*input.type.shape)[i].isKnown()) return unfixedDimension(input.name, input.type, i);
+    }
+  }
+  return "";
 }
 
 std::vector<int64_t> parseDims(const std::string& text) {
