@@ -10,6 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/model_runner.h"
 #include "tests/runtime/runtime_test_models.h"
+#include "tests/support/allocation_counter.h"
 
 namespace kiln {
 namespace {
@@ -325,6 +326,37 @@ TEST(RunnerErrors, DestroyingTheRunnerWhileItHandlesErrorsNeverHangs) {
     }
   }
   EXPECT_EQ(answered, 150u * 6u);
+}
+
+// The runner allocates a request's outputs when the caller gives none. If
+// that fails, the request never was: executeAsync says so as a UsageError,
+// and nothing stays in flight (the request's state used to leak, counted in
+// flight for ever, so that drain() never finished).
+TEST(RunnerErrors, AFailedOutputAllocationLeavesNothingInFlight) {
+  TempPackage package("allocation");
+  testing::writeAffineModel(package.path(), kBatch, kFeatures, "cpu");
+  DeviceManager manager{DeviceManagerOptions{}};
+  ModelRunnerConfig config;
+  config.device_manager = &manager;
+  ModelRunner runner(package.path(), config);
+  const std::vector<float> many = rows(static_cast<size_t>(kBatch) * 1000, 1.0f);  // 1,000 whole inputs
+  testing::failAllocationsOfAtLeast(many.size() * 4 / 2);  // the outputs' bytes; nothing else is that large
+  try {
+    (void)runner.executeAsync(inputOf(many));
+    testing::failAllocationsOfAtLeast(0);
+    FAIL() << "the output allocation must fail";
+  } catch (const UsageError& e) {
+    testing::failAllocationsOfAtLeast(0);
+    EXPECT_NE(std::string(e.what()).find("cannot allocate the 128000 bytes of output 'y'"), std::string::npos)
+        << e.what();
+  } catch (...) {
+    testing::failAllocationsOfAtLeast(0);
+    throw;
+  }
+  EXPECT_EQ(runner.statistics().in_flight, 0u);
+  const std::vector<float> x = rows(kBatch, 2.0f);
+  EXPECT_TRUE(matches(runner.execute(inputOf(x)), x));
+  EXPECT_TRUE(runner.drain(std::chrono::seconds(5)));
 }
 
 }  // namespace

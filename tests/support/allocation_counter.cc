@@ -21,6 +21,7 @@
 namespace {
 
 std::atomic<bool> counting{false};
+std::atomic<std::size_t> failing_from{0};  // failAllocationsOfAtLeast
 std::atomic<uint64_t> news{0};
 std::atomic<uint64_t> mallocs{0};
 
@@ -28,7 +29,13 @@ void countNew() {
   if (counting.load(std::memory_order_relaxed)) news.fetch_add(1, std::memory_order_relaxed);
 }
 
+void failIfAsked(std::size_t size) {
+  const std::size_t from = failing_from.load(std::memory_order_relaxed);
+  if (from != 0 && size >= from) throw std::bad_alloc();
+}
+
 void* allocate(std::size_t size) {
+  failIfAsked(size);
   countNew();
   void* p = std::malloc(size == 0 ? 1 : size);
   if (p == nullptr) throw std::bad_alloc();
@@ -36,6 +43,7 @@ void* allocate(std::size_t size) {
 }
 
 void* allocateAligned(std::size_t size, std::align_val_t alignment) {
+  failIfAsked(size);
   countNew();
   void* p = nullptr;
   const std::size_t align = std::max(static_cast<std::size_t>(alignment), sizeof(void*));
@@ -54,6 +62,8 @@ bool countsMallocs() {
   return false;
 #endif
 }
+
+void failAllocationsOfAtLeast(std::size_t bytes) { failing_from.store(bytes, std::memory_order_relaxed); }
 
 void startCountingAllocations() {
   news.store(0);

@@ -9,6 +9,7 @@
 // buffers). An operator new counts once in each.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kiln::testing {
@@ -23,5 +24,10 @@ bool countsMallocs();
 
 void startCountingAllocations();
 AllocationCount stopCountingAllocations();
+
+// From now on, every operator new of `bytes` or more throws std::bad_alloc
+// (0: none does), in every thread: to test what a failed allocation leaves
+// behind. Tests set it back to 0 when done.
+void failAllocationsOfAtLeast(std::size_t bytes);
 
 }  // namespace kiln::testing
