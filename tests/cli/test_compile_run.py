@@ -132,7 +132,20 @@ def test_bench_runs_and_profiles_a_package_with_runtime_shapes(kiln, tmp_path):
     assert kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.kiln", "--dynamic").returncode == 0
     # Its batch is known only from the input given.
     missing = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "3")
-    assert missing.returncode == 1 and "pass --input x=FILE.npy" in missing.stderr
+    assert missing.returncode == 1, missing.stderr
+    assert ("input 'x' is f32[?, 8]: its size is known only at run time, so pass --shape x:DIMS for random data, "
+            "or --input x=FILE.npy") in missing.stderr
+    # --shape gives the random data its size; it must fit what the package knows.
+    shaped = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "5", "--shape", "x:6x8", "--json")
+    assert shaped.returncode == 0, shaped.stderr
+    assert json.loads(shaped.stdout)["steps"] == 2
+    wrong = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "5", "--shape", "x:6x9")
+    assert wrong.returncode == 1 and "--shape x:6x9 does not fit input 'x', f32[?, 8]" in wrong.stderr
+    unknown = kiln("run", tmp_path / "mlp.kiln", "--random-inputs", "--shape", "z:6x8")
+    assert unknown.returncode == 1 and "--shape z: the model has no input named 'z'" in unknown.stderr
+    ran = kiln("run", tmp_path / "mlp.kiln", "--random-inputs", "--shape", "x:3x8", "--output-dir", tmp_path / "out")
+    assert ran.returncode == 0, ran.stderr
+    assert np.load(tmp_path / "out" / "y.npy").shape == (3, 4)
     np.save(tmp_path / "x.npy", np.ones((3, 8), np.float32))
     result = kiln("bench", tmp_path / "mlp.kiln", "--iterations", "20", "--input", f"x={tmp_path / 'x.npy'}", "--json")
     assert result.returncode == 0, result.stderr

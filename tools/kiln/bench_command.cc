@@ -45,7 +45,7 @@ double peakResidentMib() {
 class BenchTarget {
  public:
   BenchTarget(const std::string& package, const std::string& model, int threads, bool flush_denormals,
-              const std::vector<std::string>& input_files, std::optional<DeviceKind> device) {
+              const InputArguments& input_files, std::optional<DeviceKind> device) {
     if (device) {
       on_device_ = true;
       device_ = std::make_unique<DeviceRunner>(package, model, *device, flush_denormals);
@@ -190,7 +190,7 @@ Command addBenchCommand(CLI::App& app) {
     std::string trace;
     int threads = 0;
     bool keep_denormals = false;
-    std::vector<std::string> inputs;
+    InputArguments inputs;
     std::string device;
     std::vector<std::string> plugins;
   };
@@ -202,7 +202,10 @@ Command addBenchCommand(CLI::App& app) {
   cmd->add_option("--model", args->model, "Model to run when the package holds several");
   cmd->add_option("--threads", args->threads, "Threads per kernel (default: OMP_NUM_THREADS, or one per core)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable); other inputs get random data");
+  cmd->add_option("--input", args->inputs.files, "NAME=FILE.npy (repeatable); other inputs get random data");
+  cmd->add_option("--shape", args->inputs.shapes,
+                  "NAME:DIMS (repeatable, e.g. x:1x3x640x640): the shape of an input's random data, where the "
+                  "package leaves dimensions to run time");
   cmd->add_option("--plugin", args->plugins,
                   "Load a plugin library first (repeatable): a package's libraries are otherwise found in "
                   "KILN_PLUGIN_PATH or beside it, and with KILN_PLUGIN_AUTOLOAD=0 only preloaded ones are used")

@@ -1,12 +1,14 @@
 #include "tools/kiln/model_inputs.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "kiln/error.h"
+#include "kiln/onnx_import.h"
 #include "tools/kiln/npy.h"
 
 namespace kiln::cli {
@@ -48,18 +50,26 @@ bool fits(const TensorInfo& actual, const TensorInfo& declared) {
 
 }  // namespace
 
-std::vector<NpyArray> loadInputs(const std::vector<TensorSlot>& inputs, const std::vector<std::string>& arguments,
+std::vector<NpyArray> loadInputs(const std::vector<TensorSlot>& inputs, const InputArguments& arguments,
                                  bool random_missing) {
+  auto checkName = [&](const char* option, const std::string& name) {
+    const bool known = std::any_of(inputs.begin(), inputs.end(),
+                                   [&](const TensorSlot& slot) { return slot.name == name; });
+    if (!known) throw UsageError(fmt::format("{} {}: the model has no input named '{}'", option, name, name));
+  };
   std::map<std::string, std::string> files;
-  for (const std::string& input : arguments) {
+  for (const std::string& input : arguments.files) {
     const size_t equals = input.find('=');
     if (equals == std::string::npos) throw UsageError("--input " + input + ": expected NAME=FILE.npy");
     files[input.substr(0, equals)] = input.substr(equals + 1);
+    checkName("--input", input.substr(0, equals));
   }
-  for (const auto& [name, file] : files) {
-    const bool known = std::any_of(inputs.begin(), inputs.end(),
-                                   [&](const TensorSlot& slot) { return slot.name == name; });
-    if (!known) throw UsageError(fmt::format("--input {}: the model has no input named '{}'", name, name));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& shape : arguments.shapes) {
+    const size_t colon = shape.rfind(':');
+    if (colon == std::string::npos || colon == 0) throw UsageError("--shape " + shape + ": expected NAME:DIMS");
+    shapes[shape.substr(0, colon)] = parseDims(shape.substr(colon + 1));
+    checkName("--shape", shape.substr(0, colon));
   }
   std::mt19937 random(42);
   std::vector<NpyArray> input_data;
@@ -73,14 +83,26 @@ std::vector<NpyArray> loadInputs(const std::vector<TensorSlot>& inputs, const st
       }
       input_data.push_back(std::move(array));
     } else if (random_missing) {
-      if (!slot.info.isStatic()) {
-        throw UsageError(fmt::format("input '{}' ({}) has unknown dimensions: pass --input {}=FILE.npy", slot.name,
-                                     slot.info.toString(), slot.name));
+      TensorInfo info = slot.info;
+      const auto shape = shapes.find(slot.name);
+      if (shape != shapes.end()) {
+        info.shape = shape->second;
+        if (!fits(info, slot.info)) {
+          throw UsageError(fmt::format("--shape {}:{} does not fit input '{}', {}{}", slot.name,
+                                       fmt::join(shape->second, "x"), slot.name, dtypeName(slot.info.dtype),
+                                       slot.info.shapeString()));
+        }
       }
-      input_data.push_back(NpyArray{slot.info, randomTensor(slot.info, random)});
+      if (!info.isStatic()) {
+        throw UsageError(fmt::format("input '{}' is {}{}: its size is known only at run time, so pass --shape "
+                                     "{}:DIMS for random data, or --input {}=FILE.npy",
+                                     slot.name, dtypeName(slot.info.dtype), slot.info.shapeString(), slot.name,
+                                     slot.name));
+      }
+      input_data.push_back(NpyArray{info, randomTensor(info, random)});
     } else {
-      throw UsageError(fmt::format("input '{}' ({}) is not given: pass --input {}=FILE.npy or --random-inputs",
-                                   slot.name, slot.info.toString(), slot.name));
+      throw UsageError(fmt::format("input '{}' ({}{}) is not given: pass --input {}=FILE.npy or --random-inputs",
+                                   slot.name, dtypeName(slot.info.dtype), slot.info.shapeString(), slot.name));
     }
   }
   return input_data;

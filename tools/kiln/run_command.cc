@@ -40,7 +40,7 @@ void writeOutputs(const std::string& dir, const std::vector<TensorSlot>& outputs
 
 // A device run (a cuda package, or --device): through a ModelRunner.
 int runOnDevice(const std::string& package, const std::string& model, DeviceKind kind,
-                const std::vector<std::string>& input_files, bool random_inputs, const std::string& output_dir) {
+                const InputArguments& input_files, bool random_inputs, const std::string& output_dir) {
   DeviceRunner runner(package, model, kind);
   const std::vector<NpyArray> input_data = loadInputs(runner.inputs(), input_files, random_inputs);
   std::vector<const std::byte*> in;
@@ -60,7 +60,7 @@ int runOnDevice(const std::string& package, const std::string& model, DeviceKind
 Command addRunCommand(CLI::App& app) {
   struct Args {
     std::string package;
-    std::vector<std::string> inputs;
+    InputArguments inputs;
     bool random_inputs = false;
     std::string output_dir = ".";
     std::string model;
@@ -71,7 +71,10 @@ Command addRunCommand(CLI::App& app) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run a compiled model once on .npy inputs");
   cmd->add_option("package", args->package, "The .kiln package")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--input", args->inputs, "NAME=FILE.npy (repeatable)");
+  cmd->add_option("--input", args->inputs.files, "NAME=FILE.npy (repeatable)");
+  cmd->add_option("--shape", args->inputs.shapes,
+                  "NAME:DIMS (repeatable): the shape of an input's --random-inputs data, where the package leaves "
+                  "dimensions to run time");
   cmd->add_flag("--random-inputs", args->random_inputs, "Fill inputs not given with random data (fixed seed)");
   cmd->add_option("--plugin", args->plugins,
                   "Load a plugin library first (repeatable): a package's libraries are otherwise found in "
