@@ -13,15 +13,16 @@
 //   acc[m]  = sum over the window of (x - x_zero) * w[m]  +  B[m]        (i32)
 //   y[m]    = saturate(round(acc[m] * x_scale * w_scale[m] / y_scale) + y_zero)
 //
-// oneDNN applies nearly the same arithmetic: the source zero point as an
-// exact i32 compensation, the bias before the output scale (oneDNN 2.x),
-// then the scale as one f32 multiplier per channel (formed in f32 as
-// onnxruntime's kernel forms it, (x_scale * w_scale) / y_scale), the output
-// zero point, round half to even and saturation. It adds the zero point in
-// f32 before it rounds, where onnxruntime rounds first: a product within an
-// f32 rounding of a half lands on the other neighbour (one step; 1 output in
-// 12,800 on random data, fewer than 5 in 100,000 in PP-OCRv4's recognizer,
-// whose depth then amplifies them).
+// oneDNN applies the same arithmetic: the source zero point as an exact i32
+// compensation, the bias before the output scale (oneDNN 2.x), then the
+// scale as one f32 multiplier per channel (formed in f32 as onnxruntime's
+// kernel forms it, (x_scale * w_scale) / y_scale), round half to even (an
+// eltwise_round post-op), the output zero point and saturation: bit for bit
+// onnxruntime's results. Without the post-op, oneDNN adds the zero point in
+// f32 before it rounds, and a product within an f32 rounding of a half lands
+// on the other neighbour (1 output in 12,800 of a random convolution; in a
+// deep model those steps grow: PP-OCRv4's int8 detector was 11 steps from
+// onnxruntime's output with them, 0 without).
 //
 // A fused residual Add (inputs 9-11, passes/conv_fusion.h) is oneDNN's sum
 // post-op: the residual is copied into the output first, and
@@ -196,6 +197,12 @@ std::unique_ptr<KernelState> prepareNhwcQLinearConv(const KernelSetup& setup) {
     post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(clip[0]) / y_scale,
                             static_cast<float>(clip[1]) / y_scale);
     post_ops.append_sum(sum_scale, sum_zero, integerType(y.dtype));
+    attr.set_post_ops(post_ops);
+  } else {
+    // Rounded before oneDNN adds the output zero point (in f32), as
+    // onnxruntime rounds: then the addition is exact, and so is the result.
+    dnnl::post_ops post_ops;
+    post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_round, 0.0f, 0.0f);
     attr.set_post_ops(post_ops);
   }
   const dnnl::engine& engine = onednn::cpuEngine();
