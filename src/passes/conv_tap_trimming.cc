@@ -10,18 +10,6 @@
 namespace kiln {
 namespace {
 
-// The static dimensions of `id`, or nullopt.
-std::optional<std::vector<int64_t>> staticShape(const Graph& graph, ValueId id) {
-  const ValueType& type = graph.value(id).type;
-  if (!type.shape) return std::nullopt;
-  std::vector<int64_t> dims;
-  for (const Dim& d : *type.shape) {
-    if (!d.isKnown()) return std::nullopt;
-    dims.push_back(d.size);
-  }
-  return dims;
-}
-
 // The taps [first, last] of one axis that read the input for some output
 // position; nullopt when none does.
 struct Taps {

@@ -40,6 +40,14 @@ ValueId otherOperand(const Graph& graph, NodeId id, ValueId value) {
   return kNoValue;
 }
 
+std::optional<std::vector<int64_t>> staticShape(const Graph& graph, ValueId id) {
+  const ValueType& type = graph.value(id).type;
+  if (!type.hasStaticShape()) return std::nullopt;
+  std::vector<int64_t> dims;
+  for (const Dim& d : *type.shape) dims.push_back(d.size);
+  return dims;
+}
+
 const Constant* initializerOf(const Graph& graph, ValueId id) {
   if (id == kNoValue) return nullptr;
   const Value& value = graph.value(id);

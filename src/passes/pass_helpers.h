@@ -32,6 +32,9 @@ std::optional<NodeId> onlyReader(const Graph& graph, const std::set<ValueId>& pi
 // kNoValue otherwise.
 ValueId otherOperand(const Graph& graph, NodeId id, ValueId value);
 
+// The dimensions of `id` when its shape is static, or nothing.
+std::optional<std::vector<int64_t>> staticShape(const Graph& graph, ValueId id);
+
 // The initializer `id` holds, or nullptr (kNoValue, or not an initializer).
 const Constant* initializerOf(const Graph& graph, ValueId id);
 

@@ -12,15 +12,6 @@
 namespace kiln {
 namespace {
 
-// The static shape of `id`, or nothing.
-std::optional<std::vector<int64_t>> staticShape(const Graph& graph, ValueId id) {
-  const ValueType& type = graph.value(id).type;
-  if (!type.hasStaticShape()) return std::nullopt;
-  std::vector<int64_t> dims;
-  for (const Dim& d : *type.shape) dims.push_back(d.size);
-  return dims;
-}
-
 // Output row y reads input row y / f (floor) for every whole factor f.
 bool nearestIsFloorDivision(const Node& resize) {
   if (resize.stringAttribute("mode", "nearest") != "nearest" || resize.intAttribute("antialias", 0) != 0 ||
