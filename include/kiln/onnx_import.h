@@ -51,7 +51,7 @@ OnnxModel importOnnxFromMemory(std::span<const std::byte> bytes, const std::stri
                                const std::filesystem::path& base_directory, const OnnxImportOptions& options = {});
 
 // The first graph input dimension that is not fixed, as "input 'x'
-// dimension 0 ('batch')" (or "input 'x' has no shape"); empty when every
+// dimension 0 ('batch')" (or "the shape of input 'x'"); empty when every
 // input's shape is static.
 std::string unfixedInputDimension(const Graph& graph);
 

@@ -399,7 +399,7 @@ OnnxModel importOnnx(const std::filesystem::path& path, const OnnxImportOptions&
 std::string unfixedInputDimension(const Graph& graph) {
   for (ValueId id : graph.inputs()) {
     const Value& input = graph.value(id);
-    if (!input.type.shape) return fmt::format("input '{}' has no shape", input.name);
+    if (!input.type.shape) return fmt::format("the shape of input '{}'", input.name);
     for (size_t i = 0; i < input.type.shape->size(); ++i) {
       if (!(*input.type.shape)[i].isKnown()) return unfixedDimension(input.name, input.type, i);
     }
