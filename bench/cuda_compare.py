@@ -67,7 +67,8 @@ def run(cmd, **kwargs):
 
 def kiln_case(kiln, model, feeds, work, seconds, tf32=False, fp16=False, dynamic=False, bf16=False, extra=()):
     package = os.path.join(work, "model.kiln")
-    shapes = [a for name, v in feeds.items() for a in ("--shape", f"{name}:{'x'.join(map(str, v.shape)) or '1'}")]
+    # Scalars need no --shape: their rank-0 shape is fixed already.
+    shapes = [a for name, v in feeds.items() if v.ndim > 0 for a in ("--shape", f"{name}:{'x'.join(map(str, v.shape))}")]
     compiled = run([kiln, "compile", model, "-o", package, "--target", "cuda", *(["--dynamic"] if dynamic else shapes),
                     *(["--tf32"] if tf32 else []), *(["--fp16"] if fp16 else []), *(["--bf16"] if bf16 else []),
                     *extra])

@@ -179,14 +179,6 @@ TEST_P(DeviceConformance, CopyComputeCopyChainedFromDone) {
 // DESIGN.md: no allocation in the steady state. Once jobs and buffers
 // exist, submitting and completing them touches no heap on any thread.
 TEST_P(DeviceConformance, SteadyStateSubmissionAllocatesNothing) {
-  // The count covers every thread of the process, and the CUDA runtime's own
-  // threads allocate on their own schedule (seen once in four runs on an
-  // H100, and for sim on every run on an H200, where listing the devices
-  // started the runtime): kiln's side of the job path is the same code as
-  // sim's, which machines without a GPU check.
-  bool gpu = false;
-  for (const DeviceInfo& info : DeviceManager(DeviceManagerOptions{}).devices()) gpu |= info.kind == DeviceKind::kCuda;
-  if (gpu) GTEST_SKIP() << "the CUDA runtime's threads allocate by themselves on a machine with a GPU";
   const size_t count = 1024;
   std::vector<float> input(count, 1.0f), output(count, 0);
   DeviceBuffer buffer = device_->allocate(count * sizeof(float));

@@ -4,9 +4,15 @@
 #include <dnnl.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/kernel.h"
@@ -42,6 +48,52 @@ AllocationCount countRunAllocations(Case& c) {
   ::kiln::testing::startCountingAllocations();
   for (int i = 0; i < kCalls; ++i) kernel.run(bound->call);
   return ::kiln::testing::stopCountingAllocations();
+}
+
+// The counter itself: allocations on the calling thread and on other
+// threads count; those of a thread named as the NVIDIA driver names its own
+// ("cuda-EvtHandlr") do not, so that the tests here mean the same on a
+// machine with a GPU. The count covers only the thread's allocations: it
+// starts once the thread runs and stops before it ends (creating and
+// joining a thread allocates on the caller, by a varying amount). The
+// pointers go to a volatile sink so that the compiler cannot drop an
+// allocation it sees freed.
+void* volatile sink;
+
+AllocationCount countAThreadNamed(const char* name) {
+  std::atomic<int> stage{0};  // 1: named, 2: counting, 3: allocated
+  std::thread thread([&] {
+    pthread_setname_np(pthread_self(), name);
+    stage.store(1);
+    while (stage.load() != 2) std::this_thread::yield();
+    sink = std::malloc(64);
+    std::free(sink);
+    auto boxed = std::make_unique<int>(1);
+    sink = boxed.get();
+    boxed.reset();
+    stage.store(3);
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  ::kiln::testing::startCountingAllocations();
+  stage.store(2);
+  while (stage.load() != 3) std::this_thread::yield();
+  const AllocationCount count = ::kiln::testing::stopCountingAllocations();
+  thread.join();
+  return count;
+}
+
+TEST(AllocationCounter, CountsEveryThreadButTheCudaDriversOwn) {
+  ::kiln::testing::startCountingAllocations();
+  auto boxed = std::make_unique<int>(1);
+  sink = boxed.get();
+  EXPECT_EQ(::kiln::testing::stopCountingAllocations().news, 1u);
+
+  const AllocationCount worker = countAThreadNamed("kiln-worker");
+  EXPECT_EQ(worker.news, 1u);
+  EXPECT_EQ(worker.mallocs, ::kiln::testing::countsMallocs() ? 2u : 0u);  // the malloc, and the new's
+  const AllocationCount driver = countAThreadNamed("cuda-EvtHandlr");
+  EXPECT_EQ(driver.news, 0u);
+  EXPECT_EQ(driver.mallocs, 0u);
 }
 
 std::vector<float> floats(const std::vector<int64_t>& shape, uint32_t seed) {

@@ -9,6 +9,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "core/float_formats.h"
 #include "kernels/kernel.h"
 #include "kiln/error.h"
@@ -541,9 +545,9 @@ TEST(ConvTransposeKernel, PrepareErrors) {
 // allocation_test.cc); oneDNN's gemm-based convolution and deconvolution
 // (what it picks for plain NCHW activations) allocate more inside execute
 // than its matmul. Measured with oneDNN 2.6 per call (operator new / malloc):
-// Conv 9 / 11, ConvTranspose 12 / 15, MaxPool and AveragePool 8 / 8. The
-// kernels themselves make no memory object, stream or scratchpad per call;
-// the bounds below catch a regression, and the figures are printed.
+// Conv 9 / 11 on 2 threads, ConvTranspose 12 / 15, MaxPool and AveragePool
+// 8 / 8. The kernels themselves make no memory object, stream or scratchpad
+// per call; the bounds below catch a regression, and the figures are printed.
 TEST(ConvAllocations, OneDnnRunsAllocateOnlyAFewSmallBlocks) {
   struct Case {
     std::string op;
@@ -568,19 +572,28 @@ TEST(ConvAllocations, OneDnnRunsAllocateOnlyAFewSmallBlocks) {
                    {output(DType::kF32, {1, 8, 9, 9})}, {}});
   cases.push_back({"MaxPool", {f({1, 16, 14, 14}, 6)}, {output(DType::kF32, {1, 16, 6, 6})}, pool});
   cases.push_back({"AveragePool", {f({1, 16, 14, 14}, 7)}, {output(DType::kF32, {1, 16, 6, 6})}, pool});
+#if defined(_OPENMP)
+  const uint64_t threads = static_cast<uint64_t>(omp_get_max_threads());
+#else
+  const uint64_t threads = 1;
+#endif
   for (Case& c : cases) {
     const PreparedKernel kernel(c.op, c.inputs, c.outputs, c.params);
     const auto bound = kernel.bind(c.inputs, c.outputs);
     kernel.run(bound->call);
-    constexpr int kCalls = 100;
+    constexpr uint64_t kCalls = 100;
     ::kiln::testing::startCountingAllocations();
-    for (int i = 0; i < kCalls; ++i) kernel.run(bound->call);
+    for (uint64_t i = 0; i < kCalls; ++i) kernel.run(bound->call);
     const ::kiln::testing::AllocationCount count = ::kiln::testing::stopCountingAllocations();
     std::cout << "[ note     ] " << c.op << " via oneDNN, per call: " << static_cast<double>(count.news) / kCalls
               << " operator new and " << static_cast<double>(count.mallocs) / kCalls << " malloc-family calls"
               << (::kiln::testing::countsMallocs() ? "" : " (malloc not counted in this build)") << "\n";
-    EXPECT_LE(count.news, 12u * kCalls) << c.op;
-    EXPECT_LE(count.mallocs, 15u * kCalls) << c.op;
+    // A few blocks per call, and a few more per thread that joins it: per
+    // call, the 3x3 Conv made 9 malloc-family calls on 1 thread, 11 on 2, 15
+    // on 4, 23 on 8 and 27 on 16; ConvTranspose 12 operator new and 15
+    // mallocs on any number.
+    EXPECT_LE(count.news, (12 + threads) * kCalls) << c.op;
+    EXPECT_LE(count.mallocs, (13 + 2 * threads) * kCalls) << c.op;
   }
 }
 

@@ -4,7 +4,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+
+#include <errno.h>  // program_invocation_short_name
+#include <sys/prctl.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define KILN_TEST_SANITIZER 1
@@ -25,8 +29,29 @@ std::atomic<std::size_t> failing_from{0};  // failAllocationsOfAtLeast
 std::atomic<uint64_t> news{0};
 std::atomic<uint64_t> mallocs{0};
 
+// The NVIDIA driver starts threads of its own ("cuda-EvtHandlr",
+// "cuda00001400006") when a process first lists or uses a GPU, and they
+// allocate on their own schedule. They are left out of the count, so that a
+// machine with a GPU checks kiln's threads as a machine without one does.
+// Decided once per thread, by the name the thread has the first time it
+// allocates while counting; threads named after the program are never left
+// out. (thread_local here is safe inside malloc: this file is linked into
+// executables only, whose TLS needs no allocation.)
+bool isCudaDriverThread() {
+  thread_local int state = -1;  // -1 unknown, 0 no, 1 yes
+  if (state < 0) {
+    char name[16] = {};
+    prctl(PR_GET_NAME, name);
+    state = std::strncmp(name, "cuda", 4) == 0 &&
+            std::strncmp(name, program_invocation_short_name, sizeof(name) - 1) != 0;
+  }
+  return state == 1;
+}
+
+bool countsThisThread() { return counting.load(std::memory_order_relaxed) && !isCudaDriverThread(); }
+
 void countNew() {
-  if (counting.load(std::memory_order_relaxed)) news.fetch_add(1, std::memory_order_relaxed);
+  if (countsThisThread()) news.fetch_add(1, std::memory_order_relaxed);
 }
 
 void failIfAsked(std::size_t size) {
@@ -138,7 +163,7 @@ void __libc_free(void* p) noexcept;
 
 namespace {
 void countMalloc() {
-  if (counting.load(std::memory_order_relaxed)) mallocs.fetch_add(1, std::memory_order_relaxed);
+  if (countsThisThread()) mallocs.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
 

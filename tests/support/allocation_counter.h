@@ -1,5 +1,7 @@
 // Counts heap allocations made by any thread while counting is on, to check
-// that kernels do not allocate when they run.
+// that kernels do not allocate when they run. The NVIDIA driver's own
+// threads, which allocate on their own schedule once a process has touched
+// a GPU, are left out (named "cuda..."; see allocation_counter.cc).
 //
 // Always counted: every replaceable global operator new (this program and
 // every library it loads, since the program's definitions replace them all).
