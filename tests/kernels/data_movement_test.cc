@@ -101,7 +101,11 @@ TEST(TransposeKernel, MatchesReference) {
       // Layout changes of feature maps both ways (transpose_tile.h's vector
       // blocks, with partial blocks at both edges), and of 2 and 4 planes.
       {{1, 144, 23, 29}, {0, 2, 3, 1}}, {{1, 23, 29, 144}, {0, 3, 1, 2}}, {{1, 37, 300}, {0, 2, 1}},
-      {{2, 2, 9, 41}, {0, 2, 3, 1}},    {{2, 4, 9, 41}, {0, 2, 3, 1}}};
+      {{2, 2, 9, 41}, {0, 2, 3, 1}},    {{2, 4, 9, 41}, {0, 2, 3, 1}},
+      // Tiles cut along both axes: a detection head's [80, 80, 144] back to
+      // NCHW (25 chunks of columns), and both axes past 256 with partial
+      // chunks, under an outer dimension.
+      {{1, 80, 80, 144}, {0, 3, 1, 2}}, {{2, 300, 270}, {0, 2, 1}}};
   uint32_t seed = 1;
   for (const auto& [shape, perm] : cases) {
     checkTranspose<float>(shape, perm, seed++);
@@ -114,8 +118,9 @@ TEST(TransposeKernel, MatchesReference) {
 // Strides of an empty tensor among huge dimensions overflowed int64
 // (UBSan; found by graph_run_fuzz and package_fuzz).
 // transposeTile directly: every element size, row and column counts around
-// the vector blocks' sizes, outputs with padded rows (ys > cols) and the
-// interleaving paths (2-4 columns, contiguous rows).
+// the vector blocks' sizes and the 64 x 64 cache blocks', outputs with
+// padded rows (ys > cols) and the interleaving paths (2-4 columns,
+// contiguous rows).
 template <typename T>
 void checkTransposeTile(int64_t rows, int64_t cols, int64_t ys) {
   const int64_t xs = rows + 3;  // input rows with a gap after each
@@ -136,8 +141,8 @@ void checkTransposeTile(int64_t rows, int64_t cols, int64_t ys) {
 
 template <typename T>
 void checkTransposeTiles() {
-  for (int64_t rows : {1, 3, 4, 15, 16, 17, 33, 64}) {
-    for (int64_t cols : {1, 2, 3, 4, 5, 15, 16, 17, 40}) {
+  for (int64_t rows : {1, 3, 4, 15, 16, 17, 33, 64, 67, 150}) {
+    for (int64_t cols : {1, 2, 3, 4, 5, 15, 16, 17, 40, 67, 150}) {
       checkTransposeTile<T>(rows, cols, cols);
       checkTransposeTile<T>(rows, cols, cols + 5);
     }

@@ -206,8 +206,9 @@ inline void copyRow(T* __restrict y, const T* __restrict x, int64_t n, int64_t s
 }
 
 // The copy is cut into items split across the threads (parallel.h): one
-// row copy each, or for a tiled transpose kTransposeChunk rows of its
-// tile dimension (an image's NCHW -> NHWC is a single [C, H*W] transpose).
+// row copy each, or for a tiled transpose a tile of up to kTransposeChunk x
+// kTransposeChunk elements (an image's NCHW -> NHWC is a single [C, H*W]
+// transpose; cut along both axes, so that [144, 6400] is 25 items, not one).
 // A thread starts its odometer at its first item and walks on from there.
 constexpr int64_t kTransposeChunk = 256;
 
@@ -225,10 +226,12 @@ void runStridedCopyAs(const StridedCopy& plan, const std::byte* x_bytes, std::by
   const int64_t s = plan.strides[last];
   const bool tiled = plan.tile_dim >= 0;
   const uint32_t t = tiled ? static_cast<uint32_t>(plan.tile_dim) : 0;
-  const int64_t chunks = tiled ? (plan.dims[t] + kTransposeChunk - 1) / kTransposeChunk : 1;
+  // A tiled item is (tile-dimension chunk) x (last-dimension chunk).
+  const int64_t column_chunks = tiled ? (n + kTransposeChunk - 1) / kTransposeChunk : 1;
+  const int64_t chunks = tiled ? (plan.dims[t] + kTransposeChunk - 1) / kTransposeChunk * column_chunks : 1;
   int64_t rows = 1;
   for (uint32_t k = 0; k < plan.outer_count; ++k) rows *= plan.dims[plan.outer[k]];
-  parallelForItems(rows * chunks, tiled ? kTransposeChunk * n : n, [&](int64_t begin, int64_t end) {
+  parallelForItems(rows * chunks, tiled ? kTransposeChunk * std::min(n, kTransposeChunk) : n, [&](int64_t begin, int64_t end) {
     // The odometer at row begin / chunks.
     std::array<int64_t, kPlanRank> index{};
     int64_t xo = 0;
@@ -244,9 +247,12 @@ void runStridedCopyAs(const StridedCopy& plan, const std::byte* x_bytes, std::by
     int64_t part = begin % chunks;
     for (int64_t item = begin; item < end; ++item) {
       if (tiled) {
-        const int64_t first = part * kTransposeChunk;
+        const int64_t first = part / column_chunks * kTransposeChunk;
         const int64_t count = std::min(kTransposeChunk, plan.dims[t] - first);
-        transposeTile(y + yo + first * plan.out_strides[t], plan.out_strides[t], x + xo + first, s, count, n);
+        const int64_t first_column = part % column_chunks * kTransposeChunk;
+        const int64_t columns = std::min(kTransposeChunk, n - first_column);
+        transposeTile(y + yo + first * plan.out_strides[t] + first_column, plan.out_strides[t],
+                      x + xo + first + first_column * s, s, count, columns);
       } else {
         copyRow(y + yo, x + xo, n, s);
       }

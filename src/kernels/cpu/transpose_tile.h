@@ -17,6 +17,7 @@
 // element by element.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -144,9 +145,30 @@ inline void transposeTile(T* __restrict y, int64_t ys, const T* __restrict x, in
 #endif
   const int64_t block_rows = rows / n * n, block_cols = cols / n * n;
 #if defined(__SSE2__)
-  for (int64_t j0 = 0; j0 < block_cols; j0 += n) {
-    for (int64_t i0 = 0; i0 < block_rows; i0 += n) {
-      transpose_detail::transposeBlock(y + i0 * ys + j0, ys, x + i0 + j0 * xs, xs);
+  // Cache blocking: 64 x 64 elements at a time, in strips of 8 rows of y
+  // (or one block's n, when larger) across the 64 columns. A strip keeps
+  // few lines of y in flight, and a 64-column block few lines of x between
+  // strips; both matter when a row stride is a multiple of 1 KiB or so, as
+  // in feature maps, whose rows then share a handful of the L1 cache's
+  // sets. Measured on one core, before -> after (f32, y rows x columns,
+  // us): [144 x 6400] 681 -> 355 (a detection head back to NCHW),
+  // [6400 x 144] 481 -> 348, [256 x 4096] 1096 -> 511, [64 x 1024] 56 -> 18,
+  // [16 x 25600] 373 -> 132, [3136 x 144] 230 -> 161; [128 x 7600] loses,
+  // 352 -> 402. Bytes and halves move about as before.
+  constexpr int64_t kBlock = 64;
+  constexpr int64_t kStrip = n > 8 ? n : 8;
+  for (int64_t ib = 0; ib < block_rows; ib += kBlock) {
+    const int64_t ie = std::min(block_rows, ib + kBlock);
+    for (int64_t jb = 0; jb < block_cols; jb += kBlock) {
+      const int64_t je = std::min(block_cols, jb + kBlock);
+      for (int64_t is = ib; is < ie; is += kStrip) {
+        const int64_t strip_end = std::min(ie, is + kStrip);
+        for (int64_t j0 = jb; j0 < je; j0 += n) {
+          for (int64_t i0 = is; i0 < strip_end; i0 += n) {
+            transpose_detail::transposeBlock(y + i0 * ys + j0, ys, x + i0 + j0 * xs, xs);
+          }
+        }
+      }
     }
   }
 #endif
