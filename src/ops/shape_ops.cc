@@ -101,6 +101,18 @@ void require1D(const InferenceContext& context, size_t index, const char* what) 
   if (shape && shape->size() != 1) context.fail("{} (input {}) must be 1-D, found {}", what, index, dimsText(*shape));
 }
 
+// Squeeze's and Unsqueeze's axes input: 1-D, or a scalar for one axis, as
+// onnxruntime accepts (ONNX's own function bodies pass one: AffineGrid's
+// expansion). Its number of axes, when known.
+std::optional<size_t> axesCount(const InferenceContext& context) {
+  const std::vector<Dim>* shape = knownShape(context, 1);
+  if (!shape) return std::nullopt;
+  if (shape->size() > 1) context.fail("the axes (input 1) must be a scalar or 1-D, found {}", dimsText(*shape));
+  if (shape->empty()) return 1;
+  if (!(*shape)[0].isKnown()) return std::nullopt;
+  return static_cast<size_t>((*shape)[0].size);
+}
+
 // The length of 1-D input `index`, when known.
 std::optional<size_t> knownLength(const InferenceContext& context, size_t index) {
   const std::vector<Dim>* shape = knownShape(context, index);
@@ -282,12 +294,11 @@ void squeezeV1(InferenceContext& context) {
 
 void squeezeV13(InferenceContext& context) {
   if (!context.hasInput(1)) return squeezeAxes(context, std::nullopt);
-  require1D(context, 1, "the axes");
+  const auto count = axesCount(context);
   if (const auto axes = context.constantInts(1)) return squeezeAxes(context, axes);
   // Computed axes: the rank drops by their count, which dims go is unknown.
   const DType dtype = context.inputType(0).dtype;
   const std::vector<Dim>* in = knownShape(context, 0);
-  const auto count = knownLength(context, 1);
   if (!in || !count || *count > in->size()) return setUnknownShape(context, dtype);
   context.output(0) = ValueType{dtype, std::vector<Dim>(in->size() - *count)};
 }
@@ -311,11 +322,10 @@ void unsqueezeV1(InferenceContext& context) {
 }
 
 void unsqueezeV13(InferenceContext& context) {
-  require1D(context, 1, "the axes");
+  const auto count = axesCount(context);
   if (const auto axes = context.constantInts(1)) return unsqueezeAxes(context, *axes);
   const DType dtype = context.inputType(0).dtype;
   const std::vector<Dim>* in = knownShape(context, 0);
-  const auto count = knownLength(context, 1);
   if (!in || !count) return setUnknownShape(context, dtype);
   context.output(0) = ValueType{dtype, std::vector<Dim>(in->size() + *count)};
 }

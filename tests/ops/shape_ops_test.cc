@@ -157,6 +157,25 @@ TEST(Unsqueeze, InsertsOnesAtTheOutputAxes) {
   EXPECT_TRUE(failsWith(twice, "axis -3 is given more than once"));
 }
 
+// A scalar axes input is one axis (onnxruntime accepts it, and ONNX's own
+// AffineGrid expansion passes one); a 2-D one is refused. A computed scalar
+// adds or removes one dimension.
+TEST(Unsqueeze, AScalarAxesInputIsOneAxis) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kF32, {3, 1});
+  const ValueId up = b.op("Unsqueeze", {x, b.constant<int64_t>("axis", {}, {-1})});
+  const ValueId down = b.op("Squeeze", {x, b.constant<int64_t>("axis1", {}, {1})});
+  const ValueId computed = b.input("n", DType::kI64, {});
+  const ValueId up_computed = b.op("Unsqueeze", {x, computed});
+  const ValueId down_computed = b.op("Squeeze", {x, computed});
+  EXPECT_EQ(inferredTypes(b, {up, down, up_computed, down_computed}),
+            (std::vector<std::string>{"f32[3, 1, 1]", "f32[3]", "f32[?, ?, ?]", "f32[?]"}));
+
+  GraphBuilder matrix;
+  matrix.op("Unsqueeze", {matrix.input("x", DType::kF32, {3}), matrix.constant<int64_t>("axes", {1, 1}, {0})});
+  EXPECT_TRUE(failsWith(matrix, "the axes (input 1) must be a scalar or 1-D, found [1, 1]"));
+}
+
 // ---------------------------------------------------- Transpose, Concat
 
 TEST(Transpose, PermutesTheDims) {
