@@ -105,7 +105,10 @@ TEST(TransposeKernel, MatchesReference) {
       // Tiles cut along both axes: a detection head's [80, 80, 144] back to
       // NCHW (25 chunks of columns), and both axes past 256 with partial
       // chunks, under an outer dimension.
-      {{1, 80, 80, 144}, {0, 3, 1, 2}}, {{2, 300, 270}, {0, 2, 1}}};
+      {{1, 80, 80, 144}, {0, 3, 1, 2}}, {{2, 300, 270}, {0, 2, 1}},
+      // Pixels back into 2 and 3 planes (blocks of fewer rows than a
+      // vector holds), and 5 planes of a 4-D tensor.
+      {{1, 40, 30, 3}, {0, 3, 1, 2}},   {{2, 33, 2}, {0, 2, 1}},      {{1, 9, 41, 5}, {0, 3, 1, 2}}};
   uint32_t seed = 1;
   for (const auto& [shape, perm] : cases) {
     checkTranspose<float>(shape, perm, seed++);
@@ -119,12 +122,15 @@ TEST(TransposeKernel, MatchesReference) {
 // (UBSan; found by graph_run_fuzz and package_fuzz).
 // transposeTile directly: every element size, row and column counts around
 // the vector blocks' sizes and the 64 x 64 cache blocks', outputs with
-// padded rows (ys > cols) and the interleaving paths (2-4 columns,
-// contiguous rows).
+// padded rows (ys > cols), the interleaving paths (2-4 columns, contiguous
+// rows) and blocks of fewer rows than a vector holds, whose loads read on
+// past the rows. Input rows follow each other or have a gap after each, in
+// a buffer that ends at the last element read, so that a read past it is
+// AddressSanitizer's to report.
 template <typename T>
-void checkTransposeTile(int64_t rows, int64_t cols, int64_t ys) {
-  const int64_t xs = rows + 3;  // input rows with a gap after each
-  std::vector<T> x(static_cast<size_t>(xs * cols));
+void checkTransposeTile(int64_t rows, int64_t cols, int64_t ys, int64_t gap) {
+  const int64_t xs = rows + gap;
+  std::vector<T> x(static_cast<size_t>((cols - 1) * xs + rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(i * 2654435761u + 17);
   const T sentinel = static_cast<T>(0x5a);
   std::vector<T> y(static_cast<size_t>(rows * ys + 8), sentinel);
@@ -141,10 +147,12 @@ void checkTransposeTile(int64_t rows, int64_t cols, int64_t ys) {
 
 template <typename T>
 void checkTransposeTiles() {
-  for (int64_t rows : {1, 3, 4, 15, 16, 17, 33, 64, 67, 150}) {
+  for (int64_t rows : {1, 2, 3, 4, 5, 7, 15, 16, 17, 33, 64, 67, 150}) {
     for (int64_t cols : {1, 2, 3, 4, 5, 15, 16, 17, 40, 67, 150}) {
-      checkTransposeTile<T>(rows, cols, cols);
-      checkTransposeTile<T>(rows, cols, cols + 5);
+      for (int64_t gap : {0, 3}) {
+        checkTransposeTile<T>(rows, cols, cols, gap);
+        checkTransposeTile<T>(rows, cols, cols + 5, gap);
+      }
     }
   }
 }

@@ -47,10 +47,12 @@ template <typename T>
 }
 
 // One n x n block, n = 16 / sizeof(T): x rows at x + k * xs in, y rows at
-// y + k * ys out. log2(n) rounds of zips, unrolled so that the vectors stay
-// in registers.
+// y + k * ys out, the first `stored` of them (a block with fewer rows of y
+// than n). log2(n) rounds of zips, unrolled so that the vectors stay in
+// registers.
 template <typename T>
-[[gnu::always_inline]] inline void transposeBlock(T* y, int64_t ys, const T* x, int64_t xs) {
+[[gnu::always_inline]] inline void transposeBlock(T* y, int64_t ys, const T* x, int64_t xs,
+                                                  int stored = 16 / static_cast<int>(sizeof(T))) {
   constexpr int n = 16 / static_cast<int>(sizeof(T));
   __m128i v[n];
 #pragma GCC unroll 16
@@ -64,7 +66,9 @@ template <typename T>
     for (int k = 0; k < n; ++k) v[k] = out[k];
   }
 #pragma GCC unroll 16
-  for (int k = 0; k < n; ++k) _mm_storeu_si128(reinterpret_cast<__m128i*>(y + k * ys), v[k]);
+  for (int k = 0; k < n; ++k) {
+    if (k < stored) _mm_storeu_si128(reinterpret_cast<__m128i*>(y + k * ys), v[k]);
+  }
 }
 #endif
 
@@ -172,9 +176,23 @@ inline void transposeTile(T* __restrict y, int64_t ys, const T* __restrict x, in
     }
   }
 #endif
+  // Fewer rows than a block has (2 or 3 planes of f32 out of pixels: an
+  // image back to NCHW): whole blocks all the same, keeping the first
+  // `rows` vectors of each. Their loads read on past the rows into the
+  // next elements of x, up to (j0 + n - 1) * xs + n - 1, which must not
+  // pass x's last element, (cols - 1) * xs + rows - 1 (so j0 + n < cols).
+  // One core, 3 x 409600 f32: 690 -> 349 us; 3 x 409600 u8: 434 -> 109 us.
+  int64_t few_rows_done = 0;  // columns of every row done that way
+#if defined(__SSE2__)
+  if (block_rows == 0 && rows >= 2) {
+    for (; (few_rows_done + n - 1) * xs + n <= (cols - 1) * xs + rows; few_rows_done += n) {
+      transpose_detail::transposeBlock(y + few_rows_done, ys, x + few_rows_done * xs, xs, static_cast<int>(rows));
+    }
+  }
+#endif
   // The edges: rows past the last whole block, then columns past it.
   for (int64_t i = block_rows; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) y[i * ys + j] = x[i + j * xs];
+    for (int64_t j = few_rows_done; j < cols; ++j) y[i * ys + j] = x[i + j * xs];
   }
   for (int64_t i = 0; i < block_rows; ++i) {
     for (int64_t j = block_cols; j < cols; ++j) y[i * ys + j] = x[i + j * xs];
